@@ -1,0 +1,82 @@
+"""The verifier's verdict: a plain, JSON-serialisable record, and the reward's only input."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Outcomes of a verification. "accepted"/"rejected" come from checks; the others from the sandbox.
+STATUSES = ("accepted", "rejected", "timeout", "crashed", "oom", "error", "declined")
+
+
+@dataclass
+class CheckResult:
+    passed: bool
+    detail: str = ""
+    # Extra numbers a check wants to keep (trial errors, launch counts ...); JSON-serialisable.
+    data: dict[str, Any] = field(default_factory=dict)
+    # A finding that marks a hack attempt (integrity), counted apart from honest mistakes.
+    hack: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Verdict:
+    """``accepted`` is true only when it compiled, is correct, and every check passed."""
+
+    accepted: bool = False
+    reason: str | None = None
+    compiled: bool = False
+    correct: bool = False
+    accuracy: float = 0.0  # share of correctness trials that matched the reference
+    checks: dict[str, CheckResult] = field(default_factory=dict)
+    timing: dict[str, Any] | None = None  # performance stage: median_ms, eager_ms, compile_ms, ...
+    roofline: dict[str, Any] | None = None  # flops_utilisation, bandwidth_efficiency, source, ...
+    status: str = "rejected"
+    task_id: str | None = None
+    candidate_id: str | None = None
+    backend: str | None = None
+    device: str | None = None
+    elapsed_s: float = 0.0
+    stage_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def hack_flags(self) -> list[str]:
+        return sorted(name for name, c in self.checks.items() if c.hack and not c.passed)
+
+    def add_check(self, name: str, passed: bool, detail: str = "", **kw: Any) -> CheckResult:
+        result = CheckResult(passed=passed, detail=detail, **kw)
+        self.checks[name] = result
+        return result
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["hack_flags"] = self.hack_flags
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, default=str)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Verdict":
+        known = set(cls.__dataclass_fields__)
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["checks"] = {
+            name: c if isinstance(c, CheckResult) else CheckResult(**c)
+            for name, c in (data.get("checks") or {}).items()
+        }
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Verdict":
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def failure(cls, status: str, reason: str, **kw: Any) -> "Verdict":
+        """A verdict for a candidate that never got through the pipeline (timeout, crash ...)."""
+        if status not in STATUSES:
+            raise ValueError(f"unknown verdict status {status!r}; expected one of {STATUSES}")
+        return cls(accepted=False, reason=reason, status=status, **kw)

@@ -1,0 +1,1 @@
+"""Built-in KernelZero plugins, registered through the same hooks a third-party package uses."""
