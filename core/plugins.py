@@ -28,6 +28,7 @@ from core import hookspecs
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.ops.elementwise",
     "plugins.ops.reductions",
+    "plugins.proposers.random_proposer",
     "plugins.rewards.builtin",
     "plugins.curricula.builtin",
 )
