@@ -63,8 +63,12 @@ class Coder(Protocol):
 class RewardTerm(Protocol):
     name: str
 
-    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task]) -> list[float]:
-        """One reward per verdict. Rejected candidates get whatever the term gives failures."""
+    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task], **context: Any) -> list[float]:
+        """One reward per verdict. ``context`` may hold ``candidates`` (same order as ``verdicts``).
+
+        Rejected candidates are given the mix's ``failure_reward`` unless the term sets
+        ``scores_failures = True`` and scores them itself.
+        """
 
 
 @runtime_checkable

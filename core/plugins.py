@@ -31,6 +31,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.proposers.random_proposer",
     "plugins.rewards.builtin",
     "plugins.curricula.builtin",
+    "plugins.curricula.adaptive",
+    "plugins.coders.llm",
 )
 
 ENV_DISABLE_AUTOLOAD = "KERNELZERO_DISABLE_AUTOLOAD"

@@ -191,36 +191,41 @@ _TORCH_DTYPE = {"float32": "torch.float32", "float16": "torch.float16", "bfloat1
 
 
 def _render_input(t: TensorSpec) -> str:
-    """Expression that draws one input with the spec's layout and value distribution."""
+    """Expression that draws one input with the spec's value distribution, then its layout.
+
+    Values are drawn (and scaled, and specials planted) on a contiguous base tensor; the layout
+    is a view of that base, so non-contiguous and offset inputs keep their strides.
+    """
     dims = list(t.shape)
     dt = _TORCH_DTYPE[t.dtype]
     draw = "torch.rand" if t.distribution == "rand" else "torch.randn"
+
+    def base(base_dims: list[int]) -> str:
+        expr = f"{draw}({', '.join([*map(str, base_dims), f'dtype={dt}'])})"
+        if t.scale != 1.0:
+            expr = f"({expr} * {t.scale!r})"
+        return expr
+
     if t.layout == "transposed" and len(dims) >= 2:
-        swapped = dims[:-2] + [dims[-1], dims[-2]]
-        expr = f"{draw}({', '.join(map(str, swapped))}, dtype={dt}).transpose(-1, -2)"
+        expr = f"{base(dims[:-2] + [dims[-1], dims[-2]])}.transpose(-1, -2)"
     elif t.layout == "strided" and dims:
-        wide = dims[:-1] + [dims[-1] * 2]
-        expr = f"{draw}({', '.join(map(str, wide))}, dtype={dt})[..., ::2]"
+        expr = f"{base(dims[:-1] + [dims[-1] * 2])}[..., ::2]"
     elif t.layout == "offset":
         # One extra element in front: the view starts misaligned for any vector width > 1.
-        n = math.prod(dims)
-        expr = f"{draw}({n + 1}, dtype={dt})[1:].view({', '.join(map(str, dims))}{',' if len(dims) == 1 else ''})"
+        expr = f"{base([math.prod(dims) + 1])}[1:].view({', '.join(map(str, dims)) or '()'})"
     else:
-        expr = f"{draw}({', '.join(map(str, dims))}{',' if len(dims) == 1 else ''} dtype={dt})"
-    if t.scale != 1.0:
-        expr = f"({expr} * {t.scale!r})"
-    if t.distribution == "specials":
-        expr = f"_with_specials({expr})"
-    return expr
+        expr = base(dims)
+    return f"_with_specials({expr})" if t.distribution == "specials" else expr
 
 
 _SPECIALS_HELPER = '''
 
 def _with_specials(t):
-    """Plant NaN, +Inf and -Inf at fixed positions (the task checks they pass through)."""
-    flat = t.reshape(-1)
-    if flat.numel() >= 3:
-        flat[0], flat[flat.numel() // 2], flat[-1] = float("nan"), float("inf"), float("-inf")
+    """Plant NaN, +Inf and -Inf at the first, middle and last element (in place, any layout)."""
+    n = t.numel()
+    if n >= 3:
+        for flat_index, value in ((0, float("nan")), (n // 2, float("inf")), (n - 1, float("-inf"))):
+            t[torch.unravel_index(torch.tensor(flat_index), t.shape)] = value
     return t
 '''
 

@@ -1,6 +1,8 @@
 """Mixing weighted reward terms, and adapters that expose each term as a TRL reward function.
 
-A reward term (registered through ``register_rewards``) maps verdicts to one float each. The mix
+A reward term (registered through ``register_rewards``) is called
+``term(verdicts, tasks, candidates=...)`` and returns one float per verdict; it must accept extra
+keyword arguments, so new context can be passed without breaking third-party terms. The mix
 is ``sum(weight[t] * term_t)`` over the configured terms; a candidate that was not accepted earns
 ``failure_reward`` from every term unless the term declares ``scores_failures = True`` (format and
 partial-correctness terms do).
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from core.plugins import registry
-from core.task import Task
+from core.task import Candidate, Task
 from core.verdict import Verdict
 
 
@@ -50,11 +52,12 @@ class RewardMix:
         self.weights = {name: float(w) for name, w in self.weights.items()}
         self.terms = {name: reg.create(name, **dict(self.term_kwargs.get(name, {}))) for name in self.weights}
 
-    def per_term(self, verdicts: Sequence[Verdict], tasks: Sequence[Task]) -> dict[str, list[float]]:
+    def per_term(self, verdicts: Sequence[Verdict], tasks: Sequence[Task],
+                 candidates: Sequence[Candidate] | None = None) -> dict[str, list[float]]:
         """Unweighted reward of every term for every verdict (failures already applied)."""
         out: dict[str, list[float]] = {}
         for name, term in self.terms.items():
-            values = list(term(verdicts, tasks))
+            values = list(term(verdicts, tasks, candidates=candidates))
             if len(values) != len(verdicts):
                 raise ValueError(f"reward term {name!r} returned {len(values)} values for {len(verdicts)} verdicts")
             if not getattr(term, "scores_failures", False):
@@ -62,11 +65,14 @@ class RewardMix:
             out[name] = [float(v) for v in values]
         return out
 
-    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task]) -> list[float]:
-        per_term = self.per_term(verdicts, tasks)
-        return [
-            sum(self.weights[name] * per_term[name][i] for name in self.terms) for i in range(len(verdicts))
-        ]
+    def combine(self, per_term: Mapping[str, Sequence[float]]) -> list[float]:
+        """Weighted sum of already computed per-term rewards."""
+        n = len(next(iter(per_term.values()), []))  # an empty mix has no terms and yields nothing
+        return [sum(self.weights[name] * per_term[name][i] for name in self.terms) for i in range(n)]
+
+    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task],
+                 candidates: Sequence[Candidate] | None = None) -> list[float]:
+        return self.combine(self.per_term(verdicts, tasks, candidates))
 
 
 def trl_reward_function(name: str, fn: Callable[[list[Any], dict[str, Any]], list[float]]) -> Callable[..., list]:

@@ -24,7 +24,7 @@ class CorrectnessTerm:
     name: str = "correctness"
     scores_failures: bool = True
 
-    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task]) -> list[float]:
+    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task], **context) -> list[float]:
         out = []
         for v in verdicts:
             if not v.compiled or v.hack_flags or v.status not in ("accepted", "rejected"):
@@ -41,7 +41,7 @@ class RooflineTerm:
 
     name: str = "roofline"
 
-    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task]) -> list[float]:
+    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task], **context) -> list[float]:
         out = []
         for v in verdicts:
             r = v.roofline or {}
@@ -64,7 +64,7 @@ class SpeedupTerm:
     baseline: str = "eager"
     max_speedup: float = 4.0
 
-    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task]) -> list[float]:
+    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task], **context) -> list[float]:
         out = []
         for v in verdicts:
             s = (v.timing or {}).get(f"speedup_{self.baseline}")
@@ -82,7 +82,7 @@ class FormatTerm:
     name: str = "format"
     scores_failures: bool = True
 
-    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task]) -> list[float]:
+    def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task], **context) -> list[float]:
         return [1.0 if (c := v.checks.get("static")) is not None and c.passed else 0.0 for v in verdicts]
 
 

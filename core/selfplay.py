@@ -1,0 +1,169 @@
+"""Self-play rounds without learning: propose -> code -> verify -> reward -> feedback -> curriculum.
+
+This is the loop of DESIGN.md with the coder held fixed (an expert teacher, or a frozen model);
+``core.train`` runs the same data flow with a TRL trainer updating the coder between steps.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from core.plugins import notify
+from core.rewards import RewardMix
+from core.task import Candidate, Task
+from core.verdict import Verdict
+
+
+@dataclass
+class RoundResult:
+    round_index: int
+    tasks: list[Task]
+    candidates: list[Candidate]
+    verdicts: list[Verdict]
+    rewards: list[float]
+    per_term: dict[str, list[float]]
+    declined: int
+    seconds: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def attempts_of(tasks: Sequence[Task], candidates: Sequence[Sequence[Candidate]]) -> tuple[list[tuple[Task, Candidate]], int]:
+    """Pair every non-declined candidate with its task; count the declined ones."""
+    pairs, declined = [], 0
+    for task, cands in zip(tasks, candidates, strict=True):
+        for cand in cands:
+            if cand.declined:
+                declined += 1
+            else:
+                pairs.append((task, cand))
+    return pairs, declined
+
+
+def solve_rates(pairs: Sequence[tuple[Task, Candidate]], verdicts: Sequence[Verdict]) -> dict[str, float]:
+    """Share of accepted samples per task id."""
+    tried: dict[str, int] = defaultdict(int)
+    solved: dict[str, int] = defaultdict(int)
+    for (task, _), verdict in zip(pairs, verdicts):
+        tried[task.id] += 1
+        solved[task.id] += int(verdict.accepted)
+    return {tid: solved[tid] / tried[tid] for tid in tried}
+
+
+def round_metrics(result: RoundResult, reward_terms: Sequence[str]) -> dict[str, float]:
+    n = len(result.verdicts)
+    metrics: dict[str, float] = {
+        "round": result.round_index,
+        "tasks": len(result.tasks),
+        "attempts": n,
+        "declined": result.declined,
+        "pass_rate": sum(v.accepted for v in result.verdicts) / n if n else 0.0,
+        "compile_rate": sum(v.compiled for v in result.verdicts) / n if n else 0.0,
+        "mean_reward": sum(result.rewards) / n if n else 0.0,
+        "hack_flag_rate": sum(bool(v.hack_flags) for v in result.verdicts) / n if n else 0.0,
+        "adversarial_share": sum(bool(t.adversarial) for t in result.tasks) / len(result.tasks) if result.tasks else 0.0,
+        "seconds": result.seconds,
+    }
+    for term in reward_terms:
+        values = result.per_term.get(term, [])
+        metrics[f"reward/{term}"] = sum(values) / len(values) if values else 0.0
+    return metrics
+
+
+class SelfPlay:
+    """Ties a proposer, a coder, a verifier, a reward mix and a curriculum into rounds."""
+
+    def __init__(self, *, proposer: Any, coder: Any, verifier: Any, reward: RewardMix, curriculum: Any,
+                 backend: str, tasks_per_round: int, samples_per_task: int = 1,
+                 out_dir: str | Path | None = None, console: Console | None = None):
+        self.proposer, self.coder, self.verifier = proposer, coder, verifier
+        self.reward, self.curriculum, self.backend = reward, curriculum, backend
+        self.tasks_per_round, self.samples_per_task = tasks_per_round, samples_per_task
+        self.out_dir = Path(out_dir) if out_dir else None
+        self.console = console or Console()
+        self.history: list[dict[str, float]] = []
+
+    def run_round(self, round_index: int, progress: Progress | None = None) -> RoundResult:
+        start = time.perf_counter()
+        stage = progress.add_task(f"round {round_index}: propose", total=None) if progress else None
+
+        def advance(description: str, **kw: Any) -> None:
+            if progress is not None and stage is not None:
+                progress.update(stage, description=f"round {round_index}: {description}", **kw)
+
+        tasks = self.proposer.propose(self.tasks_per_round, self.curriculum.state)
+        advance("code")
+        candidates = self.coder.generate(tasks, self.backend, self.samples_per_task)
+        pairs, declined = attempts_of(tasks, candidates)
+        advance("verify", total=len(pairs), completed=0)
+        verdicts: list[Verdict] = []
+        # Verify in slices so the display moves; the verifier parallelises inside each slice.
+        width = max(1, getattr(self.verifier, "workers", 2))
+        for i in range(0, len(pairs), width):
+            chunk = pairs[i:i + width]
+            verdicts.extend(self.verifier.verify_many(chunk))
+            advance("verify", completed=len(verdicts))
+        for (task, cand), verdict in zip(pairs, verdicts):
+            notify("on_verdict", task=task, candidate=cand, verdict=verdict)
+        pair_tasks = [t for t, _ in pairs]
+        per_term = self.reward.per_term(verdicts, pair_tasks, [c for _, c in pairs])
+        rewards = self.reward.combine(per_term) if per_term else [0.0] * len(verdicts)
+        self.proposer.feedback(solve_rates(pairs, verdicts))
+        result = RoundResult(round_index, tasks, [c for _, c in pairs], verdicts, rewards, per_term, declined,
+                             time.perf_counter() - start)
+        result.metrics = round_metrics(result, list(self.reward.terms))
+        decisions = self.curriculum.update(result.metrics)
+        for decision in decisions:
+            self.console.print(f"[cyan]curriculum[/]: {decision}")
+        notify("on_round_end", round_index=round_index, metrics=result.metrics)
+        if progress is not None and stage is not None:
+            progress.update(stage, description=f"round {round_index}: done", completed=len(pairs))
+        return result
+
+    def run(self, rounds: int) -> list[dict[str, float]]:
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=self.console, transient=False) as progress:
+            for r in range(rounds):
+                result = self.run_round(r, progress)
+                self.history.append(result.metrics)
+                m = result.metrics
+                progress.console.print(
+                    f"round {r}: tasks {m['tasks']:.0f}, attempts {m['attempts']:.0f}, "
+                    f"pass rate {m['pass_rate']:.3f}, mean reward {m['mean_reward']:.3f}, "
+                    f"declined {m['declined']:.0f}, {m['seconds']:.1f}s"
+                )
+                if self.out_dir is not None:
+                    self._write_round(result)
+        self.print_summary()
+        return self.history
+
+    def _write_round(self, result: RoundResult) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.out_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(result.metrics) + "\n")
+        with open(self.out_dir / "verdicts.jsonl", "a") as f:
+            for cand, verdict, reward in zip(result.candidates, result.verdicts, result.rewards):
+                f.write(json.dumps({"round": result.round_index, "task_id": cand.task_id, "reward": reward,
+                                    "verdict": verdict.to_dict()}, default=str) + "\n")
+
+    def print_summary(self) -> None:
+        if not self.history:
+            return
+        table = Table(title="self-play rounds")
+        for col in ("round", "tasks", "attempts", "pass rate", "mean reward", "hack flags", "seconds"):
+            table.add_column(col, justify="right")
+        for m in self.history:
+            table.add_row(f"{m['round']:.0f}", f"{m['tasks']:.0f}", f"{m['attempts']:.0f}", f"{m['pass_rate']:.3f}",
+                          f"{m['mean_reward']:.3f}", f"{m['hack_flag_rate']:.3f}", f"{m['seconds']:.1f}")
+        self.console.print(table)
+        attempts = sum(m["attempts"] for m in self.history)
+        passed = sum(m["pass_rate"] * m["attempts"] for m in self.history)
+        self.console.print(f"overall pass rate {passed / attempts if attempts else 0.0:.3f} over {attempts:.0f} attempts")

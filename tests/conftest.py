@@ -1,0 +1,52 @@
+"""Shared test set-up: a predictable plugin manager, the Triton interpreter on CPU, GPU markers."""
+
+from __future__ import annotations
+
+import os
+
+# Third-party entry points would make registries depend on what is installed; tests opt in.
+os.environ.setdefault("KERNELZERO_DISABLE_AUTOLOAD", "1")
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    # Must be set before triton is imported anywhere in the test process.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none is visible")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def plugin_manager():
+    """A fresh process-wide plugin manager for one test; the previous one is restored afterwards."""
+    from core import plugins
+
+    old = plugins._pm
+    pm = plugins.make_plugin_manager(autoload=False)
+    plugins.set_plugin_manager(pm)
+    yield pm
+    plugins.set_plugin_manager(old)
+
+
+@pytest.fixture
+def register_plugin(plugin_manager):
+    """Register an in-test plugin object (module or class instance) and undo it afterwards."""
+    from core import plugins
+
+    def _register(obj, name=None):
+        plugin_manager.register(obj, name=name)
+        plugin_manager.check_pending()
+        plugins.set_plugin_manager(plugin_manager)  # drop cached registries
+        return obj
+
+    return _register
