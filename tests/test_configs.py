@@ -1,0 +1,98 @@
+"""Every option under conf/ composes with the rest of the config and instantiates its plugin."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from core.config import build, node_kwargs, store_plugin_configs
+from core.plugins import registry
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+PLUGIN_GROUPS = {"proposer": "proposer", "backend": "backend", "coder": "coder", "curriculum": "curriculum"}
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def compose_with(*overrides: str, config_name: str = "config"):
+    GlobalHydra.instance().clear()
+    store_plugin_configs()
+    with initialize_config_dir(version_base=None, config_dir=str(CONF)):
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
+def test_default_config_composes():
+    cfg = compose_with()
+    for group in ("proposer", "backend", "coder", "verifier", "reward", "curriculum", "trainer"):
+        assert group in cfg, f"default config lacks group {group!r}"
+
+
+@pytest.mark.parametrize("group, option", [(g, o) for g in PLUGIN_GROUPS for o in options(g)])
+def test_plugin_option_composes_and_names_a_registered_plugin(group, option):
+    cfg = compose_with(f"{group}={option}")
+    name, kwargs = node_kwargs(cfg[group])
+    factory = registry(PLUGIN_GROUPS[group]).get(name)  # raises with the known names if unregistered
+    # Every config key must be a parameter the factory accepts.
+    signature = inspect.signature(factory)
+    accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    unknown = [k for k in kwargs if k not in signature.parameters and not accepts_any]
+    assert not unknown, f"{group}/{option}.yaml sets {unknown}, which {name!r} does not take"
+
+
+@pytest.mark.parametrize("option", options("curriculum") + options("proposer"))
+def test_cheap_plugins_instantiate(option):
+    group = "curriculum" if option in options("curriculum") else "proposer"
+    cfg = compose_with(f"{group}={option}")
+    extra = {"seed": 0} if group == "proposer" else {}
+    assert build(group, cfg[group], **extra) is not None
+
+
+@pytest.mark.parametrize("option", options("reward"))
+def test_reward_options_build_a_reward_mix(option):
+    from core.rewards import RewardMix
+
+    cfg = compose_with(f"reward={option}")
+    mix = RewardMix(**OmegaConf.to_container(cfg.reward, resolve=True))
+    assert set(mix.terms) == set(cfg.reward.weights)
+
+
+@pytest.mark.parametrize("option", options("verifier"))
+def test_verifier_options_match_the_verifier_signature(option):
+    from core.verify import Verifier
+
+    cfg = compose_with(f"verifier={option}")
+    inspect.signature(Verifier).bind(backend="triton", device="cpu", **OmegaConf.to_container(cfg.verifier))
+
+
+@pytest.mark.parametrize("option", options("experiment"))
+def test_experiment_presets_compose(option):
+    cfg = compose_with(f"+experiment={option}")
+    assert cfg.trainer.name
+
+
+@pytest.mark.parametrize("option", options("trainer"))
+def test_trainer_options_compose(option):
+    cfg = compose_with(f"trainer={option}")
+    assert cfg.trainer.name == option or cfg.trainer.name
+
+
+def test_typo_in_group_names_the_valid_choices():
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException) as info:
+        compose_with("backend=no_such_backend")
+    assert "triton" in str(info.value.options or "") or "triton" in str(info.value)
+
+
+def test_unknown_key_is_rejected():
+    from hydra.errors import ConfigCompositionException as HydraCompositionError
+
+    with pytest.raises(HydraCompositionError, match="tasks_per_rund"):
+        compose_with("tasks_per_rund=3")
