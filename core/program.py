@@ -50,7 +50,10 @@ class OpSpec:
         ``nn.Module`` built in ``__init__`` (weights); the renderer assigns it to ``self.m<k>``.
     :param weight_bytes: optional ``(input_shapes, params, itemsize) -> bytes`` of weights read.
     :param constrain: optional z3 hook ``(ctx, input_dims, params) -> output_dims``; see
-        ``plugins.proposers`` for the context object. Ops without it are shape-preserving.
+        ``plugins.proposers.solver.ShapeContext`` for the context object. Ops without it are
+        shape-preserving (every tensor argument has the first one's shape).
+    :param ranks: ranks the first tensor argument may have (``()`` = any rank from 1 to 4). Further
+        tensor arguments get the first one's rank; ``constrain`` ties their dimensions.
     """
 
     name: str
@@ -66,6 +69,7 @@ class OpSpec:
     weight_bytes: Callable[[Sequence[Shape], Mapping[str, Any], int], int] | None = None
     constrain: Callable[..., Any] | None = None
     description: str = ""
+    ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
