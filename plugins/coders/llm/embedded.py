@@ -1,0 +1,135 @@
+"""The embedded model: a tiny Qwen2 causal LM and a byte-level BPE tokenizer, built locally.
+
+No weights are downloaded. The tokenizer is trained with ``tokenizers`` on our own corpus (task
+sources and teacher kernels), the model is initialised from a small config, and both are saved
+with ``save_pretrained`` under a cache directory keyed by the spec and the corpus, so the second
+build is a load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+EOS_TOKEN = "<|endoftext|>"
+PAD_TOKEN = "<|pad|>"
+ENV_CACHE = "KERNELZERO_CACHE"
+
+
+@dataclass(frozen=True)
+class EmbeddedSpec:
+    """Size of the embedded model and tokenizer (defaults: ~1.3M parameters, builds in seconds)."""
+
+    vocab_size: int = 2048
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 384
+    max_positions: int = 4096
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"embedded model: hidden_size ({self.hidden_size}) must divide by num_heads ({self.num_heads}) "
+                f"and num_heads by num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.vocab_size < 300:
+            raise ValueError(f"embedded tokenizer: vocab_size {self.vocab_size} < 300 cannot hold the 256 bytes")
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "kernelzero") / "embedded"
+
+
+def corpus_hash(texts: Iterable[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def train_tokenizer(corpus: Sequence[str], vocab_size: int):
+    """A byte-level BPE tokenizer trained on ``corpus``, as a ``PreTrainedTokenizerFast``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if not corpus:
+        raise ValueError("embedded tokenizer: the corpus is empty; pass task sources and kernels to train on")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS_TOKEN, PAD_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus), trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN)
+
+
+def build_model(spec: EmbeddedSpec, tokenizer):
+    """A freshly initialised tiny Qwen2 for ``tokenizer``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_positions,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(spec.seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = None
+    return model
+
+
+def build_embedded(corpus: Sequence[str], spec: EmbeddedSpec = EmbeddedSpec(), cache_dir: str | Path | None = None) -> Path:
+    """Build (or find in the cache) the embedded model for ``corpus``; return its directory.
+
+    The directory holds a ``save_pretrained`` model and tokenizer, loadable by any
+    ``AutoModelForCausalLM``/``AutoTokenizer`` user, and ``kernelzero_embedded.json`` (spec, corpus).
+    """
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    key = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode() + corpus_hash(corpus).encode()).hexdigest()[:16]
+    target = root / key
+    if (target / "kernelzero_embedded.json").exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(corpus, spec.vocab_size)
+    model = build_model(spec, tokenizer)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        meta = {"spec": asdict(spec), "corpus_texts": len(corpus), "corpus_hash": corpus_hash(corpus),
+                "parameters": sum(p.numel() for p in model.parameters())}
+        (tmp / "kernelzero_embedded.json").write_text(json.dumps(meta, indent=2))
+        try:
+            tmp.rename(target)
+        except OSError:  # another process built the same model first
+            if not (target / "kernelzero_embedded.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
