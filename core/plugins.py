@@ -31,6 +31,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.proposers.random_proposer",
     "plugins.rewards.builtin",
     "plugins.curricula.builtin",
+    "plugins.backends.cuda_backend",
+    "plugins.devices",
     "plugins.curricula.adaptive",
     "plugins.coders.llm",
 )

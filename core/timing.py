@@ -1,0 +1,343 @@
+"""Honest GPU timing: what a kernel costs, measured so that the usual tricks do not pay.
+
+Per timed run (:func:`time_gpu`):
+
+1. fresh inputs are made (outside the timed window), so no result can be cached by address or
+   value, and no input is warm in L2 from the previous run;
+2. L2 is flushed by writing a buffer larger than it (outside the window);
+3. the device is synchronised, the start event recorded, the function called, an end event
+   recorded on the current stream, then **the whole device is synchronised** (every stream) and a
+   second end event recorded. Work hidden on a side stream is invisible to the first end event but
+   not to the second;
+4. the run's time is ``max(stream time, device time - sync overhead)``, where the overhead of the
+   synchronise-and-record step is calibrated on an empty call. For an honest kernel both agree;
+   for a side-stream trick the second is the real cost, and ``side_stream_ms`` records the gap.
+
+Warm-up runs until ``warmup_ms`` of kernel time has passed (at least ``min_warmup`` runs); the
+number of timed runs is then adapted to the kernel's length (:func:`plan_runs`): many for short
+kernels, at least ``min_runs`` for long ones. The median is reported with the spread.
+
+The statistics and planning helpers are pure and tested on CPU; :func:`time_gpu` needs CUDA.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """How hard to look. Defaults aim at 1% repeatability of the median for kernels >= 50 us."""
+
+    warmup_ms: float = 25.0
+    min_warmup: int = 3
+    max_warmup: int = 200
+    budget_ms: float = 400.0  # kernel time to spend on timed runs
+    min_runs: int = 10
+    max_runs: int = 500
+    flush_l2: bool = True
+    fresh_inputs: bool = True
+    l2_flush_bytes: int = 256 * MiB
+
+    def __post_init__(self) -> None:
+        if self.min_runs < 1 or self.max_runs < self.min_runs:
+            raise ValueError(f"need 1 <= min_runs <= max_runs, got {self.min_runs}, {self.max_runs}")
+        if self.min_warmup < 1 or self.max_warmup < self.min_warmup:
+            raise ValueError(f"need 1 <= min_warmup <= max_warmup, got {self.min_warmup}, {self.max_warmup}")
+
+
+def plan_runs(estimate_ms: float, policy: TimingPolicy = TimingPolicy()) -> int:
+    """Timed runs for a kernel of about ``estimate_ms``: ``budget / estimate`` within [min, max].
+
+    >>> plan_runs(3.0), plan_runs(0.05), plan_runs(1000.0)
+    (133, 500, 10)
+    """
+    if not estimate_ms > 0 or math.isinf(estimate_ms):
+        return policy.max_runs if not estimate_ms > 0 else policy.min_runs
+    return int(min(policy.max_runs, max(policy.min_runs, math.ceil(policy.budget_ms / estimate_ms - 1e-9))))
+
+
+def plan_warmup(estimate_ms: float, policy: TimingPolicy = TimingPolicy()) -> int:
+    """Warm-up runs so that about ``warmup_ms`` of kernel time passes, within [min, max]."""
+    if not estimate_ms > 0:
+        return policy.max_warmup
+    return int(min(policy.max_warmup, max(policy.min_warmup, math.ceil(policy.warmup_ms / estimate_ms))))
+
+
+@dataclass
+class TimingStats:
+    """Summary of timed runs, in milliseconds."""
+
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    p10_ms: float
+    p90_ms: float
+    iqr_ms: float
+    runs: int
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation (std / mean)."""
+        return self.std_ms / self.mean_ms if self.mean_ms > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["cv"] = self.cv
+        return d
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of already sorted values (``q`` in [0, 1])."""
+    if not sorted_values:
+        raise ValueError("quantile of no values")
+    pos = q * (len(sorted_values) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def summarize(samples_ms: Sequence[float]) -> TimingStats:
+    """Median, spread and extremes of timed runs."""
+    if not samples_ms:
+        raise ValueError("no timing samples to summarise")
+    xs = sorted(float(x) for x in samples_ms)
+    return TimingStats(
+        median_ms=statistics.median(xs),
+        mean_ms=statistics.fmean(xs),
+        std_ms=statistics.pstdev(xs) if len(xs) > 1 else 0.0,
+        min_ms=xs[0],
+        max_ms=xs[-1],
+        p10_ms=quantile(xs, 0.10),
+        p90_ms=quantile(xs, 0.90),
+        iqr_ms=quantile(xs, 0.75) - quantile(xs, 0.25),
+        runs=len(xs),
+    )
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """``(max - min) / median`` of repeated measurements (the repeatability target is <= 0.01)."""
+    if not values:
+        raise ValueError("no values")
+    med = statistics.median(values)
+    return (max(values) - min(values)) / med if med > 0 else float("inf")
+
+
+def honest_sample(stream_ms: float, device_ms: float, overhead_ms: float) -> float:
+    """One run's time: the stream-event time, unless the device-wide time (less the calibrated cost
+    of synchronising) shows work the stream events missed."""
+    return max(stream_ms, device_ms - overhead_ms)
+
+
+# --------------------------------------------------------------------------- GPU side
+
+
+@dataclass
+class TimingResult:
+    """What :func:`time_gpu` measured."""
+
+    stats: TimingStats
+    warmup_runs: int
+    overhead_ms: float  # calibrated cost of the device-wide synchronise + second end event
+    side_stream_ms: float  # median (device - stream - overhead): work the stream events missed
+    stream_median_ms: float
+    flush_bytes: int
+    fresh_inputs: bool
+    method: str = "cuda-events; device-wide sync before the end event; L2 flush; fresh inputs; median"
+    samples_ms: list[float] = field(default_factory=list)
+
+    @property
+    def median_ms(self) -> float:
+        return self.stats.median_ms
+
+    def to_dict(self, keep_samples: bool = False) -> dict[str, Any]:
+        d = {
+            **self.stats.to_dict(),
+            "warmup_runs": self.warmup_runs,
+            "overhead_ms": self.overhead_ms,
+            "side_stream_ms": self.side_stream_ms,
+            "stream_median_ms": self.stream_median_ms,
+            "l2_flush_bytes": self.flush_bytes,
+            "fresh_inputs": self.fresh_inputs,
+            "method": self.method,
+        }
+        if keep_samples:
+            d["samples_ms"] = list(self.samples_ms)
+        return d
+
+
+class _Profile:
+    """How to draw fresh values like a given tensor: normal, uniform, integer range or bool."""
+
+    def __init__(self, x: Any):
+        import torch
+
+        self.kind = "copy"
+        if x.numel() == 0:
+            self.kind = "empty"
+        elif x.dtype == torch.bool:
+            self.kind = "bool"
+        elif x.is_floating_point():
+            f = x.detach().float()
+            finite = f[torch.isfinite(f)]
+            if finite.numel() == 0:
+                self.kind = "copy"
+            else:
+                lo, hi = float(finite.min()), float(finite.max())
+                if lo >= 0.0:
+                    self.kind, self.a, self.b = "uniform", lo, hi if hi > lo else lo + 1.0
+                else:
+                    self.kind = "normal"
+                    self.a = float(finite.mean())
+                    self.b = float(finite.std()) if finite.numel() > 1 else 1.0
+        elif not x.is_complex():
+            self.kind, self.a, self.b = "int", int(x.min()), int(x.max()) + 1
+
+    def fill(self, flat: Any, generator: Any) -> None:
+        if self.kind == "bool":
+            import torch
+
+            flat.copy_(torch.rand(flat.shape, generator=generator, device=flat.device) < 0.5)
+        elif self.kind == "uniform":
+            flat.uniform_(self.a, self.b, generator=generator)
+        elif self.kind == "normal":
+            flat.normal_(self.a, self.b if self.b > 0 else 1.0, generator=generator)
+        elif self.kind == "int":
+            flat.random_(self.a, self.b, generator=generator)
+
+
+def fresh_like(base: Sequence[Any], generator: Any, profiles: list[_Profile | None] | None = None) -> list[Any]:
+    """New tensors with the same shape, strides, storage offset, dtype and device as ``base``, holding
+    fresh values drawn like the originals (non-tensors are passed through)."""
+    import torch
+
+    if profiles is None:
+        profiles = [_Profile(x) if isinstance(x, torch.Tensor) else None for x in base]
+    out: list[Any] = []
+    for x, prof in zip(base, profiles):
+        if not isinstance(x, torch.Tensor) or prof is None or prof.kind in ("copy", "empty"):
+            out.append(x.clone() if isinstance(x, torch.Tensor) else x)
+            continue
+        n = x.untyped_storage().nbytes() // x.element_size()
+        flat = torch.empty(n, dtype=x.dtype, device=x.device)
+        prof.fill(flat, generator)
+        out.append(flat.as_strided(x.size(), x.stride(), x.storage_offset()))
+    return out
+
+
+class GpuTimer:
+    """Times callables on the current CUDA device with the protocol in the module docstring."""
+
+    def __init__(self, policy: TimingPolicy = TimingPolicy(), l2_bytes: int = 0):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("GPU timing needs CUDA; none is visible (performance is measured on a GPU only)")
+        self.torch = torch
+        self.policy = policy
+        nbytes = max(policy.l2_flush_bytes, 2 * int(l2_bytes)) if policy.flush_l2 else 0
+        self.flush_bytes = nbytes
+        self._flush = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda") if nbytes else None
+        self._overhead_ms: float | None = None
+
+    def flush(self) -> None:
+        if self._flush is not None:
+            self._flush.zero_()
+
+    def _one(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[float, float, Any]:
+        torch = self.torch
+        start, end_stream, end_device = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        self.flush()
+        torch.cuda.synchronize()
+        start.record()
+        out = fn(*args)
+        end_stream.record()
+        torch.cuda.synchronize()  # every stream of the device, so side-stream work is counted
+        end_device.record()
+        end_device.synchronize()
+        return start.elapsed_time(end_stream), start.elapsed_time(end_device), out
+
+    def overhead_ms(self, samples: int = 50) -> float:
+        """Median cost of the synchronise-and-record step, measured on a call that does no work."""
+        if self._overhead_ms is None:
+            gaps = []
+            for _ in range(samples):
+                s, d, _ = self._one(lambda: None, ())
+                gaps.append(d - s)
+            self._overhead_ms = statistics.median(gaps)
+        return self._overhead_ms
+
+    def time(
+        self,
+        fn: Callable[..., Any],
+        make_args: Callable[[int], Sequence[Any]],
+        *,
+        check: Callable[[int, Sequence[Any], Any], None] | None = None,
+        check_runs: Sequence[int] = (),
+    ) -> TimingResult:
+        """Time ``fn(*make_args(i))``; ``make_args`` is called before each run, outside the window.
+
+        ``check(i, args, out)`` is called (outside the window) after the timed runs listed in
+        ``check_runs`` (negative indices count from the end), e.g. to verify outputs while timing.
+        """
+        policy = self.policy
+        overhead = self.overhead_ms()
+        warm: list[float] = []
+        i = 0
+        while True:
+            s, d, _ = self._one(fn, make_args(i))
+            i += 1
+            warm.append(honest_sample(s, d, overhead))
+            recent = statistics.median(warm[-5:])
+            if len(warm) >= plan_warmup(recent, policy):
+                break
+        runs = plan_runs(statistics.median(warm[-5:]), policy)
+        wanted = {r % runs for r in check_runs}
+        samples, stream, gaps = [], [], []
+        for r in range(runs):
+            args = make_args(i + r)
+            s, d, out = self._one(fn, args)
+            samples.append(honest_sample(s, d, overhead))
+            stream.append(s)
+            gaps.append(max(0.0, d - s - overhead))
+            if check is not None and r in wanted:
+                check(r, args, out)
+            del out
+        return TimingResult(
+            stats=summarize(samples),
+            warmup_runs=len(warm),
+            overhead_ms=overhead,
+            side_stream_ms=statistics.median(gaps),
+            stream_median_ms=statistics.median(stream),
+            flush_bytes=self.flush_bytes,
+            fresh_inputs=policy.fresh_inputs,
+            samples_ms=samples,
+        )
+
+
+def time_gpu(
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    policy: TimingPolicy = TimingPolicy(),
+    *,
+    l2_bytes: int = 0,
+    seed: int | None = None,
+) -> TimingResult:
+    """Time ``fn`` on fresh inputs shaped like ``inputs`` (CUDA tensors), by the module's protocol."""
+    import torch
+
+    timer = GpuTimer(policy, l2_bytes=l2_bytes)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed if seed is not None else torch.seed())
+    profiles = [_Profile(x) if isinstance(x, torch.Tensor) else None for x in inputs]
+
+    def make_args(_: int) -> Sequence[Any]:
+        return fresh_like(inputs, gen, profiles) if policy.fresh_inputs else inputs
+
+    return timer.time(fn, make_args)

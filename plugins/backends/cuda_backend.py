@@ -1,0 +1,752 @@
+"""The ``cuda`` backend: KernelBench candidates whose kernels are CUDA C built by ``cupy.RawModule``.
+
+A candidate is a KernelBench-format module defining ``ModelNew``; its kernels are CUDA C source
+strings compiled through ``cupy.RawModule(code=...)`` (or ``cupy.RawKernel(code, name)``) and
+launched on the memory of torch tensors (``tensor.data_ptr()``). :data:`GUIDE` tells a coder the
+format, with a complete example.
+
+Stages this backend provides:
+
+* static (judging process, no candidate code runs): parses, defines ``ModelNew``, constructs a
+  ``RawModule``/``RawKernel``, has a ``__global__`` kernel in a string; string literals passed as
+  ``code=`` (directly or through module-level names) are resolved from the AST.
+* compile: every recorded CUDA source goes through NVRTC to PTX for the target arch
+  (``sm_90`` without a GPU; the device's own arch with one), so ``compiled`` means something on a
+  machine without a GPU. Sources that are not plain literals are recorded in the sandbox worker by
+  executing the module with a recording ``RawModule`` (never in the judging process).
+* load (GPU, worker): the module runs with counting ``RawModule``/``RawKernel`` classes, so the
+  integrity check can ask how many times the candidate's own kernels were launched.
+
+Without a GPU nothing executes: the verdict says that execution needs a GPU.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import sys
+import textwrap
+import types
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from core import hookimpl
+from plugins.backends import nvrtc
+
+NAME = "cuda"
+MAX_SOURCE_BYTES = 200_000
+NEEDS_GPU = (
+    "execution needs a GPU: backend 'cuda' compiled the kernels to PTX with NVRTC, but running, "
+    "correctness and timing need CUDA. Run on a machine with a GPU (device=cuda), or use "
+    "backend=triton, which runs in the Triton interpreter on CPU"
+)
+
+GUIDE = '''\
+Write a CUDA kernel for the task as a KernelBench solution: one Python module that defines
+`class ModelNew(torch.nn.Module)` with the same constructor and forward signature as `Model`.
+All of forward's arithmetic runs in your CUDA C kernels; PyTorch may only allocate outputs
+(torch.empty*), make tensors contiguous and read shapes. Rules:
+- Put the CUDA C source in a Python string and compile it with `cupy.RawModule(code=SRC)` at module
+  level (compilation is lazy and cached). Mark kernels `extern "C" __global__` so
+  `module.get_function("name")` finds them (or use `name_expressions=` for templates).
+- Launch on the tensors' memory: pass `tensor.data_ptr()` for pointers (they become 64-bit
+  pointers), `numpy.int64(n)` / `numpy.float32(v)` for scalars, on PyTorch's current stream.
+- Guard every index against the size (sizes are not multiples of your block size), use 64-bit
+  indices for large tensors, and honour the input dtype (float32 unless the task says otherwise).
+- Allocate a fresh output every call; never reuse a previous result; do no work on other streams.
+
+Example (ReLU):
+
+```python
+import numpy as np
+import cupy as cp
+import torch
+import torch.nn as nn
+
+SRC = r"""
+extern "C" __global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = x[i];
+        y[i] = v > 0.0f ? v : 0.0f;
+    }
+}
+"""
+_module = cp.RawModule(code=SRC)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        threads = 256
+        blocks = (n + threads - 1) // threads
+        kernel = _module.get_function("relu_kernel")
+        with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            kernel((blocks,), (threads,), (x.data_ptr(), y.data_ptr(), np.int64(n)))
+        return y
+```
+'''
+
+_KERNEL_CLASSES = ("RawModule", "RawKernel")
+
+
+class GpuRequiredError(RuntimeError):
+    """A CUDA kernel was launched in a process without a GPU."""
+
+
+@dataclass
+class KernelSource:
+    """One CUDA source a candidate compiles, with the options it passes to CuPy."""
+
+    code: str
+    options: tuple[str, ...] = ()
+    name_expressions: tuple[str, ...] = ()
+    kind: str = "RawModule"  # or "RawKernel"
+    kernel_name: str | None = None  # RawKernel's name argument
+    origin: str = ""  # "line 12" (static) or "recorded" (worker)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "options": list(self.options),
+            "name_expressions": list(self.name_expressions),
+            "kind": self.kind,
+            "kernel_name": self.kernel_name,
+            "origin": self.origin,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "KernelSource":
+        return cls(
+            code=d["code"],
+            options=tuple(d.get("options") or ()),
+            name_expressions=tuple(d.get("name_expressions") or ()),
+            kind=d.get("kind", "RawModule"),
+            kernel_name=d.get("kernel_name"),
+            origin=d.get("origin", ""),
+        )
+
+
+@dataclass
+class StaticReport:
+    """What the static stage found, without running the candidate.
+
+    ``sources`` is the list of CUDA sources when every ``RawModule``/``RawKernel`` call passes a
+    statically known string, else ``None`` (the worker records them by executing the module).
+    """
+
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    constructions: int = 0
+    sources: list[KernelSource] | None = None
+
+    @property
+    def detail(self) -> str:
+        if not self.ok:
+            return "; ".join(self.problems)
+        how = f"{len(self.sources)} CUDA source(s) read from literals" if self.sources is not None else (
+            "CUDA source built at run time (recorded in the worker)"
+        )
+        return f"ModelNew defined, {self.constructions} RawModule/RawKernel construction(s), {how}"
+
+
+@dataclass
+class CompileReport:
+    """The compile stage's outcome: ``ok`` only when every source compiled."""
+
+    ok: bool
+    reason: str | None
+    detail: str
+    arch: str
+    sources: int = 0
+    kernels: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    executed: bool = False  # the module was executed to record its sources
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "reason": self.reason,
+            "detail": self.detail,
+            "arch": self.arch,
+            "sources": self.sources,
+            "kernels": list(self.kernels),
+            "seconds": self.seconds,
+            "executed": self.executed,
+        }
+
+
+# --------------------------------------------------------------------------- static analysis
+
+
+class _StringResolver:
+    """Resolve an expression to a string using only literals and module-level assignments."""
+
+    def __init__(self, tree: ast.Module):
+        self.assignments: dict[str, list[ast.expr]] = {}
+        for node in tree.body:
+            targets: list[ast.expr] = []
+            value: ast.expr | None = None
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets, value = [node.target], node.value
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                self.assignments.setdefault(node.target.id, []).append(node)  # type: ignore[arg-type]
+                continue
+            for t in targets:
+                if isinstance(t, ast.Name) and value is not None:
+                    self.assignments.setdefault(t.id, []).append(value)
+        # a name bound more than once anywhere (loops, functions, globals) cannot be trusted statically
+        stores = Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+        self.rebound = {name for name, count in stores.items() if count > 1}
+
+    def resolve(self, node: ast.expr | None, depth: int = 0) -> str | None:
+        if node is None or depth > 20:
+            return None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            vals = self.assignments.get(node.id, [])
+            if len(vals) != 1 or node.id in self.rebound or not isinstance(vals[0], ast.expr):
+                return None
+            return self.resolve(vals[0], depth + 1)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = self.resolve(node.left, depth + 1), self.resolve(node.right, depth + 1)
+            return None if left is None or right is None else left + right
+        if isinstance(node, ast.JoinedStr):
+            parts = [self.resolve(v, depth + 1) if isinstance(v, ast.Constant) else None for v in node.values]
+            return None if any(p is None for p in parts) else "".join(parts)  # type: ignore[arg-type]
+        if isinstance(node, ast.Call) and not node.keywords and len(node.args) == 1:
+            func = node.func
+            fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if fname == "dedent":
+                inner = self.resolve(node.args[0], depth + 1)
+                return None if inner is None else textwrap.dedent(inner)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args:
+            if node.func.attr in ("strip", "lstrip", "rstrip"):
+                inner = self.resolve(node.func.value, depth + 1)
+                return None if inner is None else getattr(inner, node.func.attr)()
+        return None
+
+    def resolve_strings(self, node: ast.expr | None) -> tuple[str, ...] | None:
+        if node is None:
+            return ()
+        if isinstance(node, ast.Name):
+            vals = self.assignments.get(node.id, [])
+            if len(vals) != 1 or node.id in self.rebound:
+                return None
+            node = vals[0]
+        if isinstance(node, (ast.Tuple, ast.List)):
+            items = [self.resolve(e) for e in node.elts]
+            return None if any(i is None for i in items) else tuple(items)  # type: ignore[arg-type]
+        return None
+
+
+def _call_name(call: ast.Call) -> str | None:
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in _KERNEL_CLASSES:
+        return func.attr
+    if isinstance(func, ast.Name) and func.id in _KERNEL_CLASSES:
+        return func.id
+    return None
+
+
+def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == keyword:
+            return kw.value
+    return call.args[position] if len(call.args) > position else None
+
+
+def analyse_source(source: str) -> StaticReport:
+    """The static stage for a CUDA candidate: no code runs, only the AST is read."""
+    problems: list[str] = []
+    if len(source.encode("utf-8", "replace")) > MAX_SOURCE_BYTES:
+        return StaticReport(False, [f"source is {len(source)} bytes; the limit is {MAX_SOURCE_BYTES}"])
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return StaticReport(False, [f"Python syntax error at line {exc.lineno}: {exc.msg}"])
+    if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
+        problems.append("no top-level `class ModelNew(nn.Module)` found; the candidate must define ModelNew")
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n)]
+    if any(
+        (isinstance(n, ast.Attribute) and n.attr in ("load_inline", "cpp_extension"))
+        or (isinstance(n, ast.ImportFrom) and "cpp_extension" in (n.module or ""))
+        for n in ast.walk(tree)
+    ):
+        problems.append(
+            "uses torch.utils.cpp_extension; backend 'cuda' expects CUDA C compiled with "
+            "cupy.RawModule(code=...) (see the backend guide)"
+        )
+    if not calls:
+        problems.append("no cupy.RawModule(code=...) or cupy.RawKernel(code, name) construction found")
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    if not any("__global__" in s for s in strings):
+        problems.append("no CUDA `__global__` kernel found in any string of the candidate")
+
+    resolver = _StringResolver(tree)
+    sources: list[KernelSource] | None = []
+    for call in calls:
+        kind = _call_name(call) or "RawModule"
+        if _argument(call, 99, "path") is not None:
+            problems.append(
+                f"line {call.lineno}: {kind}(path=...) loads a prebuilt binary; candidates must carry "
+                "their CUDA source and pass it as code="
+            )
+            continue
+        code = resolver.resolve(_argument(call, 0, "code"))
+        options = resolver.resolve_strings(_argument(call, 99, "options"))
+        names = resolver.resolve_strings(_argument(call, 99, "name_expressions"))
+        kernel_name = resolver.resolve(_argument(call, 1, "name")) if kind == "RawKernel" else None
+        if code is None or options is None or names is None or (kind == "RawKernel" and kernel_name is None):
+            sources = None
+            continue
+        if sources is not None:
+            sources.append(
+                KernelSource(code, options, names, kind=kind, kernel_name=kernel_name, origin=f"line {call.lineno}")
+            )
+    if sources is not None and calls and not any("__global__" in s.code for s in sources):
+        problems.append("the CUDA source passed to RawModule/RawKernel defines no `__global__` kernel")
+    return StaticReport(not problems, problems, constructions=len(calls), sources=sources)
+
+
+# --------------------------------------------------------------------------- recording / counting
+
+
+class LaunchTracker:
+    """Launches counted while a :meth:`CudaBackend.launch_tracker` context is open.
+
+    Follows :class:`core.contracts.LaunchTracker`: ``count``, ``kernels`` (capped), ``inside``.
+    """
+
+    MAX_NAMES = 10_000
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.kernels: list[str] = []
+        self.inside = False
+
+
+class LaunchLog:
+    """Sources built and kernel launches made by a candidate while a :class:`CupyRecorder` is on."""
+
+    def __init__(self) -> None:
+        self.sources: list[KernelSource] = []
+        self.owners: list[dict[str, Any] | None] = []  # globals of the code that built each source
+        self.modules: list[tuple[Any, dict[str, Any] | None]] = []  # (RawModule/RawKernel, owner)
+        self.launches: Counter[str] = Counter()
+        self.trackers: list[LaunchTracker] = []
+
+    def sources_of(self, namespace: dict[str, Any]) -> list[KernelSource]:
+        """Sources built by code whose globals are ``namespace`` (one candidate module)."""
+        return [src for src, owner in zip(self.sources, self.owners) if owner is namespace]
+
+    def forget_others(self, namespace: dict[str, Any]) -> None:
+        """Drop what earlier candidates recorded (a warm worker judges many candidates)."""
+        keep = [i for i, owner in enumerate(self.owners) if owner is namespace]
+        self.sources = [self.sources[i] for i in keep]
+        self.owners = [self.owners[i] for i in keep]
+        self.modules = [(m, owner) for m, owner in self.modules if owner is namespace]
+
+    @property
+    def total_launches(self) -> int:
+        return sum(self.launches.values())
+
+    def reset_launches(self) -> None:
+        self.launches.clear()
+
+    @contextlib.contextmanager
+    def launching(self, name: str) -> Iterator[None]:
+        self.launches[name] += 1
+        for t in self.trackers:
+            t.count += 1
+            if len(t.kernels) < LaunchTracker.MAX_NAMES:
+                t.kernels.append(name)
+            t.inside = True
+        try:
+            yield
+        finally:
+            for t in self.trackers:
+                t.inside = False
+
+
+class _KernelProxy:
+    """Wraps a CuPy kernel: counts launches, forwards everything else."""
+
+    def __init__(self, kernel: Any, name: str, log: LaunchLog, dry: bool):
+        self._kernel, self._name, self._log, self._dry = kernel, name, log, dry
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._dry:
+            raise GpuRequiredError(f"kernel {self._name!r} was launched, but {NEEDS_GPU}")
+        with self._log.launching(self._name):
+            return self._kernel(*args, **kwargs)
+
+    def __getattr__(self, item: str) -> Any:
+        if self._dry:
+            raise GpuRequiredError(f"kernel attribute {item!r} asked for, but {NEEDS_GPU}")
+        return getattr(self._kernel, item)
+
+
+def _caller_globals() -> dict[str, Any] | None:
+    """Globals of the first frame outside CuPy and this file: the code that built the module."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if not (name == __name__ or name.startswith(("cupy", "cupy_backends"))):
+            return frame.f_globals
+        frame = frame.f_back
+    return None
+
+
+class CupyRecorder:
+    """Swap ``cupy.RawModule`` / ``cupy.RawKernel`` for recording, launch-counting subclasses.
+
+    Installed in the sandbox worker before a candidate is executed. ``dry=True`` (no GPU) makes
+    ``get_function`` return kernels that raise :class:`GpuRequiredError` when launched, so a module
+    can be imported and its sources recorded on a CPU machine.
+    """
+
+    def __init__(self, dry: bool = False):
+        self.dry = dry
+        self.log = LaunchLog()
+        self._saved: dict[str, Any] = {}
+
+    def _classes(self) -> dict[str, type]:
+        import cupy
+
+        log, dry = self.log, self.dry
+
+        def _record(obj: Any, kind: str, kernel_name: str | None = None) -> None:
+            code = getattr(obj, "code", None)
+            owner = _caller_globals()
+            log.modules.append((obj, owner))
+            if code:
+                log.owners.append(owner)
+                log.sources.append(
+                    KernelSource(
+                        code=code,
+                        options=tuple(getattr(obj, "options", ()) or ()),
+                        name_expressions=tuple(getattr(obj, "name_expressions", None) or ()),
+                        kind=kind,
+                        kernel_name=kernel_name,
+                        origin="recorded",
+                    )
+                )
+
+        class RawModule(cupy.RawModule):  # type: ignore[misc,valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                _record(self, "RawModule")
+
+            def get_function(self, name: str) -> Any:
+                kernel = None if dry else super().get_function(name)
+                return _KernelProxy(kernel, name, log, dry)
+
+        class RawKernel(cupy.RawKernel):  # type: ignore[misc,valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                _record(self, "RawKernel", kernel_name=self.name)
+
+            def __call__(self, *args: Any, **kwargs: Any) -> Any:
+                if dry:
+                    raise GpuRequiredError(f"kernel {self.name!r} was launched, but {NEEDS_GPU}")
+                with log.launching(self.name):
+                    return super().__call__(*args, **kwargs)
+
+        return {"RawModule": RawModule, "RawKernel": RawKernel}
+
+    def install(self) -> "CupyRecorder":
+        import cupy
+
+        if self._saved:
+            return self
+        for name, cls in self._classes().items():
+            self._saved[name] = getattr(cupy, name)
+            setattr(cupy, name, cls)
+        return self
+
+    def uninstall(self) -> None:
+        import cupy
+
+        for name, original in self._saved.items():
+            setattr(cupy, name, original)
+        self._saved.clear()
+
+    def __enter__(self) -> "CupyRecorder":
+        return self.install()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.uninstall()
+
+
+def execute_candidate(source: str, module_name: str = "kz_cuda_candidate") -> types.ModuleType:
+    """Execute candidate source as a fresh module (sandbox worker only, never the judge)."""
+    module = types.ModuleType(module_name)
+    module.__file__ = f"<{module_name}>"
+    sys.modules[module_name] = module
+    module.__dict__["__kz_source__"] = source
+    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - worker-side by design
+    return module
+
+
+def record_sources(source: str, init_inputs: Sequence[Any] | None = None, *, dry: bool = True) -> tuple[
+    list[KernelSource], str | None
+]:
+    """Execute the candidate under a recorder and return the CUDA sources it built.
+
+    Runs in the sandbox worker. ``ModelNew(*init_inputs)`` is constructed too (when given), since
+    modules are often built in ``__init__``. Returns ``(sources, error)``; ``error`` describes an
+    exception raised while executing, if any (sources recorded before it are kept).
+    """
+    error = None
+    with CupyRecorder(dry=dry) as recorder:
+        try:
+            module = execute_candidate(source)
+            if init_inputs is not None and hasattr(module, "ModelNew"):
+                module.ModelNew(*init_inputs)
+        except GpuRequiredError:
+            pass  # a kernel fetched or launched at construction time; the sources are recorded
+        except Exception as exc:  # the candidate's own failure, reported to the user
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            sys.modules.pop("kz_cuda_candidate", None)
+    return recorder.log.sources, error
+
+
+# --------------------------------------------------------------------------- compile stage
+
+
+def device_arch(device: str) -> str:
+    """``sm_XY`` of the visible GPU for ``device='cuda'``, else the default target (``sm_90``)."""
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                major, minor = torch.cuda.get_device_capability()
+                return f"sm_{major}{minor}"
+        except Exception:
+            pass
+    return nvrtc.DEFAULT_ARCH
+
+
+def compile_sources(sources: Sequence[KernelSource], arch: str) -> CompileReport:
+    """Compile every source to PTX; the first failure's compiler message becomes the reason."""
+    if not sources:
+        return CompileReport(False, "no CUDA source was built by the candidate (no RawModule/RawKernel "
+                             "construction ran)", "nothing to compile", arch)
+    kernels: list[str] = []
+    seconds = 0.0
+    compilers = set()
+    for i, src in enumerate(sources):
+        try:
+            result = nvrtc.compile_to_ptx(src.code, arch=arch, options=src.options,
+                                          name_expressions=src.name_expressions)
+        except nvrtc.NoCompilerError as exc:
+            return CompileReport(False, str(exc), "no CUDA compiler available", arch, len(sources))
+        seconds += result.seconds
+        compilers.add(result.compiler)
+        if not result.ok:
+            where = f"source {i + 1} of {len(sources)} ({src.kind}, {src.origin})"
+            log = result.log.strip()
+            return CompileReport(
+                False,
+                f"CUDA compilation failed in {where} with {result.compiler} for {arch}:\n{log}",
+                result.summary(),
+                arch,
+                len(sources),
+                seconds=seconds,
+            )
+        missing = []
+        if src.kind == "RawKernel" and src.kernel_name and src.kernel_name not in result.entries:
+            missing.append(src.kernel_name)
+        if missing:
+            return CompileReport(
+                False,
+                f"RawKernel asks for kernel {missing[0]!r} but the source defines {result.entries}; "
+                'declare it `extern "C" __global__` or fix the name',
+                "kernel name not found",
+                arch,
+                len(sources),
+                seconds=seconds,
+            )
+        kernels += result.entries
+    if not kernels:
+        return CompileReport(False, "the CUDA source compiled but defines no __global__ kernel", "no kernels",
+                             arch, len(sources), seconds=seconds)
+    detail = f"{len(sources)} source(s) compiled to PTX for {arch} with {', '.join(sorted(compilers))}: {kernels}"
+    return CompileReport(True, None, detail, arch, len(sources), kernels, seconds)
+
+
+# --------------------------------------------------------------------------- the backend object
+
+
+_GLOBAL_RE = __import__("re").compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+                                       r"(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)")
+
+
+def kernel_names(code: str) -> list[str]:
+    """Names of the ``__global__`` functions declared in a CUDA source (a textual scan)."""
+    return _GLOBAL_RE.findall(code)
+
+
+def compile_loaded_modules(log: LaunchLog) -> None:
+    """On a GPU: force CuPy to build every recorded module now, so errors surface as compile errors."""
+    for obj, _ in log.modules:
+        compile_now = getattr(obj, "compile", None)
+        if compile_now is not None:
+            compile_now()
+
+
+@dataclass
+class CudaBackend:
+    """CUDA C kernels through ``cupy.RawModule``; compiles anywhere, executes only on a GPU.
+
+    Implements :class:`core.contracts.Backend`. Without a GPU, :meth:`supports` says that execution
+    needs one, and :meth:`load` still compiles every CUDA source the module built (NVRTC to PTX
+    for ``arch``), so ``compiled`` is meaningful on a CPU machine.
+
+    :param arch: target of the device-less compile (default ``sm_90``, the H100/H200 family); on a
+        GPU the device's own arch is used.
+    """
+
+    arch: str = nvrtc.DEFAULT_ARCH
+    name: str = NAME
+    language: str = "CUDA C (cupy.RawModule)"
+    guide: str = GUIDE
+    _recorder: CupyRecorder | None = field(default=None, init=False, repr=False)
+    last_compile: CompileReport | None = field(default=None, init=False, repr=False)
+
+    # ---------------------------------------------------------------- judge side (static only)
+    def supports(self, device: str) -> str | None:
+        if device.startswith("cuda"):
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    return None
+            except ImportError:
+                pass
+            return "backend 'cuda' was asked to run on a GPU, but no CUDA device is visible"
+        return NEEDS_GPU
+
+    def detect_kernels(self, tree: ast.Module) -> list[str]:
+        """``__global__`` kernels in the candidate's strings, if it builds a RawModule/RawKernel."""
+        if not any(isinstance(n, ast.Call) and _call_name(n) for n in ast.walk(tree)):
+            return []
+        names: list[str] = []
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and "__global__" in n.value:
+                names += [k for k in kernel_names(n.value) if k not in names]
+        return names
+
+    def static_check(self, source: str) -> StaticReport:
+        return analyse_source(source)
+
+    def worker_env(self, device: str) -> dict[str, str]:
+        return {}
+
+    def capabilities(self, device: str) -> frozenset[str]:
+        return frozenset()  # memory/race checking on a GPU is compute-sanitizer's (plugins/verifiers/sanitizer.py)
+
+    # ---------------------------------------------------------------- worker side
+    def prepare_worker(self, device: str) -> None:
+        """Import CuPy and install the recording, launch-counting RawModule/RawKernel classes."""
+        if self._recorder is None:
+            self._recorder = CupyRecorder(dry=not device.startswith("cuda")).install()
+
+    def _log(self) -> LaunchLog:
+        if self._recorder is None:
+            raise RuntimeError("CudaBackend.prepare_worker(device) must run before candidates are loaded")
+        return self._recorder.log
+
+    def load(self, module: types.ModuleType, device: str) -> None:
+        """Compile every CUDA source the candidate built; raise with the compiler's message if any fails.
+
+        Sources come from the ``RawModule``/``RawKernel`` constructions recorded while the module
+        was imported, plus those read statically from its source text (built later, e.g. in
+        ``ModelNew.__init__``). On a GPU, CuPy then builds the recorded modules for real.
+        """
+        log = self._log()
+        log.forget_others(module.__dict__)
+        sources = log.sources_of(module.__dict__)
+        text = _module_source(module)
+        if text is not None:
+            static = analyse_source(text).sources or []
+            known = {s.code for s in sources}
+            sources += [s for s in static if s.code not in known]
+        report = compile_sources(sources, self.target_arch(device))
+        self.last_compile = report
+        if not report.ok:
+            raise RuntimeError(report.reason)
+        if device.startswith("cuda"):
+            compile_loaded_modules(log)
+
+    @contextlib.contextmanager
+    def launch_tracker(self) -> Iterator[LaunchTracker]:
+        log = self._log()
+        tracker = LaunchTracker()
+        log.trackers.append(tracker)
+        try:
+            yield tracker
+        finally:
+            log.trackers.remove(tracker)
+
+    def bounds_checking(self) -> contextlib.AbstractContextManager[list[str]]:
+        raise NotImplementedError("backend 'cuda' has no in-process bounds checker; use the compute-sanitizer "
+                                  "memcheck stage (plugins/verifiers/sanitizer.py) on a GPU")
+
+    def program_order(self, seed: int | None) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError("backend 'cuda' cannot reorder thread blocks; use the compute-sanitizer "
+                                  "racecheck stage on a GPU")
+
+    # ---------------------------------------------------------------- helpers
+    def target_arch(self, device: str) -> str:
+        return device_arch(device) if device.startswith("cuda") else self.arch
+
+    def compile(self, source: str, device: str = "cpu", init_inputs: Sequence[Any] | None = None) -> CompileReport:
+        """Static + compile stages on a source text, for tools and tests (call it in a worker: it
+        executes the candidate when its CUDA source is not a plain literal)."""
+        static = analyse_source(source)
+        if not static.ok:
+            return CompileReport(False, static.detail, "static check failed", self.target_arch(device))
+        executed = False
+        sources = static.sources
+        if sources is None:
+            sources, error = record_sources(source, init_inputs, dry=not device.startswith("cuda"))
+            executed = True
+            if not sources:
+                why = f"; executing the module raised {error}" if error else ""
+                return CompileReport(False, f"the candidate built no CUDA source at import or in ModelNew(){why}",
+                                     "nothing recorded", self.target_arch(device), executed=True)
+        report = compile_sources(sources, self.target_arch(device))
+        report.executed = executed
+        return report
+
+
+def _module_source(module: types.ModuleType) -> str | None:
+    text = getattr(module, "__kz_source__", None)
+    if isinstance(text, str):
+        return text
+    path = getattr(module, "__file__", None)
+    if path and not path.startswith("<"):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read()
+        except OSError:
+            return None
+    return None
+
+
+@hookimpl
+def register_backends(register):
+    register(NAME, CudaBackend)

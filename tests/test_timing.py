@@ -1,0 +1,108 @@
+"""CPU-testable parts of the honest GPU timer: statistics, repetition policy, fresh inputs."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.timing import (
+    TimingPolicy,
+    _Profile,
+    fresh_like,
+    honest_sample,
+    plan_runs,
+    plan_warmup,
+    quantile,
+    relative_spread,
+    summarize,
+)
+
+samples = st.lists(st.floats(min_value=1e-4, max_value=1e4, allow_nan=False), min_size=1, max_size=200)
+
+
+@given(samples)
+@settings(max_examples=200, deadline=None)
+def test_summary_is_ordered_and_matches_statistics(xs):
+    s = summarize(xs)
+    assert s.min_ms <= s.p10_ms <= s.median_ms <= s.p90_ms <= s.max_ms
+    assert s.median_ms == pytest.approx(statistics.median(xs))
+    assert s.runs == len(xs)
+    assert s.iqr_ms >= 0 and s.std_ms >= 0
+
+
+@given(st.floats(min_value=1e-4, max_value=1e5, allow_nan=False),
+       st.integers(1, 50), st.integers(0, 1000), st.floats(1.0, 1e4))
+@settings(max_examples=300, deadline=None)
+def test_runs_adapt_to_kernel_length_within_bounds(est, min_runs, extra, budget):
+    policy = TimingPolicy(min_runs=min_runs, max_runs=min_runs + extra, budget_ms=budget)
+    n = plan_runs(est, policy)
+    assert policy.min_runs <= n <= policy.max_runs
+    # shorter kernels never get fewer runs
+    assert plan_runs(est / 2, policy) >= n
+    # inside the bounds the budget is spent: n * est covers the budget without a whole extra run
+    if policy.min_runs < n < policy.max_runs:
+        assert n * est >= budget - 1e-6 and (n - 1) * est < budget + 1e-6
+
+
+def test_run_plan_examples_and_degenerate_estimates():
+    p = TimingPolicy()
+    assert plan_runs(3.12, p) == 129  # a 3 ms memory-bound kernel: ~0.4 s of kernel time
+    assert plan_runs(0.001, p) == p.max_runs
+    assert plan_runs(0.0, p) == p.max_runs and plan_runs(float("inf"), p) == p.min_runs
+    assert plan_warmup(0.01, p) == p.max_warmup and plan_warmup(100.0, p) == p.min_warmup
+    with pytest.raises(ValueError):
+        TimingPolicy(min_runs=5, max_runs=2)
+
+
+def test_quantile_and_spread():
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == pytest.approx(2.5)
+    assert relative_spread([1.0, 1.01, 0.995]) == pytest.approx(0.015 / 1.0)
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+@given(st.floats(0, 10), st.floats(0, 10), st.floats(0, 1))
+def test_honest_sample_never_under_the_stream_time(stream, device, overhead):
+    t = honest_sample(stream, device, overhead)
+    assert t >= stream
+    assert t >= device - overhead
+
+
+def test_side_stream_work_is_charged():
+    # events on the current stream saw 0.01 ms; the device-wide sync took 2 ms more than usual
+    assert honest_sample(0.01, 2.03, 0.02) == pytest.approx(2.01)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "offset", "expanded"])
+def test_fresh_inputs_keep_layout_and_distribution_but_not_values(layout):
+    base = torch.rand(64, 48) * 3.0  # non-negative: drawn uniformly again
+    if layout == "transposed":
+        base = base.t()
+    elif layout == "offset":
+        base = torch.rand(64 * 48 + 1)[1:].view(64, 48)
+    elif layout == "expanded":
+        base = torch.randn(1, 48).expand(64, 48)
+    gen = torch.Generator().manual_seed(0)
+    new = fresh_like([base, 7, "x"], gen)[0]
+    assert new.shape == base.shape and new.stride() == base.stride()
+    assert new.storage_offset() == base.storage_offset() and new.dtype == base.dtype
+    assert new.data_ptr() != base.data_ptr()
+    assert not torch.equal(new, base)
+    if layout != "expanded":
+        assert float(new.min()) >= 0.0
+
+
+def test_fresh_inputs_for_ints_bools_and_empty():
+    gen = torch.Generator().manual_seed(1)
+    ints = torch.randint(3, 9, (100,))
+    flags = torch.rand(100) > 0.5
+    empty = torch.empty(0, 3)
+    a, b, c = fresh_like([ints, flags, empty], gen)
+    assert a.dtype == ints.dtype and int(a.min()) >= 3 and int(a.max()) <= 8
+    assert b.dtype == torch.bool and 0 < int(b.sum()) < 100
+    assert c.shape == (0, 3)
+    assert _Profile(torch.tensor([float("nan")])).kind == "copy"
