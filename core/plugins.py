@@ -28,6 +28,12 @@ from core import hookspecs
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.ops.elementwise",
     "plugins.ops.reductions",
+    "plugins.ops.norms",
+    "plugins.ops.matmul",
+    "plugins.ops.conv",
+    "plugins.ops.pool",
+    "plugins.ops.layout",
+    "plugins.ops.attention",
     "plugins.proposers.random_proposer",
     "plugins.rewards.builtin",
     "plugins.curricula.builtin",

@@ -5,29 +5,36 @@ from __future__ import annotations
 import math
 
 from core import hookimpl
-from core.program import OpSpec, ProgramError
+from core.program import OpSpec
+from plugins.ops.shape_rules import need_rank, rule_op
+
+RANKS = (1, 2, 3, 4)
 
 
-def _reduce_shape(shapes, params):
-    shape = tuple(shapes[0])
-    if not shape:
-        raise ProgramError("cannot reduce a 0-d tensor")
-    return shape[:-1] + (1,) if params.get("keepdim", False) else shape[:-1]
+def _reduce_rule(dims, params, need):
+    (shape,) = dims
+    need_rank(shape, RANKS, "a reduction")
+    need(shape[-1] >= 1, "cannot reduce an empty last dimension")
+    return tuple(shape[:-1]) + (1,) if params.get("keepdim", False) else tuple(shape[:-1])
 
 
-def _keep_shape(shapes, params):
-    if not shapes[0]:
-        raise ProgramError("softmax needs at least one dimension")
-    return tuple(shapes[0])
+def _keep_rule(dims, params, need):
+    (shape,) = dims
+    need_rank(shape, RANKS, "softmax")
+    return tuple(shape)
 
 
 def _reduction(name, call, fn, flops_per_elem):
-    return OpSpec(
-        name=name, family="reduction", tier=1, arity=1, call=call, params={"keepdim": (False, True)},
-        infer_shape=_reduce_shape, flops=lambda s, p: flops_per_elem * math.prod(s[0]),
-        render=lambda a, p, m: f"{fn}({a[0]}, dim=-1, keepdim={bool(p.get('keepdim', False))})",
-        description=f"{name} over the last dimension",
+    return rule_op(
+        name, "reduction", 1, 1, call, _reduce_rule, lambda s, p: flops_per_elem * math.prod(s[0]),
+        lambda a, p, m: f"{fn}({a[0]}, dim=-1, keepdim={bool(p.get('keepdim', False))})",
+        params={"keepdim": (False, True)}, ranks=RANKS, description=f"{name} over the last dimension",
     )
+
+
+def _softmax(name, fn, description):
+    return rule_op(name, "softmax", 1, 1, fn, _keep_rule, lambda s, p: 5 * math.prod(s[0]),
+                   lambda a, p, m: f"{fn}({a[0]}, dim=-1)", ranks=RANKS, description=description)
 
 
 OPS: tuple[OpSpec, ...] = (
@@ -35,12 +42,8 @@ OPS: tuple[OpSpec, ...] = (
     _reduction("mean", "torch.mean", "torch.mean", 1),
     _reduction("amax", "torch.amax", "torch.amax", 1),
     _reduction("logsumexp", "torch.logsumexp", "torch.logsumexp", 5),
-    OpSpec(name="softmax", family="softmax", tier=1, arity=1, call="torch.softmax",
-           infer_shape=_keep_shape, flops=lambda s, p: 5 * math.prod(s[0]),
-           render=lambda a, p, m: f"torch.softmax({a[0]}, dim=-1)", description="softmax over the last dim"),
-    OpSpec(name="log_softmax", family="softmax", tier=1, arity=1, call="torch.log_softmax",
-           infer_shape=_keep_shape, flops=lambda s, p: 5 * math.prod(s[0]),
-           render=lambda a, p, m: f"torch.log_softmax({a[0]}, dim=-1)", description="log-softmax over the last dim"),
+    _softmax("softmax", "torch.softmax", "softmax over the last dim"),
+    _softmax("log_softmax", "torch.log_softmax", "log-softmax over the last dim"),
 )
 
 

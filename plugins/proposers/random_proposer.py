@@ -1,4 +1,8 @@
-"""The ``random`` proposer: uniformly random chains of catalog ops (the baseline for MCTS)."""
+"""The ``random`` proposer: uniformly random op chains over the catalog, shapes solved by z3.
+
+The baseline for MCTS: ops are drawn uniformly by family (then by op) among those the curriculum
+allows (tier <= ``max_tier``, ``allowed_ops``) and the current value's rank accepts.
+"""
 
 from __future__ import annotations
 
@@ -8,28 +12,30 @@ from typing import Any
 
 from core import hookimpl
 from core.contracts import CurriculumState
-from core.program import Node, Program, TensorSpec
 from core.task import Task
-from plugins.proposers.common import AdversarialSchedule, eligible_ops, program_to_task, resolve_catalog
-from plugins.proposers.validate import degeneracy
-
-CHAIN_FAMILIES = ("elementwise", "activation")
-TAIL_FAMILIES = ("reduction", "softmax")
+from plugins.proposers.common import AdversarialSchedule, resolve_catalog
+from plugins.proposers.generate import TaskFactory, random_policy
+from plugins.proposers.solver import Constraints
 
 
 @dataclass
 class RandomProposer:
-    """Elementwise/activation chains, optionally closed by one row reduction or softmax.
+    """Random programs of ``min_ops``..``max_ops`` catalog ops.
 
-    :param min_ops: fewest ops per task.
+    :param min_ops: fewest ops per task (``min_ops - 1`` intermediates need temporaries).
     :param max_ops: most ops per task.
     :param seed: seeds the whole stream: the same seed and config give the same tasks in order.
-    :param max_rows: largest leading dimension (scaled by the curriculum's ``param_scale``).
-    :param max_cols: largest last dimension (scaled by the curriculum's ``param_scale``).
+    :param max_numel: most elements in any tensor (x the curriculum's ``param_scale``); small keeps the
+        Triton interpreter on CPU fast.
+    :param max_dim: largest single dimension.
+    :param min_flops: / max_flops / min_bytes / max_bytes: requested cost ranges (``None``: any).
+    :param memory_budget: bytes the eager reference may materialise (values and weights).
+    :param align: every input's last dim is a multiple of this.
     :param dtypes: input dtypes to draw from.
-    :param adversarial_share: share of tasks that are edge cases (deterministic schedule).
-    :param filter_degenerate: run each reference on CPU and redraw tasks whose output is constant,
-        near zero or independent of the inputs.
+    :param adversarial_share: share of edge-case tasks (deterministic schedule: any 100 consecutive
+        tasks hold ``floor`` or ``ceil`` of 100 x share).
+    :param residual_share: chance that a binary op's second operand is an earlier value.
+    :param filter_degenerate: redraw tasks whose output is constant, near zero or input-independent.
     :param max_attempts: redraws per task before giving up with an error.
     :param catalog: op catalog (defaults to the ``op`` registry).
     """
@@ -37,12 +43,19 @@ class RandomProposer:
     min_ops: int = 1
     max_ops: int = 3
     seed: int = 0
-    max_rows: int = 64
-    max_cols: int = 256
+    max_numel: int = 16384
+    max_dim: int = 4096
+    min_flops: int | None = None
+    max_flops: int | None = None
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    memory_budget: int | None = 64 * 2**20
+    align: int = 1
     dtypes: tuple[str, ...] = ("float32",)
     adversarial_share: float = 0.12
+    residual_share: float = 0.3
     filter_degenerate: bool = True
-    max_attempts: int = 32
+    max_attempts: int = 64
     catalog: Any = None
     name: str = field(default="random", init=False)
 
@@ -50,10 +63,19 @@ class RandomProposer:
         if not 1 <= self.min_ops <= self.max_ops:
             raise ValueError(f"need 1 <= min_ops <= max_ops; got min_ops={self.min_ops}, max_ops={self.max_ops}")
         self.catalog = resolve_catalog(self.catalog)
-        self.dtypes = tuple(self.dtypes)
+        self.factory = TaskFactory(
+            self.catalog, self.constraints(), dtypes=tuple(self.dtypes), residual_share=self.residual_share,
+            filter_degenerate=self.filter_degenerate, max_attempts=self.max_attempts, proposer=self.name,
+        )
         self._rng = random.Random(self.seed)
         self._schedule = AdversarialSchedule(self.adversarial_share)
         self.proposed = 0
+
+    def constraints(self) -> Constraints:
+        return Constraints(min_ops=self.min_ops, max_ops=self.max_ops, min_flops=self.min_flops,
+                           max_flops=self.max_flops, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
+                           memory_budget=self.memory_budget, max_numel=self.max_numel, max_dim=self.max_dim,
+                           align=self.align)
 
     # ------------------------------------------------------------------ Proposer protocol
 
@@ -61,106 +83,32 @@ class RandomProposer:
         curriculum = curriculum or CurriculumState()
         tasks = []
         for _ in range(n):
-            adversarial = self._schedule.next()
-            tasks.append(self._valid_task(curriculum, adversarial))
+            task, _ = self.factory.make(self._rng, curriculum, random_policy, self._schedule.next())
+            tasks.append(task)
             self.proposed += 1
         return tasks
-
-    def _valid_task(self, curriculum: CurriculumState, adversarial: bool) -> Task:
-        reasons = []
-        for _ in range(self.max_attempts):
-            task = self._task(self._rng.randrange(2**31), curriculum, adversarial)
-            if not self.filter_degenerate:
-                return task
-            verdict = degeneracy(task, allow_empty=adversarial)
-            if not verdict:
-                return task
-            reasons.append(verdict.reason)
-        raise RuntimeError(f"{self.max_attempts} draws in a row were degenerate ({sorted(set(reasons))}); "
-                           f"allowed ops at max_tier={curriculum.max_tier}: "
-                           f"{eligible_ops(self.catalog, curriculum.max_tier, curriculum.allowed_ops)}")
 
     def feedback(self, solve_rates: dict[str, float]) -> None:
         """The random proposer does not learn; solve rates are ignored."""
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": _encode_rng(self._rng.getstate()), "schedule": self._schedule.state_dict(),
-                "proposed": self.proposed}
+        return {"rng": encode_rng(self._rng), "schedule": self._schedule.state_dict(), "proposed": self.proposed}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._rng.setstate(_decode_rng(state["rng"]))
+        decode_rng(self._rng, state["rng"])
         self._schedule.load_state_dict(state["schedule"])
         self.proposed = int(state["proposed"])
 
-    # ------------------------------------------------------------------ generation
 
-    def _task(self, task_seed: int, curriculum: CurriculumState, adversarial: bool) -> Task:
-        rng = random.Random(task_seed)
-        chain = eligible_ops(self.catalog, curriculum.max_tier, curriculum.allowed_ops, CHAIN_FAMILIES)
-        tails = eligible_ops(self.catalog, curriculum.max_tier, curriculum.allowed_ops, TAIL_FAMILIES)
-        if not chain and not tails:
-            raise ValueError(f"no elementwise, activation or reduction op is allowed at max_tier={curriculum.max_tier} "
-                             f"with allowed_ops={curriculum.allowed_ops}; raise max_tier or widen allowed_ops")
-        scale = max(min(curriculum.param_scale, 1.0), 0.05)
-        rows = rng.randint(1, max(1, int(self.max_rows * scale)))
-        cols = rng.randint(2, max(2, int(self.max_cols * scale)))
-        tags: list[str] = []
-        if adversarial:
-            rows, cols, tags = _edge_shape(rng, rows, cols)
-        dtype = rng.choice(self.dtypes)
-        inputs = [TensorSpec((rows, cols), dtype=dtype)]
-        n_ops = rng.randint(self.min_ops, self.max_ops)
-        use_tail = bool(tails) and (not chain or rng.random() < 0.5)
-        nodes: list[Node] = []
-        for k in range(n_ops - (1 if use_tail else 0)):
-            spec = self.catalog[rng.choice(chain)]
-            args = [0]
-            if spec.arity == 2:
-                inputs.append(TensorSpec((rows, cols), dtype=dtype))
-                args.append(len(inputs) - 1)
-            elif spec.arity != 1:
-                continue
-            nodes.append(Node(spec.name, tuple(args), _draw_params(rng, spec.params)))
-        if use_tail:
-            spec = self.catalog[rng.choice(tails)]
-            nodes.append(Node(spec.name, (0,), _draw_params(rng, spec.params)))
-        program = _chain(inputs, nodes)
-        return program_to_task(program, self.catalog, seed=task_seed, adversarial=tags or None, proposer=self.name)
-
-
-def _draw_params(rng: random.Random, space) -> dict[str, Any]:
-    return {k: rng.choice(tuple(v)) for k, v in sorted(space.items())}
-
-
-def _chain(inputs: list[TensorSpec], nodes: list[Node]) -> Program:
-    """Wire nodes into a chain: each node reads the previous value (second operands keep their input)."""
-    wired: list[Node] = []
-    previous = 0
-    for i, node in enumerate(nodes):
-        args = (previous,) + node.args[1:]
-        wired.append(Node(node.op, args, node.params))
-        previous = len(inputs) + i
-    return Program(inputs=inputs, nodes=wired)
-
-
-def _edge_shape(rng: random.Random, rows: int, cols: int) -> tuple[int, int, list[str]]:
-    kind = rng.choice(("size_one", "non_power_of_two", "zero_size"))
-    if kind == "size_one":
-        return (1, cols, ["size_one_dim"]) if rng.random() < 0.5 else (rows, 1, ["size_one_dim"])
-    if kind == "zero_size":
-        return 0, cols, ["zero_size_dim"]
-    odd = [97, 131, 257, 193, 61]
-    return rng.choice(odd[:3]), rng.choice(odd), ["non_power_of_two"]
-
-
-def _encode_rng(state) -> list:
-    version, internal, gauss = state
+def encode_rng(rng: random.Random) -> list:
+    """A JSON-friendly copy of a ``random.Random`` state."""
+    version, internal, gauss = rng.getstate()
     return [version, list(internal), gauss]
 
 
-def _decode_rng(data) -> tuple:
+def decode_rng(rng: random.Random, data: list) -> None:
     version, internal, gauss = data
-    return (version, tuple(internal), gauss)
+    rng.setstate((version, tuple(internal), gauss))
 
 
 @hookimpl
