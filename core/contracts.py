@@ -97,3 +97,116 @@ class DeviceSpec:
     peak_bandwidth: float = 0.0
     l2_bytes: int = 0
     source: str = ""
+
+
+# --------------------------------------------------------------------------- verifier: backends, checks
+# Added by the verifier (issue 3). ``core.verify`` and ``core.worker`` are the only callers.
+
+from typing import TYPE_CHECKING  # noqa: E402
+
+if TYPE_CHECKING:  # names used only in the annotations below
+    import ast
+    from types import ModuleType
+    from typing import ContextManager
+
+    from core.evidence import Evidence
+    from core.verdict import CheckResult
+
+
+@runtime_checkable
+class LaunchTracker(Protocol):
+    """Counts launches of a backend's kernels; made by :meth:`Backend.launch_tracker` in the worker.
+
+    :ivar count: launches since the tracker was entered.
+    :ivar kernels: names of the kernels launched, in order (may be capped).
+    :ivar inside: True while a launch is running; the ATen audit ignores ops a backend's own
+        launcher runs (the Triton interpreter copies arguments with ``aten.copy_``).
+    """
+
+    count: int
+    kernels: list[str]
+    inside: bool
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A kernel language a candidate may be written in (Triton, CUDA C through CuPy ...).
+
+    The judging process only uses the static parts (``name``, ``language``, ``guide``,
+    ``supports``, ``detect_kernels``, ``worker_env``); everything else runs inside sandboxed
+    worker processes (:mod:`core.worker`), never where verdicts are decided.
+
+    :ivar name: registry name (``"triton"``); ``Candidate.backend`` holds it.
+    :ivar language: human name of the kernel language, for prompts and reports.
+    :ivar guide: prompt text that tells a coder the expected candidate format (a KernelBench
+        ``ModelNew`` module whose forward launches this backend's kernels).
+    """
+
+    name: str
+    language: str
+    guide: str
+
+    def supports(self, device: str) -> str | None:
+        """``None`` when candidates can run on ``device`` ("cpu"/"cuda"); else why not (a sentence)."""
+
+    def detect_kernels(self, tree: "ast.Module") -> list[str]:
+        """Judge side, static: names of this backend's kernels defined in the parsed candidate."""
+
+    def worker_env(self, device: str) -> dict[str, str]:
+        """Environment variables a worker needs before anything is imported (``TRITON_INTERPRET``)."""
+
+    def prepare_worker(self, device: str) -> None:
+        """Worker side, once per worker before any candidate is loaded: import the toolchain and
+        install instrumentation (launch counting, interpreter bounds checks)."""
+
+    def load(self, module: "ModuleType", device: str) -> None:
+        """Worker side, compile step: called after the candidate module was imported.
+        Raise with the compiler's message when its kernels do not build."""
+
+    def launch_tracker(self) -> "ContextManager[LaunchTracker]":
+        """Worker side: a context manager counting this backend's kernel launches inside it."""
+
+    def capabilities(self, device: str) -> frozenset[str]:
+        """Optional instrumentation this backend offers on ``device``:
+        ``"bounds_check"`` (:meth:`bounds_checking`) and ``"program_order"`` (:meth:`program_order`)."""
+
+    def bounds_checking(self) -> "ContextManager[list[str]]":
+        """Worker side: while inside, every load/store is checked against the storages of the
+        launch's tensor arguments; out-of-bounds accesses are suppressed (never performed) and
+        described in the yielded list."""
+
+    def program_order(self, seed: int | None) -> "ContextManager[None]":
+        """Worker side: while inside, the programs of each launched grid run in a shuffled order
+        drawn from ``seed`` (``None``: the natural order)."""
+
+
+@runtime_checkable
+class Check(Protocol):
+    """One verification check (a stage of DESIGN.md), registered through ``register_verifiers``.
+
+    :ivar name: key in ``Verdict.checks``.
+    :ivar stage: order; see the constants in :mod:`core.evidence` (STATIC=0 ... PERFORMANCE=8).
+    :ivar hard: a failure rejects the candidate (soft checks only record their finding).
+    :ivar where: ``"judge"`` for checks that only read the source (run before anything executes);
+        ``"worker"`` for checks that need the candidate run (their ``evaluate`` still runs in the
+        judging process, on what the worker observed).
+    :ivar needs: observations the worker must make for this check, from
+        :data:`core.evidence.OBSERVATIONS` (``"trials"``, ``"shuffled"``, ``"repeat"``, ``"probes"``).
+
+    A check that needs its own measurement in the worker (GPU timing, a sanitizer run) also
+    defines ``collect(session) -> dict``: it runs inside the worker with a
+    :class:`core.worker.Session` (the loaded model, input helpers, the backend) and returns plain
+    data (numbers, strings, lists, dicts, tensors), found at ``evidence.extra[check.name]``.
+    """
+
+    name: str
+    stage: int
+    hard: bool
+    where: str
+    needs: frozenset[str]
+
+    def applies(self, backend: str, device: str) -> bool:
+        """Whether this check runs for candidates of ``backend`` on ``device``."""
+
+    def evaluate(self, evidence: "Evidence") -> "CheckResult":
+        """Decide, in the judging process, from what was observed."""

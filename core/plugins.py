@@ -37,6 +37,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.proposers.random_proposer",
     "plugins.rewards.builtin",
     "plugins.curricula.builtin",
+    "plugins.backends.triton_backend", "plugins.verifiers.builtin",
     "plugins.backends.cuda_backend",
     "plugins.devices",
     "plugins.curricula.adaptive",

@@ -1,0 +1,518 @@
+"""The verification pipeline and ``python -m core.verify``.
+
+::
+
+    from core.verify import Verifier
+    with Verifier(backend="triton", device="auto", checks=None, workers=2, timeout_s=120, trials=5) as v:
+        verdict = v.verify(task, candidate)
+        verdicts = v.verify_many([(task, cand), ...])   # parallel over warm workers, order preserved
+
+One verification, cheapest first, stopping at the first hard failure:
+
+1. judge-side checks on the parsed source (``static``, ``static_integrity``);
+2. the *reference worker* (which only ever runs task code) draws inputs from fresh secret seeds and
+   computes the reference outputs;
+3. a *candidate worker* imports the candidate, builds ``ModelNew`` with the same init seed as
+   ``Model`` (KernelBench's convention, so weights match) and calls it on those inputs under
+   launch counting, the ATen audit and the backend's bounds checks; outputs, inputs-after and
+   findings come back as data;
+4. every worker-side check is evaluated here, in the judging process; only if those pass are the
+   costlier observations (shuffled program orders, a repeat, stability probes) requested.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import secrets
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from core.evidence import OBSERVATIONS, Evidence, RunObservation, Trial
+from core.sandbox import Limits, WorkerFailure, WorkerPool
+from core.task import Candidate, Task
+from core.verdict import CheckResult, Verdict
+
+MIN_TRIALS = 5
+DEFAULT_PROBE_SCALES = {"float32": [1e3, 1e-5, 1e18], "float64": [1e3, 1e-5, 1e150],
+                        "float16": [1e2, 1e-2], "bfloat16": [1e3, 1e-5, 1e18]}
+
+
+class VerifierConfigError(ValueError):
+    """The verifier was configured with something that does not exist or cannot run here."""
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise VerifierConfigError(f"device must be auto, cpu or cuda; got {device!r}")
+    return device
+
+
+def _fresh_seed() -> int:
+    return secrets.randbits(62)
+
+
+def _task_dtype(task: Task) -> str:
+    return (task.dtypes or ["float32"])[0].replace("torch.", "")
+
+
+class Verifier:
+    """Judges candidates in sandboxed warm workers. Use as a context manager (it owns processes).
+
+    :param backend: registered backend name (``"triton"``).
+    :param device: ``"auto"``, ``"cpu"`` (Triton interpreter) or ``"cuda"``.
+    :param checks: check names to run (``None``: every registered check that applies to the backend
+        and device), or a mapping ``name -> config kwargs``.
+    :param workers: candidate worker processes (verify_many runs this many verdicts at once).
+    :param timeout_s: wall-clock limit of one verification inside a worker.
+    :param trials: correctness trials (at least 5), each with fresh random inputs.
+    :param tolerances: ``{"float32": (atol, rtol), ...}`` overrides.
+    :param memory_mb: address-space limit of a CPU worker.
+    :param probe_scales: stability probe input scales per dtype name.
+    :param isolate: try namespaces (network off, read-only filesystem but scratch).
+    """
+
+    def __init__(self, backend: str = "triton", device: str = "auto", checks: Sequence[str] | dict | None = None,
+                 workers: int = 2, timeout_s: float = 120, trials: int = 5, *, tolerances: dict | None = None,
+                 memory_mb: int = 8192, probe_scales: dict | None = None, isolate: bool = True,
+                 reference_workers: int = 1, max_jobs_per_worker: int = 200, name: str | None = None,
+                 **check_options: Any):
+        from core.plugins import registry
+
+        if trials < MIN_TRIALS:
+            raise VerifierConfigError(f"trials={trials}: the verifier runs at least {MIN_TRIALS} correctness trials")
+        self.backend_name = backend
+        self.backend = registry("backend").create(backend)  # unknown name: lists the known ones
+        self.device = resolve_device(device)
+        unsupported = self.backend.supports(self.device)
+        if unsupported:
+            raise VerifierConfigError(unsupported)
+        self.trials, self.timeout_s, self.workers = int(trials), float(timeout_s), int(workers)
+        self.tolerances = {k: tuple(v) for k, v in (tolerances or {}).items()}
+        self.probe_scales = {**DEFAULT_PROBE_SCALES, **(probe_scales or {})}
+        self.checks = self._build_checks(checks, check_options)
+        limits = Limits(memory_mb=memory_mb, isolate=isolate, cpu_s_per_request=int(max(timeout_s, 1)) + 5)
+        env = self.backend.worker_env(self.device)
+        self.pool = WorkerPool("candidate", backend, self.device, size=max(1, self.workers), limits=limits,
+                               extra_env=env, max_jobs=max_jobs_per_worker)
+        self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),
+                                         limits=limits, extra_env=env, max_jobs=max_jobs_per_worker)
+        self._closed = False
+
+    # -- set-up
+
+    def _build_checks(self, checks: Sequence[str] | dict | None, options: dict[str, Any]) -> list[Any]:
+        from core.plugins import registry
+
+        reg = registry("verifier")
+        if checks is None:
+            configs = {name: {} for name in reg.names()}
+        elif isinstance(checks, dict):
+            configs = {name: dict(cfg or {}) for name, cfg in checks.items()}
+        else:
+            configs = {name: {} for name in checks}
+        for key, value in options.items():  # e.g. races={"orders": 3} from Hydra
+            if key not in reg:
+                raise VerifierConfigError(f"unknown verifier option {key!r}; known checks: {', '.join(reg.names())}")
+            configs.setdefault(key, {}).update(value or {})
+        built = [reg.create(name, **cfg) for name, cfg in configs.items()]
+        applicable = [c for c in built if c.applies(self.backend_name, self.device)]
+        return sorted(applicable, key=lambda c: (c.stage, c.name))
+
+    @property
+    def isolation(self) -> str:
+        """How the workers are isolated (namespaces, or the documented fallback)."""
+        found = self.pool.wait_ready()
+        return found[0] if found else "unknown"
+
+    def __enter__(self) -> "Verifier":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.pool.close()
+            self.reference_pool.close()
+
+    # -- verifying
+
+    def verify_many(self, pairs: Iterable[tuple[Task, Candidate]], progress: Any = None) -> list[Verdict]:
+        """Verdicts for many pairs, in the order given, ``workers`` at a time.
+
+        :param progress: optional callable ``progress(index, verdict)`` called as each finishes.
+        """
+        pairs = list(pairs)
+        if not pairs:
+            return []
+        lock = threading.Lock()
+
+        def one(i: int) -> Verdict:
+            verdict = self.verify(*pairs[i])
+            if progress is not None:
+                with lock:
+                    progress(i, verdict)
+            return verdict
+
+        with ThreadPoolExecutor(max_workers=max(1, self.workers), thread_name_prefix="kz-verify") as ex:
+            return list(ex.map(one, range(len(pairs))))
+
+    def verify(self, task: Task, candidate: Candidate) -> Verdict:
+        start = time.perf_counter()
+        verdict = Verdict(task_id=task.id, candidate_id=candidate.id, backend=self.backend_name, device=self.device)
+        try:
+            self._verify(task, candidate, verdict)
+        finally:
+            verdict.elapsed_s = round(time.perf_counter() - start, 4)
+        return verdict
+
+    def _verify(self, task: Task, candidate: Candidate, verdict: Verdict) -> None:
+        if candidate.declined:
+            verdict.status, verdict.reason = "declined", f"declined: {candidate.declined}"
+            return
+        if candidate.backend and candidate.backend != self.backend_name:
+            verdict.status = "error"
+            verdict.reason = (f"candidate is for backend {candidate.backend!r}, this verifier judges "
+                              f"{self.backend_name!r}")
+            return
+        evidence = Evidence(task=task, candidate=candidate, backend=self.backend_name, device=self.device,
+                            config={"tolerances": self.tolerances, "trials": self.trials})
+        try:
+            evidence.tree = ast.parse(candidate.source)
+        except SyntaxError:
+            evidence.tree = None
+        stage_t = time.perf_counter()
+        judge_checks = [c for c in self.checks if c.where == "judge"]
+        worker_checks = [c for c in self.checks if c.where != "judge"]
+        if not self._evaluate(judge_checks, evidence, verdict):
+            verdict.stage_s["static"] = time.perf_counter() - stage_t
+            return
+        verdict.stage_s["static"] = time.perf_counter() - stage_t
+        deadline = time.monotonic() + self.timeout_s
+
+        # Reference: seeds drawn fresh for every verification, never guessable.
+        needs = set().union(*(c.needs for c in worker_checks)) if worker_checks else {"trials"}
+        init_seed = _fresh_seed()
+        trial_seeds = [_fresh_seed() for _ in range(self.trials)]
+        scales = self.probe_scales.get(_task_dtype(task), []) if "probes" in needs else []
+        probe_seeds = [_fresh_seed() for _ in scales]
+        t = time.perf_counter()
+        try:
+            ref = self._request(self.reference_pool, {
+                "op": "reference", "source": task.source, "init_seed": init_seed,
+                "seeds": trial_seeds + probe_seeds, "scales": [1.0] * len(trial_seeds) + list(scales)}, deadline)
+        except WorkerFailure as exc:
+            verdict.status, verdict.reason = exc.status, f"the reference (task) failed: {exc.detail}"
+            return
+        verdict.stage_s["reference"] = time.perf_counter() - t
+        if not ref.get("ok"):
+            verdict.status, verdict.reason = "error", f"the reference (task) failed: {ref.get('error')}"
+            return
+        ref_trials, ref_probes = ref["trials"][:len(trial_seeds)], ref["trials"][len(trial_seeds):]
+
+        worker = self.pool.acquire()
+        discard = False
+        try:
+            discard = self._run_candidate(worker, evidence, verdict, worker_checks, needs, ref, init_seed,
+                                          trial_seeds, ref_trials, list(zip(scales, probe_seeds, ref_probes)),
+                                          deadline)
+        except WorkerFailure as exc:
+            discard = True
+            verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
+            verdict.accepted = False
+        finally:
+            if not discard and worker.alive:
+                try:
+                    worker.request({"op": "unload"}, timeout_s=30)
+                except WorkerFailure:
+                    discard = True
+            self.pool.release(worker, discard=discard)
+
+    def _request(self, pool: WorkerPool, message: dict[str, Any], deadline: float) -> dict[str, Any]:
+        worker = pool.acquire()
+        ok = False
+        try:
+            answer = worker.request(message, timeout_s=max(1.0, deadline - time.monotonic()))
+            ok = True
+            return answer
+        finally:
+            pool.release(worker, discard=not ok)
+
+    def _run_candidate(self, worker, evidence: Evidence, verdict: Verdict, checks: list[Any], needs: set[str],
+                       ref: dict[str, Any], init_seed: int, trial_seeds: list[int], ref_trials: list[dict],
+                       probes: list[tuple[float, int, dict]], deadline: float) -> bool:
+        """Load, run and judge the candidate in ``worker``; returns True when the worker must be discarded."""
+
+        def left() -> float:
+            return max(1.0, deadline - time.monotonic())
+
+        t = time.perf_counter()
+        loaded = worker.request({"op": "load", "source": evidence.candidate.source, "init_seed": init_seed,
+                                 "init_inputs": ref["init_inputs"]}, timeout_s=left())
+        evidence.load_sandbox = list(loaded.get("sandbox") or [])
+        verdict.stage_s["load"] = time.perf_counter() - t
+        if not loaded.get("ok"):
+            evidence.load_error = loaded.get("error")
+            verdict.compiled = False
+            verdict.add_check("compile", False, f"import or construction failed: {evidence.load_error}")
+            if evidence.load_sandbox:
+                verdict.add_check("integrity", False, f"sandbox refused: {evidence.load_sandbox[0]}", hack=True)
+            self._finish(verdict, ["compile"])
+            return bool(evidence.load_sandbox)
+
+        # Correctness trials (the first call is also where Triton compiles the kernels).
+        t = time.perf_counter()
+        runs = [{"name": f"trial{i}", "inputs": r["inputs"]} for i, r in enumerate(ref_trials)]
+        observed = self._run(worker, runs, left())
+        verdict.stage_s["trials"] = time.perf_counter() - t
+        evidence.trials = [Trial(seed, r["inputs"], r["output"], o) for seed, r, o in zip(trial_seeds, ref_trials, observed)]
+        first_error = observed[0].error if observed else "no trial ran"
+        evidence.compiled = not (first_error and all(o.error for o in observed))
+        verdict.compiled = evidence.compiled
+        verdict.add_check("compile", evidence.compiled,
+                          "kernels built and ran" if evidence.compiled else f"first call failed: {first_error}")
+        if not evidence.compiled:
+            self._finish(verdict, ["compile"])
+            return any(o.sandbox for o in observed)
+
+        basic = [c for c in checks if not (c.needs - {"trials"}) and not hasattr(c, "collect")]
+        passed = self._evaluate(basic, evidence, verdict)
+        if passed:
+            passed = self._extra_observations(worker, evidence, verdict, checks, needs, trial_seeds, ref_trials,
+                                              probes, left)
+        self._finish(verdict, None)
+        return bool(verdict.hack_flags)
+
+    def _extra_observations(self, worker, evidence: Evidence, verdict: Verdict, checks: list[Any], needs: set[str],
+                            trial_seeds: list[int], ref_trials: list[dict], probes: list[tuple[float, int, dict]],
+                            left) -> bool:
+        t = time.perf_counter()
+        race_orders = max((getattr(c, "orders", 0) for c in checks if "shuffled" in c.needs), default=0)
+        base = ref_trials[0]
+        runs: list[dict[str, Any]] = []
+        if "shuffled" in needs:
+            runs += [{"name": f"shuffled{i}", "inputs": base["inputs"], "order_seed": _fresh_seed()}
+                     for i in range(race_orders)]
+        if "repeat" in needs:
+            runs.append({"name": "repeat0", "inputs": base["inputs"]})
+        if "probes" in needs:
+            runs += [{"name": f"probe{i}", "inputs": r["inputs"]} for i, (_, _, r) in enumerate(probes)]
+        observed = self._run(worker, runs, left()) if runs else []
+        for run, obs in zip(runs, observed):
+            kind = run["name"].rstrip("0123456789")
+            if kind == "probe":
+                scale, seed, r = probes[int(run["name"][5:])]
+                evidence.probes.append(Trial(seed, r["inputs"], r["output"], obs, scale=scale))
+            else:
+                target = evidence.shuffled if kind == "shuffled" else evidence.repeat
+                target.append(Trial(trial_seeds[0], base["inputs"], base["output"], obs))
+        verdict.stage_s["extra"] = time.perf_counter() - t
+        for check in checks:
+            if hasattr(check, "collect"):
+                config = {k: v for k, v in asdict(check).items() if k not in ("name", "stage", "hard", "where", "needs")} \
+                    if hasattr(check, "__dataclass_fields__") else {}
+                answer = worker.request({"op": "collect", "check": check.name, "config": config}, timeout_s=left())
+                evidence.extra[check.name] = answer.get("data") if answer.get("ok") else {"error": answer.get("error")}
+        rest = [c for c in checks if c.name not in verdict.checks]
+        return self._evaluate(rest, evidence, verdict, stop_at_first=False)
+
+    def _run(self, worker, runs: list[dict[str, Any]], timeout_s: float) -> list[RunObservation]:
+        answer = worker.request({"op": "run", "runs": runs}, timeout_s=timeout_s)
+        if not answer.get("ok"):
+            raise WorkerFailure("error", f"worker could not run the candidate: {answer.get('error')}")
+        return [RunObservation.from_dict(o) for o in answer["observations"]]
+
+    def _evaluate(self, checks: list[Any], evidence: Evidence, verdict: Verdict, stop_at_first: bool = True) -> bool:
+        """Evaluate ``checks`` in order; record each; False after the first hard failure."""
+        ok = True
+        for check in checks:
+            try:
+                result = check.evaluate(evidence)
+            except Exception as exc:  # a broken check plugin must not pass a candidate
+                result = CheckResult(False, f"check {check.name!r} failed to evaluate: {type(exc).__name__}: {exc}")
+            verdict.checks[check.name] = result
+            if not result.passed and check.hard:
+                ok = False
+                if stop_at_first:
+                    break
+        if not ok:
+            self._finish(verdict, None)
+        return ok
+
+    def _finish(self, verdict: Verdict, _: Any) -> None:
+        """Fill accepted/correct/accuracy/status/reason from the recorded checks."""
+        hard = {c.name: c.hard for c in self.checks}
+        stage = {c.name: c.stage for c in self.checks}
+        corr = verdict.checks.get("correctness")
+        if corr is not None:
+            data = corr.data or {}
+            verdict.accuracy = (data.get("matched", 0) / data["trials"]) if data.get("trials") else 0.0
+            verdict.correct = bool(corr.passed)
+        failed = [n for n, c in verdict.checks.items() if not c.passed and hard.get(n, True)]
+        # Integrity findings explain the rest, so they come first; then the earliest stage.
+        failed.sort(key=lambda n: (not verdict.checks[n].hack, stage.get(n, 1)))
+        verdict.accepted = bool(verdict.compiled and verdict.correct and not failed)
+        verdict.status = "accepted" if verdict.accepted else "rejected"
+        verdict.reason = None if verdict.accepted else (
+            f"{failed[0]}: {verdict.checks[failed[0]].detail}" if failed else "not verified")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _load_pairs(path: Path) -> list[tuple[Path | None, Task, Candidate]]:
+    """A JSONL of {"reference": path|source, "candidate": path|source} or a directory of
+    ``NAME.py`` + ``NAME_solution.py`` / ``ref/NAME.py`` + ``cand/NAME.py`` pairs."""
+    pairs = []
+    if path.is_file():
+        for n, line in enumerate(path.read_text().splitlines()):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            ref, cand = row.get("reference") or row.get("task"), row.get("candidate")
+            if isinstance(ref, dict):
+                task = Task.from_dict(ref)
+            else:
+                task = Task.from_file(ref) if "\n" not in ref and Path(path.parent, ref).exists() is False and Path(ref).exists() \
+                    else (Task.from_file(path.parent / ref) if "\n" not in ref else Task(source=ref))
+            if isinstance(cand, dict):
+                candidate = Candidate.from_dict(cand)
+            else:
+                cpath = Path(cand) if Path(cand).exists() else path.parent / cand
+                candidate = Candidate.from_file(cpath) if "\n" not in cand else Candidate(source=cand)
+            pairs.append((Path(f"{path.name}:{n + 1}"), task, candidate))
+        return pairs
+    ref_dir, cand_dir = path / "ref", path / "cand"
+    if ref_dir.is_dir() and cand_dir.is_dir():
+        for ref in sorted(ref_dir.glob("*.py")):
+            cand = cand_dir / ref.name
+            if cand.exists():
+                pairs.append((ref, Task.from_file(ref), Candidate.from_file(cand)))
+        return pairs
+    for cand in sorted(path.glob("*_solution.py")):
+        ref = cand.with_name(cand.name.replace("_solution.py", ".py"))
+        if ref.exists():
+            pairs.append((ref, Task.from_file(ref), Candidate.from_file(cand)))
+    return pairs
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m core.verify",
+        description="Verify a KernelBench-format candidate (ModelNew) against a reference (Model) in a sandbox.")
+    parser.add_argument("--reference", type=Path, help="KernelBench problem file (defines Model, get_inputs, get_init_inputs)")
+    parser.add_argument("--candidate", type=Path, help="KernelBench solution file (defines ModelNew)")
+    parser.add_argument("--batch", type=Path, help="a JSONL of pairs, or a directory of NAME.py + NAME_solution.py "
+                        "(or ref/NAME.py + cand/NAME.py)")
+    parser.add_argument("--backend", default="triton")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--json", action="store_true", help="print one JSON object (batch: one per line)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per verification")
+    parser.add_argument("--checks", default=None, help="comma-separated check names (default: all that apply)")
+    parser.add_argument("--no-isolate", action="store_true", help="skip namespaces (limits + audit hook only)")
+    args = parser.parse_args(argv)
+
+    def usage(message: str) -> int:
+        print(f"python -m core.verify: error: {message}", file=sys.stderr)
+        return 2
+
+    if args.batch is None and (args.reference is None or args.candidate is None):
+        return usage("give --reference REF.py and --candidate CAND.py, or --batch DIR|FILE.jsonl")
+    for p in (args.reference, args.candidate, args.batch):
+        if p is not None and not p.exists():
+            return usage(f"{p} does not exist")
+    from core.plugins import UnknownPluginError, registry
+
+    if args.backend not in registry("backend"):
+        return usage(str(UnknownPluginError("backend", args.backend, registry("backend").names())))
+    checks = [c.strip() for c in args.checks.split(",")] if args.checks else None
+    if checks:
+        unknown = [c for c in checks if c not in registry("verifier")]
+        if unknown:
+            return usage(f"unknown check(s) {', '.join(unknown)}; known checks: {', '.join(registry('verifier').names())}")
+    if args.trials < MIN_TRIALS:
+        return usage(f"--trials must be at least {MIN_TRIALS}")
+    try:
+        verifier = Verifier(backend=args.backend, device=args.device, checks=checks, workers=args.workers,
+                            timeout_s=args.timeout, trials=args.trials, isolate=not args.no_isolate)
+    except VerifierConfigError as exc:
+        return usage(str(exc))
+    with verifier:
+        if args.batch is None:
+            task = Task.from_file(args.reference)
+            candidate = Candidate.from_file(args.candidate, backend=args.backend)
+            verdict = verifier.verify(task, candidate)
+            out = verdict.to_dict()
+            out["sandbox"] = verifier.isolation
+            if args.json:
+                print(json.dumps(out, sort_keys=True, default=str))
+            else:
+                _print_verdict(out)
+            return 0
+        return _batch(verifier, args)
+
+
+def _print_verdict(out: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    colour = "green" if out["accepted"] else "red"
+    console.print(f"[bold {colour}]{out['status'].upper()}[/]  {out['reason'] or ''}")
+    table = Table("check", "passed", "detail")
+    for name, c in out["checks"].items():
+        table.add_row(name, "yes" if c["passed"] else ("[red]HACK[/]" if c.get("hack") else "[red]no[/]"), c["detail"])
+    console.print(table)
+    console.print(f"accuracy {out['accuracy']:.2f}   {out['elapsed_s']:.2f} s   sandbox: {out.get('sandbox')}")
+
+
+def _batch(verifier: Verifier, args: Any) -> int:
+    from collections import Counter
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    items = _load_pairs(args.batch)
+    if not items:
+        print(f"python -m core.verify: error: no pairs found in {args.batch}", file=sys.stderr)
+        return 2
+    console = Console(stderr=args.json)
+    with Progress(TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=args.json) as progress:
+        bar = progress.add_task("verify", total=len(items))
+        verdicts = verifier.verify_many([(t, c) for _, t, c in items],
+                                        progress=lambda i, v: progress.advance(bar))
+    if args.json:
+        for (name, _, _), v in zip(items, verdicts):
+            print(json.dumps({"pair": str(name), **v.to_dict()}, sort_keys=True, default=str))
+        return 0
+    table = Table("pair", "status", "accuracy", "seconds", "reason")
+    for (name, _, _), v in zip(items, verdicts):
+        colour = "green" if v.accepted else "red"
+        table.add_row(str(name), f"[{colour}]{v.status}[/]", f"{v.accuracy:.2f}", f"{v.elapsed_s:.2f}", (v.reason or "")[:90])
+    console.print(table)
+    counts = Counter(v.status for v in verdicts)
+    console.print("summary: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) +
+                  f"; hack flags on {sum(1 for v in verdicts if v.hack_flags)}; sandbox: {verifier.isolation}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,527 @@
+"""The sandboxed worker: ``python -m core.worker`` (started by :mod:`core.sandbox`, never by hand).
+
+It isolates itself (namespaces where the kernel allows, limits, an audit hook), imports the
+toolchain once (torch + the backend), then answers requests on its private channel:
+
+``reference``  run the *task* (never a candidate): draw inputs from the given seeds, return
+               inputs and reference outputs (reference workers only)
+``load``       import a candidate from source and build ``ModelNew`` (candidate workers only)
+``run``        call the loaded ``ModelNew.forward`` on given inputs and report what happened
+``collect``    run a check's worker-side ``collect(session)`` (GPU timing, sanitizers ...)
+``unload``     forget the candidate
+``exit``
+
+Observations go back as plain data; nothing is decided here (see :mod:`core.evidence`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import importlib.util
+import os
+import resource
+import sys
+import time
+import traceback
+from contextlib import ExitStack, nullcontext
+from pathlib import Path
+from typing import Any
+
+from core.sandbox import read_frame, to_device, write_frame
+
+CANDIDATE_MODULE = "kz_candidate"
+MAX_ERROR_CHARS = 600
+
+# --------------------------------------------------------------------------- isolation
+
+_CLONE_NEWNS, _CLONE_NEWNET, _CLONE_NEWUSER = 0x00020000, 0x40000000, 0x10000000
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+_SKIP_REMOUNT_TYPES = {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue"}
+
+
+def isolate(scratch: str) -> str:
+    """Enter private network + mount namespaces; make every mount read-only except ``scratch``.
+
+    Returns a one-line description of what was achieved (the fallback keeps limits + audit hook).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    flags = _CLONE_NEWNS | _CLONE_NEWNET
+    if libc.unshare(flags) != 0:
+        if libc.unshare(flags | _CLONE_NEWUSER) != 0:
+            return f"fallback: no namespaces (unshare: {os.strerror(ctypes.get_errno())}); limits + audit hook only"
+        try:  # map ourselves to root inside the new user namespace so we may remount
+            Path("/proc/self/setgroups").write_text("deny")
+            Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+            Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+        except OSError as exc:
+            return f"partial: user+net namespaces, mounts writable ({exc}); audit hook guards writes"
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return f"partial: network namespace only (mount private: {os.strerror(ctypes.get_errno())}); audit hook guards writes"
+    if libc.mount(scratch.encode(), scratch.encode(), None, _MS_BIND, None) != 0:
+        return f"partial: network namespace only (bind scratch: {os.strerror(ctypes.get_errno())}); audit hook guards writes"
+    failed = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        target, fstype = parts[1].replace("\\040", " "), parts[2]
+        if target == scratch or fstype in _SKIP_REMOUNT_TYPES:
+            continue
+        if libc.mount(b"none", target.encode(), None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None) != 0:
+            failed.append(target)
+    probe = Path("/") / f".kz-write-probe-{os.getpid()}"
+    try:
+        probe.write_text("x")
+        probe.unlink()
+        return "partial: network namespace; root filesystem stayed writable; audit hook guards writes"
+    except OSError:
+        pass
+    ro = "read-only filesystem except scratch" + (f" (could not remount {len(failed)} mounts)" if failed else "")
+    return f"namespaces: private network (no interfaces up), private mounts, {ro}"
+
+
+def set_limits(memory_mb: int, file_size_mb: int, open_files: int, device: str) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_mb << 20, file_size_mb << 20))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(open_files, hard), hard))
+    if device == "cpu" and memory_mb > 0:  # CUDA reserves huge virtual ranges; cap only on CPU
+        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+
+
+def set_cpu_budget(seconds: int) -> None:
+    """RLIMIT_CPU is cumulative: allow ``seconds`` more CPU time from now (SIGXCPU ends the worker)."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    total = int(used.ru_utime + used.ru_stime) + max(1, seconds)
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        total = min(total, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (total, hard))
+
+
+class AuditGuard:
+    """``sys.addaudithook`` guard: no writes outside scratch, no sockets, no subprocesses (except
+    the toolchain's own compilers), no signals to other processes. Violations are recorded and
+    refused with ``PermissionError``. A hook cannot be removed once added."""
+
+    WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+    PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.symlink",
+                   "os.link", "os.truncate", "shutil.rmtree", "shutil.move", "os.utime"}
+    BLOCKED_EVENTS = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
+                      "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+                      "os.startfile", "sys.setprofile", "sys.settrace",
+                      "sys.remote_exec"}
+
+    def __init__(self, scratch: str, allowed_exec_dirs: list[str]):
+        self.scratch = os.path.realpath(scratch)
+        self.allowed_exec_dirs = [os.path.realpath(d) for d in allowed_exec_dirs]
+        self.violations: list[str] = []
+        self.armed = False
+
+    def _inside_scratch(self, path: Any) -> bool:
+        if isinstance(path, int):
+            return True
+        try:
+            p = os.fsdecode(path)
+        except TypeError:
+            return False
+        if p in ("/dev/null",):
+            return True
+        real = os.path.realpath(os.path.join(self.scratch, p))
+        return real == self.scratch or real.startswith(self.scratch + os.sep)
+
+    def _refuse(self, what: str) -> None:
+        self.violations.append(what)
+        raise PermissionError(f"sandbox: {what} is not allowed in a candidate")
+
+    def __call__(self, event: str, args: tuple) -> None:
+        if not self.armed:
+            return
+        if event == "open":
+            path, mode, flags = (list(args) + [None, None, None])[:3]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & self.WRITE_FLAGS)
+            if writing and not self._inside_scratch(path):
+                self._refuse(f"writing {os.fsdecode(path)!s} outside the scratch directory")
+        elif event in self.PATH_EVENTS:
+            paths = [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
+            for p in paths:
+                if not self._inside_scratch(p):
+                    self._refuse(f"{event} on {os.fsdecode(p)} outside the scratch directory")
+        elif event == "subprocess.Popen":
+            exe = os.path.realpath(os.fsdecode(args[0])) if args and args[0] else ""
+            if not any(exe.startswith(d + os.sep) for d in self.allowed_exec_dirs):
+                self._refuse(f"starting a subprocess ({exe or args!r})")
+        elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):
+            target = args[0] if args else None
+            if target not in (os.getpid(), 0):
+                self._refuse(f"sending a signal to process {target}")
+        elif event in self.BLOCKED_EVENTS:
+            self._refuse(f"{event}")
+
+    def take(self) -> list[str]:
+        out, self.violations = self.violations, []
+        return out
+
+
+# --------------------------------------------------------------------------- the ATen audit
+
+
+def make_audit_mode(tracker: Any):
+    """A TorchDispatchMode that records every ATen compute op run outside a kernel launch."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    allowed = ALLOWED_ATEN
+    float_width = {torch.float64: 8, torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
+
+    class AtenAudit(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+            self.downcasts: list[str] = []
+
+        def _narrowing(self, src: Any, dst: Any) -> bool:
+            return src in float_width and dst in float_width and float_width[dst] < float_width[src]
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if not tracker.inside:
+                name = func.overloadpacket.__name__
+                if name not in allowed:
+                    if str(func) not in self.ops:
+                        self.ops.append(str(func))
+                elif name == "_to_copy" and args and isinstance(args[0], torch.Tensor):
+                    dst = kwargs.get("dtype")
+                    if dst is not None and self._narrowing(args[0].dtype, dst):
+                        self.downcasts.append(f"{args[0].dtype} -> {dst}")
+                elif name == "copy_" and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
+                    if self._narrowing(args[1].dtype, args[0].dtype):
+                        self.downcasts.append(f"{args[1].dtype} -> {args[0].dtype}")
+            return func(*args, **kwargs)
+
+    return AtenAudit()
+
+
+# Allocation, views, copies and metadata: what ModelNew.forward may do outside its kernels.
+ALLOWED_ATEN = frozenset("""
+empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like full full_like
+new_zeros new_ones new_full scalar_tensor fill_ zero_ arange lift_fresh lift_fresh_copy detach alias
+resize_ set_ view _unsafe_view reshape _reshape_alias as_strided expand expand_as permute transpose t
+squeeze unsqueeze slice select narrow unbind split split_with_sizes chunk flatten unflatten view_as movedim
+unfold contiguous clone copy_ _to_copy to _copy_from _copy_from_and_resize sym_size sym_stride sym_numel
+sym_storage_offset is_contiguous size stride numel dim is_same_size is_pinned record_stream
+_has_compatible_shallow_copy_type real view_as_real view_as_complex
+""".split())
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and type(cause).__name__ not in text:
+        text += f" (caused by {type(cause).__name__}: {cause})"
+    return text[:MAX_ERROR_CHARS]
+
+
+def flatten_outputs(out: Any) -> list[Any]:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        flat: list[Any] = []
+        for item in out:
+            flat.extend(flatten_outputs(item))
+        return flat
+    return [out]
+
+
+def cpu_copy(values: list[Any]) -> list[Any]:
+    import torch
+
+    return [v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) and v.is_contiguous()
+            else (to_device(v.detach(), "cpu") if isinstance(v, torch.Tensor) else v) for v in values]
+
+
+def load_module(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # triton reads kernel source through the module's file
+    spec.loader.exec_module(module)
+    return module
+
+
+def synchronize(device: str) -> None:
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+# --------------------------------------------------------------------------- session
+
+
+class Session:
+    """A loaded candidate in a candidate worker; what ``collect`` hooks of checks receive.
+
+    :ivar model: the ``ModelNew`` instance (built with the verification's init seed).
+    :ivar module: the imported candidate module.
+    :ivar backend: the backend plugin object (``launch_tracker()`` ...).
+    :ivar device: ``"cpu"`` or ``"cuda"``.
+    """
+
+    def __init__(self, worker: "WorkerMain", module: Any, model: Any):
+        self.worker, self.module, self.model = worker, module, model
+        self.backend, self.device = worker.backend, worker.device
+        self._held: list[Any] = []  # outputs of earlier calls stay alive, so addresses are unique
+        self._held_ptrs: set[int] = set()
+
+    def poison(self, inputs: list[Any]) -> None:
+        """Fill memory the allocator is likely to hand out next with NaN (uninitialised outputs fail)."""
+        import torch
+
+        for x in inputs:
+            if isinstance(x, torch.Tensor) and x.numel():
+                dtype = x.dtype if x.is_floating_point() else torch.float32
+                junk = torch.full((x.numel(),), float("nan"), dtype=dtype, device=x.device)
+                del junk
+
+    def call(self, inputs: list[Any], order_seed: int | None = None) -> dict[str, Any]:
+        """Run ``forward`` once under launch counting, the ATen audit and the backend's checks."""
+        import torch
+
+        caps = self.backend.capabilities(self.device)
+        obs: dict[str, Any] = {"launches": 0, "kernels": [], "audit": [], "downcasts": [], "oob": []}
+        self.poison(inputs)
+        start = time.perf_counter()
+        with ExitStack() as stack:
+            tracker = stack.enter_context(self.backend.launch_tracker())
+            oob = stack.enter_context(self.backend.bounds_checking()) if "bounds_check" in caps else []
+            if order_seed is not None and "program_order" in caps:
+                stack.enter_context(self.backend.program_order(order_seed))
+            audit = make_audit_mode(tracker)
+            try:
+                self.worker.guard.armed = True
+                with torch.no_grad(), audit:
+                    out = self.model(*inputs)
+                synchronize(self.device)
+                obs["output"] = flatten_outputs(out)
+            except MemoryError:
+                raise
+            except Exception as exc:  # the candidate's own failure: an observation, not a crash
+                obs["error"] = describe(exc)
+            finally:
+                self.worker.guard.armed = False
+            obs.update(launches=tracker.count, kernels=list(tracker.kernels)[:16], audit=audit.ops[:16],
+                       downcasts=sorted(set(audit.downcasts))[:8], oob=list(oob)[:16])
+        obs["seconds"] = time.perf_counter() - start
+        outputs = obs.get("output")
+        if outputs is not None:
+            ptrs = {o.untyped_storage().data_ptr() for o in outputs if isinstance(o, torch.Tensor) and o.numel()}
+            obs["output_reused"] = bool(ptrs & self._held_ptrs)
+            self._held_ptrs |= ptrs
+            self._held.append(outputs)
+            obs["output"] = cpu_copy(outputs)
+        obs["inputs_after"] = cpu_copy(inputs)
+        obs["sandbox"] = self.worker.guard.take()
+        return obs
+
+
+# --------------------------------------------------------------------------- the worker loop
+
+
+class WorkerMain:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.role, self.device, self.scratch = args.role, args.device, args.scratch
+        self.session: Session | None = None
+        self.loaded = 0
+
+    def setup(self) -> dict[str, Any]:
+        isolation = isolate(self.scratch) if self.args.isolate else "off: isolation disabled by configuration"
+        set_limits(self.args.memory_mb, self.args.file_size_mb, self.args.open_files, self.device)
+        import torch  # noqa: F401  (warm: the point of a pool)
+
+        from core.plugins import registry
+
+        self.backend = registry("backend").create(self.args.backend)
+        self.backend.prepare_worker(self.device)
+        exec_dirs = list(getattr(self.backend, "compiler_dirs", lambda: [])())
+        self.guard = AuditGuard(self.scratch, exec_dirs)
+        sys.addaudithook(self.guard)
+        self.checks = {}
+        return {"op": "hello", "pid": os.getpid(), "isolation": isolation, "role": self.role,
+                "torch": torch.__version__, "python": sys.version.split()[0]}
+
+    # -- requests
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req.get("op")
+        set_cpu_budget(int(req.get("cpu_s", 600)))
+        if op == "reference" and self.role == "reference":
+            return self.reference(req)
+        if op == "load" and self.role == "candidate":
+            return self.load(req)
+        if op == "run" and self.role == "candidate":
+            return self.run(req)
+        if op == "collect" and self.role == "candidate":
+            return self.collect(req)
+        if op == "unload":
+            self.unload()
+            return {"ok": True}
+        if op == "ping":
+            return {"ok": True, "pid": os.getpid()}
+        if op == "exec_test" and os.environ.get("KERNELZERO_SANDBOX_TESTING") == "1":
+            return self.exec_test(req)
+        return {"ok": False, "error": f"worker of role {self.role!r} does not answer {op!r}"}
+
+    def reference(self, req: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        device = self.device
+        path = Path(self.scratch) / f"task_{self.loaded}.py"
+        self.loaded += 1
+        path.write_text(req["source"])
+        name = f"kz_task_{self.loaded}"
+        try:
+            module = load_module(path, name)
+            init_inputs = list(module.get_init_inputs())
+            torch.manual_seed(int(req["init_seed"]))
+            model = module.Model(*init_inputs).to(device).eval()
+            trials = []
+            for seed, scale in zip(req["seeds"], req["scales"]):
+                torch.manual_seed(int(seed))
+                inputs = list(module.get_inputs())
+                if scale != 1.0:
+                    inputs = [x * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+                dev_inputs = to_device(inputs, device)
+                with torch.no_grad():
+                    out = flatten_outputs(model(*dev_inputs))
+                synchronize(device)
+                trials.append({"inputs": cpu_copy(inputs), "output": cpu_copy(out)})
+            return {"ok": True, "init_inputs": init_inputs, "trials": trials}
+        except MemoryError:
+            raise
+        except Exception as exc:
+            return {"ok": False, "error": describe(exc), "traceback": traceback.format_exc()[-2000:]}
+        finally:
+            sys.modules.pop(name, None)
+            path.unlink(missing_ok=True)
+
+    def load(self, req: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        self.unload()
+        path = Path(self.scratch) / f"candidate_{self.loaded}.py"
+        self.loaded += 1
+        path.write_text(req["source"])
+        self.guard.armed = True
+        try:
+            module = load_module(path, CANDIDATE_MODULE)
+            self.backend.load(module, self.device)
+            if not hasattr(module, "ModelNew"):
+                raise AttributeError("the candidate module defines no ModelNew")
+            torch.manual_seed(int(req["init_seed"]))
+            model = module.ModelNew(*req["init_inputs"])
+            if isinstance(model, torch.nn.Module):
+                model = model.to(self.device).eval()
+        except MemoryError:
+            raise
+        except BaseException as exc:  # SystemExit at import too
+            return {"ok": False, "error": describe(exc), "sandbox": self.guard.take()}
+        finally:
+            self.guard.armed = False
+        self.session = Session(self, module, model)
+        return {"ok": True, "sandbox": self.guard.take()}
+
+    def run(self, req: dict[str, Any]) -> dict[str, Any]:
+        if self.session is None:
+            return {"ok": False, "error": "no candidate is loaded"}
+        observations = []
+        for item in req["runs"]:
+            inputs = to_device(list(item["inputs"]), self.device)
+            obs = self.session.call(inputs, order_seed=item.get("order_seed"))
+            obs["name"] = item["name"]
+            observations.append(obs)
+        return {"ok": True, "observations": observations}
+
+    def collect(self, req: dict[str, Any]) -> dict[str, Any]:
+        from core.plugins import registry
+
+        if self.session is None:
+            return {"ok": False, "error": "no candidate is loaded"}
+        check = registry("verifier").create(req["check"], **req.get("config", {}))
+        try:
+            return {"ok": True, "data": check.collect(self.session)}
+        except MemoryError:
+            raise
+        except Exception as exc:
+            return {"ok": False, "error": describe(exc)}
+
+    def unload(self) -> None:
+        self.session = None
+        sys.modules.pop(CANDIDATE_MODULE, None)
+        gc.collect()
+
+    def exec_test(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Tests only (``KERNELZERO_SANDBOX_TESTING=1``): run a snippet under the sandbox guard."""
+        self.guard.armed = True
+        try:
+            exec(compile(req["code"], "<sandbox-test>", "exec"), {"__name__": "sandbox_test"})
+            return {"ok": True, "sandbox": self.guard.take()}
+        except MemoryError:
+            raise
+        except BaseException as exc:
+            return {"ok": False, "error": describe(exc), "sandbox": self.guard.take()}
+        finally:
+            self.guard.armed = False
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m core.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("--role", choices=("candidate", "reference"), required=True)
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    parser.add_argument("--scratch", required=True)
+    parser.add_argument("--in-fd", type=int, required=True)
+    parser.add_argument("--out-fd", type=int, required=True)
+    parser.add_argument("--memory-mb", type=int, default=8192)
+    parser.add_argument("--file-size-mb", type=int, default=256)
+    parser.add_argument("--open-files", type=int, default=1024)
+    parser.add_argument("--isolate", type=int, default=1)
+    args = parser.parse_args(argv)
+    # The channel lives on high descriptors; stdout/stderr go to the worker log.
+    in_fd, out_fd = os.dup2(args.in_fd, 900), os.dup2(args.out_fd, 901)
+    os.close(args.in_fd)
+    os.close(args.out_fd)
+    worker = WorkerMain(args)
+    write_frame(out_fd, worker.setup())
+    while True:
+        try:
+            req = read_frame(in_fd)
+        except EOFError:
+            return
+        if req.get("op") == "exit":
+            return
+        try:
+            answer = worker.handle(req)
+        except MemoryError as exc:
+            worker.unload()
+            answer = {"ok": False, "status": "oom", "error": describe(exc)}
+        except Exception as exc:
+            answer = {"ok": False, "error": describe(exc), "traceback": traceback.format_exc()[-2000:]}
+        try:
+            write_frame(out_fd, answer)
+        except TypeError as exc:  # an answer with something unsendable (a candidate returned an object)
+            write_frame(out_fd, {"ok": False, "error": f"unsendable result: {exc}"})
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Instruments for the Triton interpreter (``TRITON_INTERPRET=1``), installed once per worker.
+
+* **Bounds checking**: every masked load/store (and atomic) address is checked against the
+  storages of the running launch's tensor arguments. An out-of-bounds access is recorded and
+  *suppressed* (its mask bit cleared), so it is reported as a finding instead of reading garbage or
+  corrupting the heap; the kernel runs on.
+* **Program order**: the grid's programs run in a shuffled order. The interpreter walks the grid
+  with nested loops calling ``set_grid_idx``; we remap each linear index through a permutation,
+  so every program still runs exactly once.
+
+Both hook the interpreter's builder class (``triton.runtime.interpreter.InterpreterBuilder``),
+present with the same method names in Triton 3.6 and 3.9.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_FINDINGS = 16
+
+
+@dataclass
+class InterpreterState:
+    """What the current launch may touch, and what the instruments found."""
+
+    ranges: list[tuple[int, int]] | None = None  # [lo, hi) byte ranges of the launch's storages
+    kernel: str = "?"
+    findings: list[str] | None = None  # None: bounds checking is off
+    order_rng: random.Random | None = None  # None: natural program order
+    perm: list[int] | None = None
+    grid: tuple[int, int, int] = (1, 1, 1)
+    seen: set = field(default_factory=set)
+
+
+STATE = InterpreterState()
+_installed = False
+_lock = threading.Lock()
+
+
+def storage_ranges(values: Any) -> list[tuple[int, int]]:
+    """Byte ranges of the storages behind every tensor in launch arguments (nested tuples too)."""
+    ranges: list[tuple[int, int]] = []
+
+    def visit(v: Any) -> None:
+        if isinstance(v, (tuple, list)):
+            for item in v:
+                visit(item)
+            return
+        base = getattr(v, "base", None)  # triton TensorWrapper / TensorDescriptor
+        if base is not None and hasattr(base, "untyped_storage"):
+            visit(base)
+            return
+        if hasattr(v, "untyped_storage") and hasattr(v, "data_ptr"):
+            storage = v.untyped_storage()
+            lo = storage.data_ptr()
+            ranges.append((lo, lo + storage.nbytes()))
+
+    visit(values)
+    return ranges
+
+
+def _in_bounds(addresses: Any, itemsize: int) -> Any:
+    import numpy as np
+
+    addr = addresses.astype(np.uint64, copy=False)
+    ok = np.zeros(addr.shape, dtype=bool)
+    for lo, hi in STATE.ranges or []:
+        if hi - lo >= itemsize:
+            ok |= (addr >= np.uint64(lo)) & (addr <= np.uint64(hi - itemsize))
+    return ok
+
+
+def _describe(kind: str, addresses: Any, bad: Any) -> str:
+    import numpy as np
+
+    first = int(addresses[bad].reshape(-1)[0])
+    nearest = ""
+    if STATE.ranges:
+        lo, hi = min(STATE.ranges, key=lambda r: min(abs(first - r[0]), abs(first - r[1])))
+        nearest = (f"{first - hi} bytes past the end of" if first >= hi else f"{lo - first} bytes before") + \
+            " the nearest argument storage"
+    n = int(np.count_nonzero(bad))
+    return f"{STATE.kernel}: {n} out-of-bounds {kind}(s), e.g. {nearest or hex(first)}"
+
+
+def _record(kind: str, addresses: Any, bad: Any) -> None:
+    if STATE.findings is None:
+        return
+    key = (STATE.kernel, kind)
+    if key in STATE.seen:  # one line per kernel and access kind; the first is the informative one
+        return
+    STATE.seen.add(key)
+    if len(STATE.findings) < MAX_FINDINGS:
+        STATE.findings.append(_describe(kind, addresses, bad))
+
+
+def _checked_mask(kind: str, ptrs: Any, mask: Any) -> Any:
+    """The mask with out-of-bounds lanes cleared (and recorded), or ``mask`` itself."""
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle, _get_np_dtype
+
+    if STATE.findings is None or STATE.ranges is None:
+        return mask
+    itemsize = np.dtype(_get_np_dtype(ptrs.get_element_ty())).itemsize
+    ok = _in_bounds(ptrs.data, itemsize)
+    mask_data = np.broadcast_to(mask.data.astype(bool), ok.shape) if mask is not None else np.ones_like(ok)
+    bad = mask_data & ~ok
+    if not bad.any():
+        return mask
+    _record(kind, ptrs.data, bad)
+    return TensorHandle(mask_data & ok, mask.dtype if mask is not None else None)
+
+
+def install() -> None:
+    """Patch the interpreter builder once (idempotent); a no-op cost when no check is active."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        from triton.runtime import interpreter as interp
+
+        builder = interp.InterpreterBuilder
+        orig_load, orig_store = builder.create_masked_load, builder.create_masked_store
+        orig_rmw, orig_cas = builder.create_atomic_rmw, builder.create_atomic_cas
+        orig_dim, orig_idx = builder.set_grid_dim, builder.set_grid_idx
+
+        def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+            return orig_load(self, ptrs, _checked_mask("load", ptrs, mask), other, cache_policy, is_volatile)
+
+        def create_masked_store(self, ptrs, value, mask, cache_policy):
+            return orig_store(self, ptrs, value, _checked_mask("store", ptrs, mask), cache_policy)
+
+        def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+            return orig_rmw(self, rmwOp, ptr, val, _checked_mask("atomic", ptr, mask), sem, scope)
+
+        def create_atomic_cas(self, ptr, cmp, val, sem, scope):
+            checked = _checked_mask("atomic_cas", ptr, None)
+            if checked is not None:  # cannot be masked: refuse the whole access
+                raise IndexError(f"{STATE.kernel}: out-of-bounds atomic_cas")
+            return orig_cas(self, ptr, cmp, val, sem, scope)
+
+        def set_grid_dim(self, nx, ny, nz):
+            orig_dim(self, nx, ny, nz)
+            STATE.grid = (nx, ny, nz)
+            if STATE.order_rng is not None:
+                perm = list(range(nx * ny * nz))
+                STATE.order_rng.shuffle(perm)
+                STATE.perm = perm
+            else:
+                STATE.perm = None
+
+        def set_grid_idx(self, x, y, z):
+            perm = STATE.perm
+            if perm is not None:
+                _, ny, nz = STATE.grid
+                linear = perm[(x * ny + y) * nz + z]
+                x, rest = divmod(linear, ny * nz)
+                y, z = divmod(rest, nz)
+            return orig_idx(self, x, y, z)
+
+        builder.create_masked_load = create_masked_load
+        builder.create_masked_store = create_masked_store
+        builder.create_atomic_rmw = create_atomic_rmw
+        builder.create_atomic_cas = create_atomic_cas
+        builder.set_grid_dim = set_grid_dim
+        builder.set_grid_idx = set_grid_idx
+        _installed = True
