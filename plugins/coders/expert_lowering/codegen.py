@@ -1,0 +1,42 @@
+"""Source text helpers shared by the kernel emitters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Lines:
+    """An indented block of source lines."""
+
+    lines: list[str] = field(default_factory=list)
+    indent: int = 0
+
+    def __call__(self, *texts: str) -> "Lines":
+        for text in texts:
+            self.lines.append("    " * self.indent + text if text else "")
+        return self
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+@dataclass
+class Kernel:
+    """One emitted Triton kernel and how ``forward`` launches it."""
+
+    name: str
+    source: str  # the @triton.jit function
+    launch: list[str]  # forward lines (allocation done elsewhere) that launch it
+    helpers: set[str] = field(default_factory=set)
+
+
+def value_name(value: int, n_inputs: int) -> str:
+    """Name of a value's tensor in ``forward`` (``x0`` .. for inputs, ``v<k>`` for node values)."""
+    return f"x{value}" if value < n_inputs else f"v{value}"
+
+
+def offsets(index_names: list[str], stride_names: list[str]) -> str:
+    """``i0 * s0 + i1 * s1 ...`` (``0`` for a 0-d tensor)."""
+    terms = [f"{i} * {s}" for i, s in zip(index_names, stride_names)]
+    return " + ".join(terms) if terms else "0"

@@ -1,0 +1,222 @@
+"""Pointwise and row groups lowered to Triton kernels (masked, stride-aware, any rank)."""
+
+from __future__ import annotations
+
+from plugins.coders.expert_lowering.codegen import Kernel, Lines, offsets, value_name
+from plugins.coders.expert_lowering.errors import Unsupported
+from plugins.coders.expert_lowering.plan import ROW_REDUCTIONS, Group, Plan
+from plugins.coders.expert_lowering.pointwise import POINTWISE, pointwise_expr, round_to
+
+# Rows longer than this are not held in registers in one piece; the resident row kernel declines.
+MAX_RESIDENT_ROW = 16384
+
+
+def _node_lines(plan: Plan, value: int, k: Lines, helpers: set[str], row_group: bool) -> None:
+    """Kernel lines computing node ``value`` into ``v<value>`` (fp32, rounded as PyTorch rounds)."""
+    node = plan.node(value)
+    args = [f"v{a}" for a in node.args]
+    name = f"v{value}"
+    dtype = plan.program.dtype
+
+    def rnd(expr: str) -> str:
+        text, needed = round_to(dtype, expr)
+        helpers.update(needed)
+        return text
+
+    if node.op in POINTWISE:
+        helpers.update(POINTWISE[node.op].helpers)
+        k(f"{name} = {pointwise_expr(node.op, args, node.params)}")
+    elif row_group:
+        (a,) = args
+        t = f"_t{value}"
+        row_max = f"tl.max(tl.where(m2, {a}, float('-inf')), axis=1)[:, None]"
+        if node.op == "sum":
+            k(f"{name} = tl.sum(tl.where(m2, {a}, 0.0), axis=1)[:, None]")
+        elif node.op == "mean":
+            k(f"{name} = tl.sum(tl.where(m2, {a}, 0.0), axis=1)[:, None] / N")
+        elif node.op == "amax":
+            k(
+                f"{t}_max = {row_max}",
+                f"{t}_nan = tl.max(tl.where(m2 & ({a} != {a}), 1, 0), axis=1)[:, None]",
+                f"{name} = tl.where({t}_nan > 0, float('nan'), {t}_max)",
+            )
+        elif node.op == "logsumexp":
+            # ATen's composite: m = amax (0 where infinite); log(sum(exp(x - m))) + m, each step
+            # rounded to the tensor dtype.
+            shifted = rnd(f"{a} - {t}_max")
+            exps = rnd(f"tl.exp({shifted})")
+            total = rnd(f"tl.sum(tl.where(m2, {t}_exp, 0.0), axis=1)[:, None]")
+            log = rnd(f"tl.log({t}_sum)")
+            k(
+                f"{t}_max = {row_max}",
+                f"{t}_max = tl.where(tl.abs({t}_max) == float('inf'), 0.0, {t}_max)",
+                f"{t}_exp = {exps}",
+                f"{t}_sum = {total}",
+                f"{name} = {log} + {t}_max",
+            )
+        elif node.op == "softmax":
+            k(
+                f"{t}_max = {row_max}",
+                f"{t}_exp = tl.where(m2, tl.exp({a} - {t}_max), 0.0)",
+                f"{name} = {t}_exp / tl.sum({t}_exp, axis=1)[:, None]",
+            )
+        elif node.op == "log_softmax":
+            # PyTorch's CPU kernel rounds the row's sum and its log to the tensor dtype; CUDA's does not.
+            cpu_log = rnd(f"tl.log({rnd(f'{t}_sum')})")
+            k(
+                f"{t}_max = {row_max}",
+                f"{t}_sum = tl.sum(tl.where(m2, tl.exp({a} - {t}_max), 0.0), axis=1)[:, None]",
+                f"{t}_log = tl.log({t}_sum)",
+                "if ON_CPU:",
+                f"    {t}_log = {cpu_log}",
+                f"{name} = {a} - {t}_max - {t}_log",
+            )
+        else:
+            raise Unsupported(f"op {node.op!r} has no row lowering")
+    else:
+        raise Unsupported(f"op {node.op!r} cannot be fused into a pointwise kernel")
+    # PyTorch rounds every op's result to the tensor dtype; do the same so fp16/bf16 match it.
+    rounded = rnd(name)
+    if rounded != name:
+        k(f"{name} = {rounded}")
+
+
+def pointwise_kernel(plan: Plan, group: Group, index: int) -> Kernel:
+    """A flat kernel over every element of the group's shape; inputs at any strides."""
+    n_in = len(plan.program.inputs)
+    rank = len(group.shape)
+    name = f"_pointwise_{index}"
+    reads, outs = group.reads, group.outputs
+    params = [f"v{r}_ptr" for r in reads] + [f"v{o}_ptr" for o in outs] + ["numel"]
+    params += [f"D{d}" for d in range(rank)]
+    for r in reads:
+        params += [f"v{r}_s{d}" for d in range(rank)]
+    params += ["CONTIG: tl.constexpr", "ON_CPU: tl.constexpr", "BLOCK: tl.constexpr"]
+    k = Lines()
+    k("@triton.jit", f"def {name}({', '.join(params)}):")
+    k.indent = 1
+    k(
+        f"DT = v{outs[0]}_ptr.dtype.element_ty",
+        "pid = tl.program_id(0).to(tl.int64)",
+        "offs = pid * BLOCK + tl.arange(0, BLOCK)",
+        "mask = offs < numel",
+    )
+    index_names = [f"i{d}" for d in range(rank)]
+    if reads:
+        k("if CONTIG:")
+        for r in reads:
+            k(f"    v{r} = tl.load(v{r}_ptr + offs, mask=mask, other=0.0).to(tl.float32)")
+        k("else:")
+        k.indent = 2
+        k("rem = offs")
+        for d in reversed(range(rank)):
+            k(f"i{d} = rem % D{d}" if d else "i0 = rem")
+            if d:
+                k(f"rem = rem // D{d}")
+        for r in reads:
+            off = offsets(index_names, [f"v{r}_s{d}" for d in range(rank)])
+            k(f"v{r} = tl.load(v{r}_ptr + ({off}), mask=mask, other=0.0).to(tl.float32)")
+        k.indent = 1
+    helpers: set[str] = set()
+    for v in group.nodes:
+        _node_lines(plan, v, k, helpers, row_group=False)
+    for o in outs:
+        k(f"tl.store(v{o}_ptr + offs, v{o}.to(DT), mask=mask)")
+    args = [value_name(r, n_in) for r in reads] + [value_name(o, n_in) for o in outs]
+    shape = f"s{group.nodes[0]}"
+    contig = " and ".join(f"{value_name(r, n_in)}.is_contiguous()" for r in reads) or "True"
+    launch_args = args + [f"{value_name(outs[0], n_in)}.numel()"] + ([f"*{shape}"] if rank else [])
+    launch_args += [f"*{value_name(r, n_in)}.stride()" for r in reads if rank]
+    launch_args += [f"CONTIG={contig}", f"ON_CPU=not {args[0]}.is_cuda"]
+    first = value_name(outs[0], n_in)
+    launch = [
+        f"_block = 1024 if {first}.is_cuda else 16384",
+        f"{name}[(max(1, triton.cdiv({first}.numel(), _block)),)]({', '.join(launch_args)}, BLOCK=_block)",
+    ]
+    return Kernel(name, k.text(), launch, helpers)
+
+
+def row_kernel(plan: Plan, group: Group, index: int) -> Kernel:
+    """One program per ``BM`` rows; each row of length ``N`` is held whole in a ``BN`` tile."""
+    n_in = len(plan.program.inputs)
+    base = group.shape
+    rank = len(base)
+    if base[-1] > MAX_RESIDENT_ROW:
+        raise Unsupported(f"row of {base[-1]} elements exceeds the resident row limit {MAX_RESIDENT_ROW}")
+    name = f"_rows_{index}"
+    reads, outs = group.reads, group.outputs
+    read_kinds = {}
+    for r in reads:
+        shape = tuple(plan.shapes[r])
+        if shape == tuple(base):
+            read_kinds[r] = "row"
+        elif shape in (tuple(base[:-1]), tuple(base[:-1]) + (1,)):
+            read_kinds[r] = "scal"
+        else:
+            raise Unsupported(f"row kernel over {base} cannot read a tensor of shape {shape}")
+    params = [f"v{r}_ptr" for r in reads] + [f"v{o}_ptr" for o in outs] + ["M", "N"]
+    params += [f"D{d}" for d in range(rank - 1)]
+    for r in reads:
+        params += [f"v{r}_s{d}" for d in range(len(plan.shapes[r]))]
+    params += ["ON_CPU: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr"]
+    k = Lines()
+    k("@triton.jit", f"def {name}({', '.join(params)}):")
+    k.indent = 1
+    k(
+        f"DT = v{outs[0]}_ptr.dtype.element_ty",
+        "pid = tl.program_id(0).to(tl.int64)",
+        "rows = pid * BM + tl.arange(0, BM)",
+        "rmask = rows < M",
+        "cols = tl.arange(0, BN)",
+        "cmask = cols < N",
+        "m2 = rmask[:, None] & cmask[None, :]",
+        "rem = rows",
+    )
+    for d in reversed(range(rank - 1)):
+        if d:
+            k(f"i{d} = rem % D{d}", f"rem = rem // D{d}")
+        else:
+            k("i0 = rem")
+    outer = [f"i{d}" for d in range(rank - 1)]
+    for r in reads:
+        strides = [f"v{r}_s{d}" for d in range(rank - 1)]
+        row_off = offsets(outer, strides) if outer else "rows * 0"
+        if read_kinds[r] == "row":
+            k(
+                f"v{r} = tl.load(v{r}_ptr + ({row_off})[:, None] + cols[None, :] * v{r}_s{rank - 1}, "
+                f"mask=m2, other=0.0).to(tl.float32)"
+            )
+        else:
+            k(f"v{r} = tl.load(v{r}_ptr + ({row_off})[:, None], mask=rmask[:, None], other=0.0).to(tl.float32)")
+    helpers: set[str] = set()
+    for v in group.nodes:
+        _node_lines(plan, v, k, helpers, row_group=True)
+    for o in outs:
+        if group.kinds[o] == "row":
+            k(f"tl.store(v{o}_ptr + rows[:, None] * N + cols[None, :], v{o}.to(DT), mask=m2)")
+        else:
+            k(f"tl.store(v{o}_ptr + rows[:, None], v{o}.to(DT), mask=rmask[:, None])")
+    args = [value_name(r, n_in) for r in reads] + [value_name(o, n_in) for o in outs]
+    shape = f"_S{index}"
+    launch_args = args + ["_M", "_N"] + ([f"*{shape}[:-1]"] if rank > 1 else [])
+    launch_args += [f"*{value_name(r, n_in)}.stride()" for r in reads if len(plan.shapes[r])]
+    launch_args.append(f"ON_CPU=not {args[0]}.is_cuda")
+    launch = [
+        f"{shape} = {_base_shape_expr(plan, group)}",
+        f"_N = {shape}[-1]",
+        f"_M = _numel({shape}[:-1])",
+        "_BN = triton.next_power_of_2(max(1, _N))",
+        f"_BM = min(triton.next_power_of_2(max(1, _M)), max(1, (4096 if {args[0]}.is_cuda else 16384) // _BN))",
+        f"{name}[(max(1, triton.cdiv(_M, _BM)),)]({', '.join(launch_args)}, BM=_BM, BN=_BN)",
+    ]
+    return Kernel(name, k.text(), launch, helpers)
+
+
+def _base_shape_expr(plan: Plan, group: Group) -> str:
+    """The row group's base shape, from the shape variable of a value that has it."""
+    for v in group.reads + group.nodes:
+        if tuple(plan.shapes[v]) == tuple(group.shape) and (v in group.reads or group.kinds.get(v) == "row"):
+            return f"s{v}"
+    # A group whose every row-shaped value is internal and whose reads are all per-row cannot exist:
+    # a row op's operand is row-shaped and is either read or computed from reads.
+    raise Unsupported(f"row group over {group.shape} has no row-shaped value to take its shape from")

@@ -1,0 +1,104 @@
+"""Assemble a lowered program into a KernelBench ``ModelNew`` module."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from core.program import OpSpec, Program, _TORCH_DTYPE
+from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
+from plugins.coders.expert_lowering.elementwise_kernels import pointwise_kernel, row_kernel
+from plugins.coders.expert_lowering.errors import Unsupported
+from plugins.coders.expert_lowering.plan import ROW_REDUCTIONS, Plan, plan_program
+from plugins.coders.expert_lowering.pointwise import HELPERS, POINTWISE
+
+# Group kind -> kernel emitter. Anchor families (matmul, conv, pool ...) add themselves here.
+EMITTERS = {"pointwise": pointwise_kernel, "row": row_kernel}
+# Op name -> forward expression of its output shape from its operands' shape variables.
+SHAPE_RULES = {}
+
+SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
+
+_PRELUDE = '''"""Expert lowering of: {summary}
+
+Every op runs in the Triton kernels below; forward only allocates outputs, makes views and launches.
+"""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+'''
+
+
+def _shape_line(plan: Plan, value: int, n_in: int) -> str:
+    """``s<v> = ...``: the value's shape, computed in ``forward`` from its operands' shapes."""
+    if value < n_in:
+        return f"s{value} = tuple(x{value}.shape)"
+    node = plan.node(value)
+    a = [f"s{x}" for x in node.args]
+    if node.op in POINTWISE or node.op in ("softmax", "log_softmax"):
+        return f"s{value} = {a[0]}"
+    if node.op in ROW_REDUCTIONS:
+        keep = bool(node.params.get("keepdim", False))
+        return f"s{value} = {a[0]}[:-1] + (1,)" if keep else f"s{value} = {a[0]}[:-1]"
+    rule = SHAPE_RULES.get(node.op)
+    if rule is None:
+        raise Unsupported(f"op {node.op!r} has no shape rule in the expert lowering")
+    return f"s{value} = {rule(a, node.params)}"
+
+
+def lower_program(program: Program, catalog: Mapping[str, OpSpec]) -> str:
+    """The candidate module source for ``program``; raises :class:`Unsupported` with the reason."""
+    dtypes = {t.dtype for t in program.inputs}
+    if len(dtypes) > 1:
+        raise Unsupported(f"inputs of mixed dtypes {sorted(dtypes)}")
+    if program.dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"dtype {program.dtype!r} is not lowered (supported: {SUPPORTED_DTYPES})")
+    plan = plan_program(program, catalog)
+    n_in = len(program.inputs)
+    kernels: list[Kernel] = []
+    for index, group in enumerate(plan.groups):
+        emit = EMITTERS.get(group.kind)
+        if emit is None:
+            raise Unsupported(f"no kernel emitter for {group.kind!r} groups")
+        kernels.append(emit(plan, group, index))
+
+    init = Lines(indent=2)
+    for i, node in enumerate(program.nodes):
+        spec = catalog[node.op]
+        if spec.module is not None:
+            shapes = [plan.shapes[a] for a in node.args]
+            ctor = spec.module(shapes, node.params)
+            if program.dtype != "float32":
+                ctor = f"{ctor}.to({_TORCH_DTYPE[program.dtype]})"
+            init(f"self.m{n_in + i} = {ctor}")
+
+    fwd = Lines(indent=2)
+    stored = {o for g in plan.groups for o in g.outputs}
+    for v in range(n_in + len(program.nodes)):
+        fwd(_shape_line(plan, v, n_in))
+    for group, kernel in zip(plan.groups, kernels):
+        for o in group.outputs:
+            fwd(f"v{o} = torch.empty(s{o}, device=x0.device, dtype=x0.dtype)")
+        fwd(*kernel.launch)
+    assert program.output in stored
+    fwd(f"return {value_name(program.output, n_in)}")
+
+    helpers = sorted(set().union(*(k.helpers for k in kernels)))
+    parts = [_PRELUDE.format(summary=" -> ".join(program.ops))]
+    parts += ["\n" + HELPERS[h] for h in helpers]
+    parts += ["\n" + k.source for k in kernels]
+    args = ", ".join(f"x{i}" for i in range(n_in))
+    cls = Lines()
+    cls("", "class ModelNew(nn.Module):", "    def __init__(self):", "        super().__init__()")
+    cls.lines += init.lines
+    cls("", f"    def forward(self, {args}):")
+    cls.lines += fwd.lines
+    parts.append("\n" + cls.text())
+    return "\n".join(p.rstrip("\n") + "\n" for p in parts)

@@ -1,0 +1,176 @@
+"""Partition a program into fusion groups; each group becomes one Triton kernel.
+
+Values inside a group live in registers; a value leaves its group (is stored to memory) only when a
+later group reads it or it is the program's output.
+
+Group kinds:
+
+``pointwise``  elementwise ops over one shape, a flat masked kernel.
+``row``        ops over rows of a base shape ``S`` (row length ``S[-1]``): elementwise ops on whole
+               rows, row reductions (sum, mean, amax, logsumexp), softmax/log_softmax and norms over
+               the last dimension, and elementwise ops on the per-row results. Each value in a row
+               group is of kind ``row`` (shape ``S``) or ``scal`` (one value per row).
+other kinds    one "anchor" op (matmul, conv, pool, layout ...) with a fused elementwise epilogue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from core.program import OpSpec, Program, Shape
+from plugins.coders.expert_lowering.errors import Unsupported
+from plugins.coders.expert_lowering.pointwise import POINTWISE
+
+ROW_REDUCTIONS = ("sum", "mean", "amax", "logsumexp")
+ROW_MAPS = ("softmax", "log_softmax")
+ROW_OPS = ROW_REDUCTIONS + ROW_MAPS
+
+
+@dataclass
+class Group:
+    kind: str
+    shape: Shape  # pointwise: the shape of every value; row: the base shape S
+    nodes: list[int] = field(default_factory=list)  # value ids defined here, in order
+    kinds: dict[int, str] = field(default_factory=dict)  # row groups: value -> "row" | "scal"
+    outputs: list[int] = field(default_factory=list)  # values stored to memory
+    reads: list[int] = field(default_factory=list)  # values loaded from memory (inputs or earlier groups)
+    anchor: int | None = None  # the value of the anchor op (non-pointwise, non-row groups)
+
+    def defines(self, value: int) -> bool:
+        return value in self.nodes
+
+
+@dataclass
+class Plan:
+    program: Program
+    shapes: list[Shape]
+    groups: list[Group]
+    group_of: dict[int, int]  # value id -> index of the group defining it
+
+    def node(self, value: int):
+        return self.program.nodes[value - len(self.program.inputs)]
+
+
+def _row_kind_of_shape(shape: Shape, base: Shape) -> str | None:
+    if tuple(shape) == tuple(base):
+        return "row"
+    if tuple(shape) in (tuple(base[:-1]), tuple(base[:-1]) + (1,)):
+        return "scal"
+    return None
+
+
+def _check_reduction_params(op: str, params: Mapping[str, Any]) -> None:
+    allowed = {"keepdim"} if op in ROW_REDUCTIONS else set()
+    allowed |= {"dim"}
+    extra = set(params) - allowed
+    if extra:
+        raise Unsupported(f"{op}: parameters {sorted(extra)} are not understood by the expert lowering")
+    dim = params.get("dim", -1)
+    if dim not in (-1, None):
+        raise Unsupported(f"{op}: only the last dimension (dim=-1) is lowered, found dim={dim!r}")
+
+
+def _try_join(group: Group, op: str, value: int, args: tuple[int, ...], shapes: list[Shape]) -> bool:
+    """Add the node to ``group`` if the group can compute it in registers; return whether it did."""
+    out_shape = shapes[value]
+    if op in POINTWISE:
+        if group.kind == "pointwise":
+            if tuple(out_shape) != tuple(group.shape):
+                return False
+            if any(tuple(shapes[a]) != tuple(group.shape) for a in args):
+                return False
+            group.nodes.append(value)
+            return True
+        if group.kind == "row":
+            kinds = []
+            for a in args:
+                kind = group.kinds.get(a) or _row_kind_of_shape(shapes[a], group.shape)
+                if kind is None:
+                    return False
+                kinds.append(kind)
+            out_kind = "row" if "row" in kinds else "scal"
+            if _row_kind_of_shape(out_shape, group.shape) is None:
+                return False
+            group.nodes.append(value)
+            group.kinds[value] = out_kind
+            return True
+        if group.anchor is not None and group.kind in EPILOGUE_KINDS:
+            # Elementwise epilogue of an anchor op: every operand has the anchor's output shape.
+            anchor_shape = tuple(shapes[group.anchor])
+            if tuple(out_shape) != anchor_shape or any(tuple(shapes[a]) != anchor_shape for a in args):
+                return False
+            group.nodes.append(value)
+            return True
+        return False
+    if op in ROW_OPS:
+        (a,) = args
+        if group.kind == "pointwise" and group.defines(a) and len(shapes[a]) >= 1:
+            group.kind = "row"
+            group.kinds = {v: "row" for v in group.nodes}
+        if group.kind != "row" or group.kinds.get(a) != "row":
+            return False
+        group.nodes.append(value)
+        group.kinds[value] = "scal" if op in ROW_REDUCTIONS else "row"
+        return True
+    return False
+
+
+# Anchor kinds whose output an elementwise epilogue may extend (filled in by anchor lowerings).
+EPILOGUE_KINDS: set[str] = set()
+
+
+def _live_values(program: Program) -> set[int]:
+    """Values the output depends on (nodes outside this set are dead code)."""
+    n_in = len(program.inputs)
+    live = {program.output}
+    for i in reversed(range(len(program.nodes))):
+        if n_in + i in live:
+            live.update(program.nodes[i].args)
+    return live
+
+
+def plan_program(program: Program, catalog: Mapping[str, OpSpec]) -> Plan:
+    """Greedy fusion in program order: a node joins the last group when it can, else opens one."""
+    shapes = program.value_shapes(catalog)
+    n_in = len(program.inputs)
+    groups: list[Group] = []
+    group_of: dict[int, int] = {}
+    live = _live_values(program)
+    for i, node in enumerate(program.nodes):
+        value = n_in + i
+        if value not in live:
+            continue  # its result is never used: no kernel computes it
+        op = node.op
+        if op in ROW_OPS:
+            _check_reduction_params(op, node.params)
+            if len(shapes[node.args[0]]) == 0:
+                raise Unsupported(f"{op} of a 0-d tensor")
+        if groups and _try_join(groups[-1], op, value, node.args, shapes):
+            group_of[value] = len(groups) - 1
+            continue
+        if op in POINTWISE:
+            group = Group("pointwise", tuple(shapes[value]), [value])
+        elif op in ROW_OPS:
+            base = tuple(shapes[node.args[0]])
+            group = Group("row", base, [value], {value: "scal" if op in ROW_REDUCTIONS else "row"})
+        else:
+            raise Unsupported(f"op {op!r} ({catalog[op].family}) has no expert lowering yet")
+        groups.append(group)
+        group_of[value] = len(groups) - 1
+    # Which values cross group boundaries: stored by their producer, loaded by their consumers.
+    for i, node in enumerate(program.nodes):
+        if n_in + i not in live:
+            continue
+        consumer = group_of[n_in + i]
+        for a in node.args:
+            producer = group_of.get(a)
+            if producer != consumer:
+                if a not in groups[consumer].reads:
+                    groups[consumer].reads.append(a)
+                if producer is not None and a not in groups[producer].outputs:
+                    groups[producer].outputs.append(a)
+    out = program.output
+    if out not in groups[group_of[out]].outputs:
+        groups[group_of[out]].outputs.append(out)
+    return Plan(program, shapes, groups, group_of)

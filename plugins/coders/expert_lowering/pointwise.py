@@ -1,0 +1,135 @@
+"""Elementwise ops as Triton expressions over fp32 values.
+
+Each lowering takes the argument expressions (fp32 Triton values) and the node's parameters and
+returns one Triton expression. Semantics follow PyTorch, NaN and Inf included: NaN propagates
+through relu/clamp/leaky_relu, and GELU at +Inf follows the device's PyTorch (the CPU build returns
+NaN there; every kernel receives ``ON_CPU`` from ``forward`` for such device differences).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from plugins.coders.expert_lowering.errors import Unsupported
+
+# Triton helpers a candidate needs when it uses the named pointwise ops (emitted once per module).
+HELPERS: dict[str, str] = {
+    "_tanh": '''@triton.jit
+def _tanh(x):
+    # tanh from one exp of a non-positive argument: exact limits at +-Inf, NaN passes through;
+    # a short odd series near zero, where (1 - t) / (1 + t) would cancel.
+    a = tl.abs(x)
+    t = tl.exp(-2.0 * a)
+    r = (1.0 - t) / (1.0 + t)
+    a2 = a * a
+    series = a * (1.0 + a2 * (-0.3333333333333333 + a2 * (0.13333333333333333 + a2 * -0.05396825396825397)))
+    r = tl.where(a < 0.125, series, r)
+    return tl.where(x < 0, -r, r)
+''',
+    "_round_bf16": '''@triton.jit
+def _round_bf16(x):
+    # fp32 -> nearest bfloat16 (ties to even), kept in fp32: PyTorch rounds every op's result so.
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
+''',
+}
+
+
+@dataclass(frozen=True)
+class Pointwise:
+    """How one catalog op lowers: its arity, accepted parameters, expression and helpers."""
+
+    arity: int
+    params: frozenset[str]
+    expr: Callable[[Sequence[str], Mapping[str, Any]], str]
+    helpers: tuple[str, ...] = ()
+
+
+def _num(value: Any, name: str, op: str) -> str:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise Unsupported(f"{op}: parameter {name}={value!r} is not a number") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise Unsupported(f"{op}: parameter {name}={value!r} is not finite")
+    return repr(number)
+
+
+def _gelu(a: Sequence[str], p: Mapping[str, Any]) -> str:
+    x = a[0]
+    approx = p.get("approximate", "none")
+    if approx == "tanh":
+        return f"0.5 * {x} * (1.0 + _tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))"
+    if approx == "none":
+        exact = f"0.5 * {x} * (1.0 + tl.math.erf({x} * 0.7071067811865476))"
+        return f"tl.where(ON_CPU & ({x} == float('inf')), float('nan'), {exact})"
+    raise Unsupported(f"gelu: approximate={approx!r} is not 'none' or 'tanh'")
+
+
+def _softplus(a: Sequence[str], p: Mapping[str, Any]) -> str:
+    beta = _num(p.get("beta", 1.0), "beta", "softplus")
+    threshold = _num(p.get("threshold", 20.0), "threshold", "softplus")
+    if float(beta) == 0.0:
+        raise Unsupported("softplus: beta=0 divides by zero")
+    x = a[0]
+    return f"tl.where({x} * {beta} > {threshold}, {x}, tl.log(1.0 + tl.exp({x} * {beta})) / {beta})"
+
+
+def _clamp(a: Sequence[str], p: Mapping[str, Any]) -> str:
+    x = a[0]
+    lo, hi = p.get("min"), p.get("max")
+    if lo is None and hi is None:
+        raise Unsupported("clamp: neither min nor max given")
+    inner = x
+    if lo is not None:
+        inner = f"tl.maximum({inner}, {_num(lo, 'min', 'clamp')})"
+    if hi is not None:
+        inner = f"tl.minimum({inner}, {_num(hi, 'max', 'clamp')})"
+    return f"tl.where({x} != {x}, {x}, {inner})"
+
+
+POINTWISE: dict[str, Pointwise] = {
+    "add": Pointwise(2, frozenset(), lambda a, p: f"({a[0]} + {a[1]})"),
+    "sub": Pointwise(2, frozenset(), lambda a, p: f"({a[0]} - {a[1]})"),
+    "mul": Pointwise(2, frozenset(), lambda a, p: f"({a[0]} * {a[1]})"),
+    "scale": Pointwise(1, frozenset({"factor"}), lambda a, p: f"({a[0]} * {_num(p['factor'], 'factor', 'scale')})"),
+    "add_scalar": Pointwise(1, frozenset({"value"}), lambda a, p: f"({a[0]} + {_num(p['value'], 'value', 'add_scalar')})"),
+    "clamp": Pointwise(1, frozenset({"min", "max"}), _clamp),
+    "relu": Pointwise(1, frozenset(), lambda a, p: f"tl.where({a[0]} < 0.0, 0.0, {a[0]})"),
+    "gelu": Pointwise(1, frozenset({"approximate"}), _gelu, ("_tanh",)),
+    "silu": Pointwise(1, frozenset(), lambda a, p: f"({a[0]} * tl.sigmoid({a[0]}))"),
+    "sigmoid": Pointwise(1, frozenset(), lambda a, p: f"tl.sigmoid({a[0]})"),
+    "tanh": Pointwise(1, frozenset(), lambda a, p: f"_tanh({a[0]})", ("_tanh",)),
+    "softplus": Pointwise(1, frozenset({"beta", "threshold"}), _softplus),
+    "hardswish": Pointwise(
+        1, frozenset(), lambda a, p: f"({a[0]} * tl.minimum(tl.maximum({a[0]} + 3.0, 0.0), 6.0) / 6.0)"
+    ),
+    "leaky_relu": Pointwise(
+        1, frozenset({"negative_slope"}),
+        lambda a, p: f"tl.where({a[0]} < 0.0, {a[0]} * {_num(p.get('negative_slope', 0.01), 'negative_slope', 'leaky_relu')}, {a[0]})",
+    ),
+}
+
+
+def round_to(dtype: str, expr: str) -> tuple[str, set[str]]:
+    """``expr`` rounded to ``dtype`` and widened back to fp32 (a no-op for float32), and its helpers."""
+    if dtype == "float16":
+        return f"{expr}.to(tl.float16).to(tl.float32)", set()
+    if dtype == "bfloat16":
+        return f"_round_bf16({expr})", {"_round_bf16"}
+    return expr, set()
+
+
+def pointwise_expr(op: str, args: Sequence[str], params: Mapping[str, Any]) -> str:
+    """The Triton expression of ``op`` applied to ``args``; raises :class:`Unsupported` if unknown."""
+    spec = POINTWISE.get(op)
+    if spec is None:
+        raise Unsupported(f"op {op!r} has no pointwise lowering")
+    extra = set(params) - spec.params
+    if extra:
+        raise Unsupported(f"{op}: parameters {sorted(extra)} are not understood by the expert lowering")
+    if len(args) != spec.arity:
+        raise Unsupported(f"{op}: expected {spec.arity} operands, found {len(args)}")
+    return spec.expr(args, params)
