@@ -42,6 +42,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.devices",
     "plugins.curricula.adaptive",
     "plugins.coders.llm",
+    "plugins.coders.expert",
 )
 
 ENV_DISABLE_AUTOLOAD = "KERNELZERO_DISABLE_AUTOLOAD"
