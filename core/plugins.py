@@ -40,6 +40,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.curricula.builtin",
     "plugins.backends.cuda_backend",
     "plugins.devices",
+    "plugins.verifiers.performance",
+    "plugins.verifiers.sanitizer",
     "plugins.curricula.adaptive",
     "plugins.coders.llm",
     "plugins.coders.expert",

@@ -159,7 +159,7 @@ def roofline(
         floor_s=floor,
         sol_fraction=sol,
         bound="compute" if compute_s >= memory_s else "memory",
-        arithmetic_intensity=flops / min_bytes if min_bytes else float("inf") if flops else 0.0,
+        arithmetic_intensity=flops / min_bytes if min_bytes else 0.0,
         implausible=implausible,
         slack=slack,
         source=source,

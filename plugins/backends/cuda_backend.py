@@ -51,7 +51,8 @@ All of forward's arithmetic runs in your CUDA C kernels; PyTorch may only alloca
   level (compilation is lazy and cached). Mark kernels `extern "C" __global__` so
   `module.get_function("name")` finds them (or use `name_expressions=` for templates).
 - Launch on the tensors' memory: pass `tensor.data_ptr()` for pointers (they become 64-bit
-  pointers), `numpy.int64(n)` / `numpy.float32(v)` for scalars, on PyTorch's current stream.
+  pointers), `cp.int64(n)` / `cp.int32(n)` / `cp.float32(v)` for scalars (match the kernel's
+  parameter types exactly), on PyTorch's current stream. Import only torch and cupy.
 - Guard every index against the size (sizes are not multiples of your block size), use 64-bit
   indices for large tensors, and honour the input dtype (float32 unless the task says otherwise).
 - Allocate a fresh output every call; never reuse a previous result; do no work on other streams.
@@ -59,7 +60,6 @@ All of forward's arithmetic runs in your CUDA C kernels; PyTorch may only alloca
 Example (ReLU):
 
 ```python
-import numpy as np
 import cupy as cp
 import torch
 import torch.nn as nn
@@ -88,7 +88,7 @@ class ModelNew(nn.Module):
         blocks = (n + threads - 1) // threads
         kernel = _module.get_function("relu_kernel")
         with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            kernel((blocks,), (threads,), (x.data_ptr(), y.data_ptr(), np.int64(n)))
+            kernel((blocks,), (threads,), (x.data_ptr(), y.data_ptr(), cp.int64(n)))
         return y
 ```
 '''
@@ -658,11 +658,28 @@ class CudaBackend:
     def capabilities(self, device: str) -> frozenset[str]:
         return frozenset()  # memory/race checking on a GPU is compute-sanitizer's (plugins/verifiers/sanitizer.py)
 
+    def compiler_dirs(self) -> list[str]:
+        """Directories whose programs a worker may start (CuPy's ``backend='nvcc'`` runs nvcc)."""
+        import os
+        import shutil
+
+        nvcc = shutil.which("nvcc")
+        return [os.path.dirname(os.path.realpath(nvcc)), os.path.dirname(nvcc)] if nvcc else []
+
     # ---------------------------------------------------------------- worker side
     def prepare_worker(self, device: str) -> None:
-        """Import CuPy and install the recording, launch-counting RawModule/RawKernel classes."""
+        """Import CuPy, load NVRTC (and on a GPU the CUDA context), and install the recording,
+        launch-counting RawModule/RawKernel classes; all before any candidate code runs."""
         if self._recorder is None:
             self._recorder = CupyRecorder(dry=not device.startswith("cuda")).install()
+        if nvrtc.nvrtc_available():  # load the compiler library now, not under the sandbox guard
+            nvrtc.compile_to_ptx('extern "C" __global__ void kz_warm() {}', arch=self.target_arch(device))
+        if device.startswith("cuda"):
+            import cupy
+            import torch
+
+            torch.cuda.init()
+            cupy.cuda.runtime.getDeviceCount()
 
     def _log(self) -> LaunchLog:
         if self._recorder is None:

@@ -1,0 +1,184 @@
+"""compute-sanitizer as the GPU memory and race stages, for both backends (Triton and CUDA).
+
+On a GPU the Triton interpreter's bounds checks and shuffled program orders (the CPU memory and
+race stages) do not apply; NVIDIA's compute-sanitizer does the same jobs on the real hardware:
+
+* ``gpu_memcheck`` (memory stage): out-of-bounds and misaligned global/shared accesses, invalid
+  frees, device-side errors;
+* ``gpu_racecheck`` (race stage): shared-memory data hazards between threads of a block;
+* ``gpu_synccheck`` (race stage): invalid ``__syncthreads``/barrier use (divergent barriers).
+
+``collect`` runs in the candidate's sandboxed worker: it writes a small driver that imports the
+task and the candidate, draws inputs on the GPU and calls ``ModelNew.forward`` twice, and runs it
+under ``compute-sanitizer --tool <tool>`` with PyTorch's caching allocator off
+(``PYTORCH_NO_CUDA_MEMORY_CACHING=1``), so every tensor is its own allocation and an access past a
+tensor's end is out of bounds for the sanitizer too. ``evaluate`` (judging process) reads the
+error summary. A run that could not happen (no sanitizer, timeout) is recorded and does not reject.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core import hookimpl
+from core.evidence import MEMORY, RACES, Evidence
+from core.verdict import CheckResult
+
+_SUMMARY_RE = re.compile(r"=+\s*ERROR SUMMARY:\s*(\d+)\s+error", re.I)
+_RACE_SUMMARY_RE = re.compile(r"=+\s*RACECHECK SUMMARY:\s*\d+\s+hazards?\s+displayed\s*\((\d+)\s+errors?", re.I)
+_FINDING_RE = re.compile(r"^=+\s+((?:Invalid|Misaligned|Out of range|Program hit|Race|Error|Barrier|Divergent|"
+                         r"Uninitialized|Malloc|Free|Leaked|Warning|.*hazard).*)$", re.M | re.I)
+
+_DRIVER = r'''
+import sys, torch, importlib.util
+task_path, cand_path, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path); m = importlib.util.module_from_spec(spec)
+    sys.modules[name] = m; spec.loader.exec_module(m); return m
+task, cand = load(task_path, "kz_task"), load(cand_path, "kz_candidate")
+torch.manual_seed(seed)
+model = cand.ModelNew(*task.get_init_inputs())
+model = model.cuda().eval() if isinstance(model, torch.nn.Module) else model
+for i in range(2):
+    torch.manual_seed(seed + 1 + i)
+    with torch.device("cuda"):
+        inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
+    with torch.no_grad():
+        model(*inputs)
+    torch.cuda.synchronize()
+print("KZ_DRIVER_DONE")
+'''
+
+
+def parse_sanitizer_output(text: str) -> dict[str, Any]:
+    """Errors and the first findings from compute-sanitizer's report."""
+    errors = None
+    m = _SUMMARY_RE.search(text) or _RACE_SUMMARY_RE.search(text)
+    if m:
+        errors = int(m.group(1))
+    findings: list[str] = []
+    for f in _FINDING_RE.findall(text):
+        f = f.strip()
+        if f and f not in findings and not f.upper().startswith("ERROR SUMMARY"):
+            findings.append(f)
+    return {"errors": errors, "findings": findings[:16], "completed": "KZ_DRIVER_DONE" in text}
+
+
+def run_sanitizer(tool: str, task_source: str, candidate_path: str, scratch: Path, *, timeout_s: float,
+                  extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    exe = shutil.which("compute-sanitizer")
+    if exe is None:
+        for guess in ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer"):
+            if os.path.exists(guess):
+                exe = guess
+                break
+    if exe is None:
+        return {"skipped": "compute-sanitizer is not installed (it ships with the CUDA toolkit)"}
+    task_path, driver = scratch / "kz_sanitize_task.py", scratch / "kz_sanitize_driver.py"
+    task_path.write_text(task_source)
+    driver.write_text(_DRIVER)
+    env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+    cmd = [exe, "--tool", tool, "--print-limit", "20", *extra, sys.executable, str(driver), str(task_path),
+           candidate_path, str(int.from_bytes(os.urandom(3), "little"))]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=scratch, env=env)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"compute-sanitizer {tool} did not finish within {timeout_s:.0f} s"}
+    text = proc.stdout + "\n" + proc.stderr
+    parsed = parse_sanitizer_output(text)
+    parsed["returncode"] = proc.returncode
+    if parsed["errors"] is None and not parsed["completed"]:
+        parsed["skipped"] = f"the sanitized run failed before a report: {text.strip()[-400:]}"
+    elif not parsed["completed"]:
+        parsed["crashed"] = text.strip()[-400:]
+    return parsed
+
+
+@dataclass
+class _SanitizerCheck:
+    name: str = "gpu_memcheck"
+    stage: int = MEMORY
+    hard: bool = True
+    where: str = "worker"
+    needs: frozenset[str] = frozenset({"trials"})
+    tool: str = "memcheck"
+    timeout_s: float = 300.0
+    what: str = "out-of-bounds or misaligned memory access"
+
+    def applies(self, backend: str, device: str) -> bool:
+        return device == "cuda"
+
+    def _extra_args(self) -> tuple[str, ...]:
+        return ()
+
+    def collect(self, session: Any) -> dict[str, Any]:
+        from plugins.verifiers.performance import task_source_of
+
+        source = task_source_of(session)
+        path = getattr(getattr(session, "module", None), "__file__", None)
+        if source is None or not path or not os.path.exists(path):
+            return {"skipped": "the worker session exposes no task source or candidate file to sanitize"}
+        scratch = Path(getattr(getattr(session, "worker", None), "scratch", None) or os.path.dirname(path))
+        return run_sanitizer(self.tool, source, path, scratch, timeout_s=self.timeout_s, extra=self._extra_args())
+
+    def evaluate(self, evidence: Evidence) -> CheckResult:
+        data = evidence.extra.get(self.name) or {}
+        if data.get("error"):
+            return CheckResult(True, f"not checked: {data['error']}", data=data)
+        if data.get("skipped"):
+            return CheckResult(True, f"not checked: {data['skipped']}", data=data)
+        errors = data.get("errors") or 0
+        if errors:
+            first = (data.get("findings") or ["(no detail)"])[0]
+            return CheckResult(False, f"compute-sanitizer {self.tool}: {errors} error(s), {self.what}: {first}",
+                               data=data)
+        if data.get("crashed"):
+            return CheckResult(False, f"the candidate crashed under compute-sanitizer {self.tool}: "
+                                      f"{data['crashed'][-200:]}", data=data)
+        return CheckResult(True, f"compute-sanitizer {self.tool}: no errors in two calls", data=data)
+
+
+@dataclass
+class MemcheckCheck(_SanitizerCheck):
+    """compute-sanitizer memcheck: out-of-bounds/misaligned accesses, device-side errors (GPU)."""
+
+    name: str = "gpu_memcheck"
+    stage: int = MEMORY
+    tool: str = "memcheck"
+    what: str = "out-of-bounds or misaligned memory access"
+
+    def _extra_args(self) -> tuple[str, ...]:
+        return ("--leak-check", "no")
+
+
+@dataclass
+class RacecheckCheck(_SanitizerCheck):
+    """compute-sanitizer racecheck: shared-memory hazards between threads of a block (GPU)."""
+
+    name: str = "gpu_racecheck"
+    stage: int = RACES
+    tool: str = "racecheck"
+    what: str = "shared-memory data race"
+
+
+@dataclass
+class SynccheckCheck(_SanitizerCheck):
+    """compute-sanitizer synccheck: invalid or divergent barrier synchronisation (GPU)."""
+
+    name: str = "gpu_synccheck"
+    stage: int = RACES
+    tool: str = "synccheck"
+    what: str = "invalid barrier synchronisation"
+
+
+@hookimpl
+def register_verifiers(register):
+    for check in (MemcheckCheck, RacecheckCheck, SynccheckCheck):
+        register(check.name, check)

@@ -1,0 +1,125 @@
+"""The GPU stages' judge-side logic and report parsers, tested on CPU with synthetic evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.evidence import Evidence
+from core.task import Candidate, Task
+from plugins.verifiers.performance import PerformanceCheck, parse_ncu_csv, task_source_of, verdict_fields
+from plugins.verifiers.sanitizer import MemcheckCheck, RacecheckCheck, SynccheckCheck, parse_sanitizer_output
+
+NCU_CSV = '''==PROF== Connected to process 4242
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","4242","python3","127.0.0.1","relu_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","4,194,304"
+"0","4242","python3","127.0.0.1","relu_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","byte","4194304"
+"0","4242","python3","127.0.0.1","relu_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","3000"
+"0","4242","python3","127.0.0.1","relu_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","sm__throughput.avg.pct_of_peak_sustained_elapsed","%","20"
+"1","4242","python3","127.0.0.1","add_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","1000"
+"1","4242","python3","127.0.0.1","add_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","1000"
+"1","4242","python3","127.0.0.1","add_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","sm__throughput.avg.pct_of_peak_sustained_elapsed","%","60"
+==PROF== Disconnected from process 4242
+'''
+
+
+def test_ncu_csv_is_summed_over_kernels():
+    c = parse_ncu_csv(NCU_CSV)
+    assert c["dram_bytes"] == 2 * 4194304 + 1000
+    assert c["duration_s"] == pytest.approx(4e-6)
+    assert c["sm_throughput_pct"] == pytest.approx((20 * 3000 + 60 * 1000) / 4000)
+    assert c["kernels"] == 2
+    with pytest.raises(ValueError):
+        parse_ncu_csv("==PROF== nothing here\n")
+
+
+MEMCHECK_BAD = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at relu_kernel+0x90
+=========     by thread (255,0,0) in block (3,0,0)
+=========     Address 0x7f00001000 is out of bounds
+=========
+KZ_DRIVER_DONE
+========= ERROR SUMMARY: 3 errors
+"""
+RACE_BAD = """========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at reduce+0x120
+=========     and Read access at reduce+0x1a0 [16 hazards]
+KZ_DRIVER_DONE
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+CLEAN = "========= COMPUTE-SANITIZER\nKZ_DRIVER_DONE\n========= ERROR SUMMARY: 0 errors\n"
+
+
+def _evidence(extra):
+    task = Task(source="class Model: pass\n", flops=10, min_bytes=100)
+    ev = Evidence(task=task, candidate=Candidate(source="class ModelNew: pass\n"), backend="cuda", device="cuda")
+    ev.extra.update(extra)
+    return ev
+
+
+def test_sanitizer_reports_are_parsed():
+    bad = parse_sanitizer_output(MEMCHECK_BAD)
+    assert bad["errors"] == 3 and bad["completed"]
+    assert bad["findings"][0].startswith("Invalid __global__ write")
+    race = parse_sanitizer_output(RACE_BAD)
+    assert race["errors"] == 1 and "Race reported" in race["findings"][0]
+    assert parse_sanitizer_output(CLEAN)["errors"] == 0
+
+
+@pytest.mark.parametrize("check_cls", [MemcheckCheck, RacecheckCheck, SynccheckCheck])
+def test_sanitizer_checks_judge_reports(check_cls):
+    check = check_cls()
+    assert check.applies("triton", "cuda") and check.applies("cuda", "cuda") and not check.applies("triton", "cpu")
+    ok = check.evaluate(_evidence({check.name: parse_sanitizer_output(CLEAN)}))
+    assert ok.passed and "no errors" in ok.detail
+    failed = check.evaluate(_evidence({check.name: parse_sanitizer_output(MEMCHECK_BAD)}))
+    assert not failed.passed and "3 error(s)" in failed.detail and "Invalid __global__ write" in failed.detail
+    skipped = check.evaluate(_evidence({check.name: {"skipped": "compute-sanitizer is not installed"}}))
+    assert skipped.passed and "not checked" in skipped.detail
+
+
+def _perf(median=1.0, side=0.0, eager=2.0, implausible=False, mismatches=()):
+    timing = {"median_ms": median, "runs": 100, "side_stream_ms": side, "eager_ms": eager,
+              "speedup_eager": eager / median, "compile_ms": 1.5, "speedup_compile": 1.5 / median}
+    roof = {"implausible": implausible, "note": "below the floor" if implausible else "", "bandwidth_efficiency": 0.8,
+            "flops_utilisation": 0.01, "source": "events", "device": "H200"}
+    return {"performance": {"timing": timing, "roofline": roof, "mismatches": list(mismatches), "device": "NVIDIA H200"}}
+
+
+def test_performance_verdict_from_honest_timing():
+    check = PerformanceCheck()
+    assert check.applies("cuda", "cuda") and check.applies("triton", "cuda") and not check.applies("cuda", "cpu")
+    r = check.evaluate(_evidence(_perf()))
+    assert r.passed and "2.00x eager" in r.detail and "80% of peak bandwidth" in r.detail
+    timing, roof = verdict_fields(r.data)
+    assert timing["speedup_eager"] == 2.0 and roof["source"] == "events"
+
+
+@pytest.mark.parametrize("kw, expect", [
+    ({"side": 0.9, "median": 1.0}, "another stream"),
+    ({"mismatches": ["timed run 0: output differs"]}, "while being timed"),
+    ({"implausible": True}, "implausible"),
+])
+def test_performance_hacks_fail_and_are_flagged(kw, expect):
+    r = PerformanceCheck().evaluate(_evidence(_perf(**kw)))
+    assert not r.passed and r.hack and expect in r.detail
+
+
+def test_performance_soft_when_not_measurable_hard_when_candidate_fails():
+    check = PerformanceCheck()
+    assert check.evaluate(_evidence({})).passed
+    harness = check.evaluate(_evidence({"performance": {"error": "no task source", "blame": "harness"}}))
+    assert harness.passed and "not measured" in harness.detail
+    cand = check.evaluate(_evidence({"performance": {"error": "RuntimeError: boom", "blame": "candidate"}}))
+    assert not cand.passed and "boom" in cand.detail
+    assert not PerformanceCheck(reject_implausible=False).evaluate(_evidence(_perf(implausible=True))).hack
+
+
+def test_task_source_lookup_accepts_either_session_shape():
+    class S1:
+        task_source = "x = 1"
+
+    class S2:
+        task = Task(source="y = 2")
+
+    assert task_source_of(S1()) == "x = 1" and task_source_of(S2()) == "y = 2" and task_source_of(object()) is None
