@@ -40,3 +40,20 @@ def offsets(index_names: list[str], stride_names: list[str]) -> str:
     """``i0 * s0 + i1 * s1 ...`` (``0`` for a 0-d tensor)."""
     terms = [f"{i} * {s}" for i, s in zip(index_names, stride_names)]
     return " + ".join(terms) if terms else "0"
+
+
+# Module tensors a fused op reads: op -> (kernel parameter suffix, attribute of its nn.Module).
+MODULE_TENSORS: dict[str, tuple[tuple[str, str], ...]] = {
+    "batch_norm": (("w", "weight"), ("b", "bias"), ("rm", "running_mean"), ("rv", "running_var")),
+    "layer_norm": (("w", "weight"), ("b", "bias")),
+    "rms_norm": (("w", "weight"),),
+}
+
+
+def module_tensors(nodes: list[int], op_of) -> list[tuple[str, str]]:
+    """(kernel parameter, forward expression) of every module tensor the given nodes read."""
+    out = []
+    for v in nodes:
+        for suffix, attr in MODULE_TENSORS.get(op_of(v), ()):
+            out.append((f"p{v}_{suffix}", f"self.m{v}.{attr}"))
+    return out

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from plugins.coders.expert_lowering.codegen import Kernel, Lines, offsets, value_name
+from plugins.coders.expert_lowering.codegen import Kernel, Lines, module_tensors, offsets, value_name
 from plugins.coders.expert_lowering.errors import Unsupported
-from plugins.coders.expert_lowering.plan import ROW_REDUCTIONS, Group, Plan
+from plugins.coders.expert_lowering.plan import COPY_OP, Group, Plan
 from plugins.coders.expert_lowering.pointwise import POINTWISE, pointwise_expr, round_to
 
 # Rows longer than this are not held in registers in one piece; the resident row kernel declines.
@@ -23,7 +23,21 @@ def _node_lines(plan: Plan, value: int, k: Lines, helpers: set[str], row_group: 
         helpers.update(needed)
         return text
 
-    if node.op in POINTWISE:
+    if node.op == COPY_OP:
+        k(f"{name} = {args[0]}")
+    elif node.op == "batch_norm":
+        # Eval-mode batch norm over NCHW: per-channel running statistics and affine weights.
+        p = f"p{value}"
+        eps = float(node.params.get("eps", 1e-5))
+        k(
+            f"{p}_c = i1",
+            f"{p}_mean = tl.load({p}_rm + {p}_c, mask=mask, other=0.0).to(tl.float32)",
+            f"{p}_var = tl.load({p}_rv + {p}_c, mask=mask, other=1.0).to(tl.float32)",
+            f"{p}_wt = tl.load({p}_w + {p}_c, mask=mask, other=0.0).to(tl.float32)",
+            f"{p}_bs = tl.load({p}_b + {p}_c, mask=mask, other=0.0).to(tl.float32)",
+            f"{name} = ({args[0]} - {p}_mean) / tl.sqrt({p}_var + {eps!r}) * {p}_wt + {p}_bs",
+        )
+    elif node.op in POINTWISE:
         helpers.update(POINTWISE[node.op].helpers)
         k(f"{name} = {pointwise_expr(node.op, args, node.params)}")
     elif row_group:
@@ -54,6 +68,26 @@ def _node_lines(plan: Plan, value: int, k: Lines, helpers: set[str], row_group: 
                 f"{t}_sum = {total}",
                 f"{name} = {log} + {t}_max",
             )
+        elif node.op in ("layer_norm", "rms_norm"):
+            p = f"p{value}"
+            eps = float(node.params.get("eps", 1e-5 if node.op == "layer_norm" else 1e-6))
+            k(f"{p}_wt = tl.load({p}_w + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]")
+            if node.op == "layer_norm":
+                k(
+                    f"{p}_bs = tl.load({p}_b + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]",
+                    f"{t}_mean = tl.sum(tl.where(m2, {a}, 0.0), axis=1)[:, None] / N",
+                    f"{t}_dev = tl.where(m2, {a} - {t}_mean, 0.0)",
+                    f"{t}_rstd = 1.0 / tl.sqrt(tl.sum({t}_dev * {t}_dev, axis=1)[:, None] / N + {eps!r})",
+                    f"{name} = {t}_dev * {t}_rstd * {p}_wt + {p}_bs",
+                )
+            else:
+                # F.rms_norm: normalise in fp32, round to the dtype, then scale by the weight.
+                normed = rnd(f"{a} * {t}_rstd")
+                k(
+                    f"{t}_sq = tl.where(m2, {a} * {a}, 0.0)",
+                    f"{t}_rstd = 1.0 / tl.sqrt(tl.sum({t}_sq, axis=1)[:, None] / N + {eps!r})",
+                    f"{name} = {normed} * {p}_wt",
+                )
         elif node.op == "softmax":
             k(
                 f"{t}_max = {row_max}",
@@ -87,7 +121,9 @@ def pointwise_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     rank = len(group.shape)
     name = f"_pointwise_{index}"
     reads, outs = group.reads, group.outputs
-    params = [f"v{r}_ptr" for r in reads] + [f"v{o}_ptr" for o in outs] + ["numel"]
+    tensors = module_tensors(group.nodes, lambda v: plan.node(v).op)
+    needs_index = any(plan.node(v).op == "batch_norm" for v in group.nodes)
+    params = [f"v{r}_ptr" for r in reads] + [f"v{o}_ptr" for o in outs] + [t for t, _ in tensors] + ["numel"]
     params += [f"D{d}" for d in range(rank)]
     for r in reads:
         params += [f"v{r}_s{d}" for d in range(rank)]
@@ -102,17 +138,24 @@ def pointwise_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "mask = offs < numel",
     )
     index_names = [f"i{d}" for d in range(rank)]
+
+    def decompose() -> None:
+        k("rem = offs")
+        for d in reversed(range(rank)):
+            k(f"i{d} = rem % D{d}" if d else "i0 = rem")
+            if d:
+                k(f"rem = rem // D{d}")
+
+    if needs_index:
+        decompose()
     if reads:
         k("if CONTIG:")
         for r in reads:
             k(f"    v{r} = tl.load(v{r}_ptr + offs, mask=mask, other=0.0).to(tl.float32)")
         k("else:")
         k.indent = 2
-        k("rem = offs")
-        for d in reversed(range(rank)):
-            k(f"i{d} = rem % D{d}" if d else "i0 = rem")
-            if d:
-                k(f"rem = rem // D{d}")
+        if not needs_index:
+            decompose()
         for r in reads:
             off = offsets(index_names, [f"v{r}_s{d}" for d in range(rank)])
             k(f"v{r} = tl.load(v{r}_ptr + ({off}), mask=mask, other=0.0).to(tl.float32)")
@@ -125,10 +168,10 @@ def pointwise_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     args = [value_name(r, n_in) for r in reads] + [value_name(o, n_in) for o in outs]
     shape = f"s{group.nodes[0]}"
     contig = " and ".join(f"{value_name(r, n_in)}.is_contiguous()" for r in reads) or "True"
-    launch_args = args + [f"{value_name(outs[0], n_in)}.numel()"] + ([f"*{shape}"] if rank else [])
-    launch_args += [f"*{value_name(r, n_in)}.stride()" for r in reads if rank]
-    launch_args += [f"CONTIG={contig}", f"ON_CPU=not {args[0]}.is_cuda"]
     first = value_name(outs[0], n_in)
+    launch_args = args + [expr for _, expr in tensors] + [f"{first}.numel()"] + ([f"*{shape}"] if rank else [])
+    launch_args += [f"*{value_name(r, n_in)}.stride()" for r in reads if rank]
+    launch_args += [f"CONTIG={contig}", f"ON_CPU=not {first}.is_cuda"]
     launch = [
         f"_block = 1024 if {first}.is_cuda else 16384",
         f"{name}[(max(1, triton.cdiv({first}.numel(), _block)),)]({', '.join(launch_args)}, BLOCK=_block)",
@@ -154,7 +197,8 @@ def row_kernel(plan: Plan, group: Group, index: int) -> Kernel:
             read_kinds[r] = "scal"
         else:
             raise Unsupported(f"row kernel over {base} cannot read a tensor of shape {shape}")
-    params = [f"v{r}_ptr" for r in reads] + [f"v{o}_ptr" for o in outs] + ["M", "N"]
+    tensors = module_tensors(group.nodes, lambda v: plan.node(v).op)
+    params = [f"v{r}_ptr" for r in reads] + [f"v{o}_ptr" for o in outs] + [t for t, _ in tensors] + ["M", "N"]
     params += [f"D{d}" for d in range(rank - 1)]
     for r in reads:
         params += [f"v{r}_s{d}" for d in range(len(plan.shapes[r]))]
@@ -198,7 +242,7 @@ def row_kernel(plan: Plan, group: Group, index: int) -> Kernel:
             k(f"tl.store(v{o}_ptr + rows[:, None], v{o}.to(DT), mask=rmask[:, None])")
     args = [value_name(r, n_in) for r in reads] + [value_name(o, n_in) for o in outs]
     shape = f"_S{index}"
-    launch_args = args + ["_M", "_N"] + ([f"*{shape}[:-1]"] if rank > 1 else [])
+    launch_args = args + [expr for _, expr in tensors] + ["_M", "_N"] + ([f"*{shape}[:-1]"] if rank > 1 else [])
     launch_args += [f"*{value_name(r, n_in)}.stride()" for r in reads if len(plan.shapes[r])]
     launch_args.append(f"ON_CPU=not {args[0]}.is_cuda")
     launch = [

@@ -8,13 +8,27 @@ from core.program import OpSpec, Program, _TORCH_DTYPE
 from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
 from plugins.coders.expert_lowering.elementwise_kernels import pointwise_kernel, row_kernel
 from plugins.coders.expert_lowering.errors import Unsupported
-from plugins.coders.expert_lowering.plan import ROW_REDUCTIONS, Plan, plan_program
+from plugins.coders.expert_lowering.layout import COPY_HELPER, view_kernel
+from plugins.coders.expert_lowering.matmul_kernels import matmul_kernel
+from plugins.coders.expert_lowering.plan import COPY_OP, ROW_REDUCTIONS, Plan, plan_program
 from plugins.coders.expert_lowering.pointwise import HELPERS, POINTWISE
 
-# Group kind -> kernel emitter. Anchor families (matmul, conv, pool ...) add themselves here.
-EMITTERS = {"pointwise": pointwise_kernel, "row": row_kernel}
+# Group kind -> kernel emitter.
+EMITTERS = {"pointwise": pointwise_kernel, "row": row_kernel, "view": view_kernel, "matmul": matmul_kernel}
+ALL_HELPERS = dict(HELPERS, _strided_copy=COPY_HELPER)
+
+_SAME_SHAPE = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", COPY_OP)
+
 # Op name -> forward expression of its output shape from its operands' shape variables.
-SHAPE_RULES = {}
+SHAPE_RULES = {
+    "transpose": lambda a, p: f"{a[0]}[:-2] + ({a[0]}[-1], {a[0]}[-2])",
+    "permute": lambda a, p: "(" + ", ".join(f"{a[0]}[{int(d)}]" for d in p["dims"]) + ",)",
+    "flatten": lambda a, p: f"({a[0]}[0], _numel({a[0]}[1:]))",
+    "split_last": lambda a, p: f"{a[0]}[:-1] + ({a[0]}[-1] // {int(p['factor'])}, {int(p['factor'])})",
+    "linear": lambda a, p: f"{a[0]}[:-1] + ({int(p['out_features'])},)",
+    "matmul": lambda a, p: f"({a[0]}[0], {a[1]}[1])",
+    "bmm": lambda a, p: f"({a[0]}[0], {a[0]}[1], {a[1]}[2])",
+}
 
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -42,7 +56,7 @@ def _shape_line(plan: Plan, value: int, n_in: int) -> str:
         return f"s{value} = tuple(x{value}.shape)"
     node = plan.node(value)
     a = [f"s{x}" for x in node.args]
-    if node.op in POINTWISE or node.op in ("softmax", "log_softmax"):
+    if node.op in POINTWISE or node.op in _SAME_SHAPE:
         return f"s{value} = {a[0]}"
     if node.op in ROW_REDUCTIONS:
         keep = bool(node.params.get("keepdim", False))
@@ -81,19 +95,20 @@ def lower_program(program: Program, catalog: Mapping[str, OpSpec]) -> str:
 
     fwd = Lines(indent=2)
     stored = {o for g in plan.groups for o in g.outputs}
-    for v in range(n_in + len(program.nodes)):
+    for v in list(range(n_in)) + sorted(plan.group_of):
         fwd(_shape_line(plan, v, n_in))
     for group, kernel in zip(plan.groups, kernels):
-        for o in group.outputs:
-            fwd(f"v{o} = torch.empty(s{o}, device=x0.device, dtype=x0.dtype)")
+        if group.kind != "view":
+            for o in group.outputs:
+                fwd(f"v{o} = torch.empty(s{o}, device=x0.device, dtype=x0.dtype)")
         fwd(*kernel.launch)
-    assert program.output in stored
-    fwd(f"return {value_name(program.output, n_in)}")
+    assert plan.output in stored
+    fwd(f"return {value_name(plan.output, n_in)}")
 
     helpers = sorted(set().union(*(k.helpers for k in kernels)))
     parts = [_PRELUDE.format(summary=" -> ".join(program.ops))]
-    parts += ["\n" + HELPERS[h] for h in helpers]
-    parts += ["\n" + k.source for k in kernels]
+    parts += ["\n" + ALL_HELPERS[h] for h in helpers]
+    parts += ["\n" + k.source for k in kernels if k.source]
     args = ", ".join(f"x{i}" for i in range(n_in))
     cls = Lines()
     cls("", "class ModelNew(nn.Module):", "    def __init__(self):", "        super().__init__()")

@@ -18,13 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from core.program import OpSpec, Program, Shape
+from core.program import Node, OpSpec, Program, Shape
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.pointwise import POINTWISE
 
 ROW_REDUCTIONS = ("sum", "mean", "amax", "logsumexp")
-ROW_MAPS = ("softmax", "log_softmax")
+ROW_NORMS = ("layer_norm", "rms_norm")  # row -> row, with affine weights over the last dim
+ROW_MAPS = ("softmax", "log_softmax") + ROW_NORMS
 ROW_OPS = ROW_REDUCTIONS + ROW_MAPS
+CHANNEL_OPS = ("batch_norm",)  # pointwise over NCHW with per-channel parameters (eval mode)
+LAYOUT_OPS = ("transpose", "permute", "flatten", "split_last")  # views (or a copy, then a view)
+MATMUL_OPS = ("linear", "matmul", "bmm")
+COPY_OP = "_copy"  # a synthetic identity node: materialises an output that would alias an input
 
 
 @dataclass
@@ -47,8 +52,12 @@ class Plan:
     shapes: list[Shape]
     groups: list[Group]
     group_of: dict[int, int]  # value id -> index of the group defining it
+    extra: dict[int, Node] = field(default_factory=dict)  # synthetic nodes (an output copy)
+    output: int = -1  # the value forward returns
 
-    def node(self, value: int):
+    def node(self, value: int) -> Node:
+        if value in self.extra:
+            return self.extra[value]
         return self.program.nodes[value - len(self.program.inputs)]
 
 
@@ -71,10 +80,16 @@ def _check_reduction_params(op: str, params: Mapping[str, Any]) -> None:
         raise Unsupported(f"{op}: only the last dimension (dim=-1) is lowered, found dim={dim!r}")
 
 
+def is_pointwise(op: str) -> bool:
+    return op in POINTWISE or op in CHANNEL_OPS or op == COPY_OP
+
+
 def _try_join(group: Group, op: str, value: int, args: tuple[int, ...], shapes: list[Shape]) -> bool:
     """Add the node to ``group`` if the group can compute it in registers; return whether it did."""
     out_shape = shapes[value]
-    if op in POINTWISE:
+    if op in CHANNEL_OPS and group.kind != "pointwise":
+        return False
+    if is_pointwise(op):
         if group.kind == "pointwise":
             if tuple(out_shape) != tuple(group.shape):
                 return False
@@ -95,6 +110,8 @@ def _try_join(group: Group, op: str, value: int, args: tuple[int, ...], shapes: 
             group.nodes.append(value)
             group.kinds[value] = out_kind
             return True
+        if op in CHANNEL_OPS:
+            return False
         if group.anchor is not None and group.kind in EPILOGUE_KINDS:
             # Elementwise epilogue of an anchor op: every operand has the anchor's output shape.
             anchor_shape = tuple(shapes[group.anchor])
@@ -116,8 +133,14 @@ def _try_join(group: Group, op: str, value: int, args: tuple[int, ...], shapes: 
     return False
 
 
-# Anchor kinds whose output an elementwise epilogue may extend (filled in by anchor lowerings).
-EPILOGUE_KINDS: set[str] = set()
+# Anchor kinds whose output an elementwise epilogue may extend.
+EPILOGUE_KINDS: set[str] = {"matmul"}
+
+
+def _check_params(op: str, params: Mapping[str, Any], allowed: set[str]) -> None:
+    extra = set(params) - allowed
+    if extra:
+        raise Unsupported(f"{op}: parameters {sorted(extra)} are not understood by the expert lowering")
 
 
 def _live_values(program: Program) -> set[int]:
@@ -142,18 +165,27 @@ def plan_program(program: Program, catalog: Mapping[str, OpSpec]) -> Plan:
         if value not in live:
             continue  # its result is never used: no kernel computes it
         op = node.op
-        if op in ROW_OPS:
+        if op in ROW_OPS and op not in ROW_NORMS:
             _check_reduction_params(op, node.params)
             if len(shapes[node.args[0]]) == 0:
                 raise Unsupported(f"{op} of a 0-d tensor")
+        if op in ROW_NORMS:
+            _check_params(op, node.params, {"eps"})
+        if op in CHANNEL_OPS:
+            _check_params(op, node.params, {"eps"})
         if groups and _try_join(groups[-1], op, value, node.args, shapes):
             group_of[value] = len(groups) - 1
             continue
-        if op in POINTWISE:
+        if is_pointwise(op):
             group = Group("pointwise", tuple(shapes[value]), [value])
         elif op in ROW_OPS:
             base = tuple(shapes[node.args[0]])
             group = Group("row", base, [value], {value: "scal" if op in ROW_REDUCTIONS else "row"})
+        elif op in LAYOUT_OPS:
+            group = Group("view", tuple(shapes[value]), [value], anchor=value)
+        elif op in MATMUL_OPS:
+            _check_params(op, node.params, {"out_features", "bias"} if op == "linear" else set())
+            group = Group("matmul", tuple(shapes[value]), [value], anchor=value)
         else:
             raise Unsupported(f"op {op!r} ({catalog[op].family}) has no expert lowering yet")
         groups.append(group)
@@ -171,6 +203,17 @@ def plan_program(program: Program, catalog: Mapping[str, OpSpec]) -> Plan:
                 if producer is not None and a not in groups[producer].outputs:
                     groups[producer].outputs.append(a)
     out = program.output
+    extra: dict[int, Node] = {}
+    if groups[group_of[out]].kind == "view":
+        # The output would be a view (of an input, or of a kernel's result): copy it out with a
+        # kernel, so the caller gets a fresh tensor and some kernel did the work.
+        copy = len(shapes)
+        extra[copy] = Node(COPY_OP, (out,))
+        shapes.append(tuple(shapes[out]))
+        groups.append(Group("pointwise", tuple(shapes[out]), [copy], reads=[out]))
+        group_of[copy] = len(groups) - 1
+        groups[group_of[out]].outputs.append(out)
+        out = copy
     if out not in groups[group_of[out]].outputs:
         groups[group_of[out]].outputs.append(out)
-    return Plan(program, shapes, groups, group_of)
+    return Plan(program, shapes, groups, group_of, extra, out)

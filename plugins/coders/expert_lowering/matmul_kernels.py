@@ -1,0 +1,163 @@
+"""linear / matmul / bmm as one batched tl.dot kernel with a fused elementwise epilogue.
+
+Every operand is read through its strides (a transposed or offset view needs no copy); the bias
+and any elementwise ops after the product (activations, a residual add) run on the accumulator
+tile before the single store. fp32 products use IEEE fp32 dot (PyTorch's default, no TF32).
+On a GPU the tile sizes are autotuned; in the interpreter they are fixed and small.
+"""
+
+from __future__ import annotations
+
+from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
+from plugins.coders.expert_lowering.errors import Unsupported
+from plugins.coders.expert_lowering.plan import Group, Plan
+
+GPU_CONFIGS = (
+    # (BM, BN, BK, GROUP_M, num_warps, num_stages)
+    (128, 128, 32, 8, 4, 4),
+    (128, 64, 32, 8, 4, 4),
+    (64, 128, 32, 8, 4, 4),
+    (128, 256, 64, 8, 8, 3),
+    (64, 64, 64, 8, 4, 3),
+    (32, 64, 32, 8, 2, 5),
+)
+
+
+def _operands(plan: Plan, group: Group) -> tuple[list[str], dict[str, str]]:
+    """Forward lines that bind the GEMM view of the anchor op: _A, _B, batch, M, N, K, strides."""
+    n_in = len(plan.program.inputs)
+    anchor = plan.node(group.anchor)
+    a = value_name(anchor.args[0], n_in)
+    i = group.anchor
+    if anchor.op == "linear":
+        rank = len(plan.shapes[anchor.args[0]])
+        lines = [
+            f"_W{i} = self.m{i}.weight",
+            f"_batch{i}, _M{i}, _K{i} = ({a}.shape[0] if {a}.dim() == 3 else 1), {a}.shape[-2], {a}.shape[-1]",
+            f"_N{i} = _W{i}.shape[0]",
+            f"_sa{i} = (({a}.stride(0) if {a}.dim() == 3 else 0), {a}.stride(-2), {a}.stride(-1))",
+            f"_sb{i} = (0, _W{i}.stride(1), _W{i}.stride(0))",
+        ]
+        if rank not in (2, 3):
+            raise Unsupported(f"linear of a rank-{rank} input")
+        return lines, {"a": a, "b": f"_W{i}", "bias": f"self.m{i}.bias" if anchor.params.get("bias", True) else ""}
+    b = value_name(anchor.args[1], n_in)
+    if anchor.op == "matmul":
+        lines = [
+            f"_batch{i}, _M{i}, _K{i}, _N{i} = 1, {a}.shape[0], {a}.shape[1], {b}.shape[1]",
+            f"_sa{i} = (0, {a}.stride(0), {a}.stride(1))",
+            f"_sb{i} = (0, {b}.stride(0), {b}.stride(1))",
+        ]
+    elif anchor.op == "bmm":
+        lines = [
+            f"_batch{i}, _M{i}, _K{i}, _N{i} = {a}.shape[0], {a}.shape[1], {a}.shape[2], {b}.shape[2]",
+            f"_sa{i} = tuple({a}.stride())",
+            f"_sb{i} = tuple({b}.stride())",
+        ]
+    else:
+        raise Unsupported(f"op {anchor.op!r} is not a matmul")
+    return lines, {"a": a, "b": b, "bias": ""}
+
+
+def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
+    from plugins.coders.expert_lowering.elementwise_kernels import _node_lines  # shared node emitter
+
+    n_in = len(plan.program.inputs)
+    anchor_value = group.anchor
+    anchor = plan.node(anchor_value)
+    out_rank = len(plan.shapes[anchor_value])
+    bind, ops = _operands(plan, group)
+    a_value = anchor.args[0]
+    b_value = anchor.args[1] if anchor.op != "linear" else None
+    # Epilogue reads: every read except the GEMM operands themselves (unless also read elementwise).
+    operand_values = {a_value} | ({b_value} if b_value is not None else set())
+    epilogue_nodes = [v for v in group.nodes if v != anchor_value]
+    ext = [r for r in group.reads if r not in operand_values or
+           any(r in plan.node(v).args for v in epilogue_nodes)]
+    outs = group.outputs
+    has_bias = bool(ops["bias"])
+    name = f"_matmul_{index}"
+    params = ["a_ptr", "b_ptr"] + (["bias_ptr"] if has_bias else [])
+    params += [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
+    params += ["BATCH", "M", "N", "K", "sa0", "sa1", "sa2", "sb0", "sb1", "sb2"]
+    for r in ext:
+        params += [f"v{r}_s{d}" for d in range(out_rank)]
+    params += ["ON_CPU: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr", "BK: tl.constexpr",
+               "GROUP_M: tl.constexpr"]
+    dtype = plan.program.dtype
+    precision = ', input_precision="ieee"' if dtype == "float32" else ""
+    k = Lines()
+    k("@triton.jit", f"def {name}({', '.join(params)}):")
+    k.indent = 1
+    k(
+        f"DT = v{outs[0]}_ptr.dtype.element_ty",
+        "pid = tl.program_id(0)",
+        "bid = tl.program_id(1).to(tl.int64)",
+        # Grouped ordering: consecutive programs share rows of A (better L2 reuse on a GPU).
+        "num_m = tl.cdiv(M, BM)",
+        "num_n = tl.cdiv(N, BN)",
+        "group_size = GROUP_M * num_n",
+        "first_m = (pid // group_size) * GROUP_M",
+        "rows_in_group = tl.minimum(num_m - first_m, GROUP_M)",
+        "pm = first_m + (pid % group_size) % rows_in_group",
+        "pn = (pid % group_size) // rows_in_group",
+        "rm = pm * BM + tl.arange(0, BM)",
+        "rn = pn * BN + tl.arange(0, BN)",
+        "rk = tl.arange(0, BK)",
+        "m_limit = tl.where(bid < BATCH, M, 0)",
+        "mask_m = rm < m_limit",
+        "mask_n = rn < N",
+        "a_base = a_ptr + bid * sa0",
+        "b_base = b_ptr + bid * sb0",
+        "acc = tl.zeros((BM, BN), dtype=tl.float32)",
+        "for k0 in range(0, K, BK):",
+        "    kk = k0 + rk",
+        "    a = tl.load(a_base + rm[:, None] * sa1 + kk[None, :] * sa2, mask=mask_m[:, None] & (kk[None, :] < K), other=0.0)",
+        "    b = tl.load(b_base + kk[:, None] * sb1 + rn[None, :] * sb2, mask=(kk[:, None] < K) & mask_n[None, :], other=0.0)",
+        # The interpreter's dot mishandles bfloat16 operands; there, widen them first (exact).
+        "    if ON_CPU:",
+        "        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=\"ieee\")",
+        "    else:",
+        f"        acc = tl.dot(a, b, acc{precision})",
+        "mask = mask_m[:, None] & mask_n[None, :]",
+    )
+    if has_bias:
+        k(f"acc = acc + tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]")
+    from plugins.coders.expert_lowering.pointwise import round_to
+
+    helpers: set[str] = set()
+    rounded, needed = round_to(dtype, "acc")
+    helpers.update(needed)
+    k(f"v{anchor_value} = {rounded}")
+    out_idx = ["bid", "rm[:, None]", "rn[None, :]"][-out_rank:]
+    for r in ext:
+        off = " + ".join(f"{i} * v{r}_s{d}" for d, i in enumerate(out_idx))
+        k(f"v{r} = tl.load(v{r}_ptr + {off}, mask=mask, other=0.0).to(tl.float32)")
+    for v in epilogue_nodes:
+        _node_lines(plan, v, k, helpers, row_group=False)
+    for o in outs:
+        k(f"tl.store(v{o}_ptr + bid * M * N + rm[:, None] * N + rn[None, :], v{o}.to(DT), mask=mask)")
+
+    i = anchor_value
+    call_args = [ops["a"], ops["b"]] + ([ops["bias"]] if has_bias else [])
+    call_args += [value_name(r, n_in) for r in ext] + [value_name(o, n_in) for o in outs]
+    call_args += [f"_batch{i}", f"_M{i}", f"_N{i}", f"_K{i}", f"*_sa{i}", f"*_sb{i}"]
+    call_args += [f"*{value_name(r, n_in)}.stride()" for r in ext]
+    call_args += [f"ON_CPU=not {ops['a']}.is_cuda"]
+    joined = ", ".join(call_args)
+    launch = bind + [
+        f"if {ops['a']}.is_cuda:",
+        f"    {name}_tuned[lambda META: (max(1, triton.cdiv(_M{i}, META['BM']) * triton.cdiv(_N{i}, META['BN'])), "
+        f"max(1, _batch{i}))]({joined})",
+        "else:",
+        f"    _bm, _bn, _bk = (min(64, max(16, triton.next_power_of_2(d))) for d in (_M{i}, _N{i}, _K{i}))",
+        f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(_N{i}, _bn)), max(1, _batch{i}))]({joined}, "
+        "BM=_bm, BN=_bn, BK=_bk, GROUP_M=8)",
+    ]
+    configs = ", ".join(
+        f"triton.Config({{'BM': {bm}, 'BN': {bn}, 'BK': {bk}, 'GROUP_M': {g}}}, num_warps={w}, num_stages={st})"
+        for bm, bn, bk, g, w, st in GPU_CONFIGS
+    )
+    tuned = (f"\n{name}_tuned = triton.autotune(configs=[{configs}], key=['M', 'N', 'K'])({name}) "
+             f"if torch.cuda.is_available() else None\n")
+    return Kernel(name, k.text() + tuned, launch, helpers)
