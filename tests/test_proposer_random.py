@@ -130,3 +130,29 @@ def test_degenerate_filter_rejects_what_it_should():
 def test_proposed_tasks_are_not_degenerate():
     for task in RandomProposer(seed=2, max_ops=3).propose(40, CurriculumState(max_tier=3)):
         assert not degeneracy(task, allow_empty=task.adversarial is not None and "zero_size_dim" in task.adversarial)
+
+
+def test_adversarial_tags_describe_the_task():
+    proposer = RandomProposer(seed=21, max_ops=2, adversarial_share=1.0)
+    seen = set()
+    for task in proposer.propose(60, CurriculumState(max_tier=2)):
+        program = Program.from_dict(task.program)
+        first = program.inputs[0]
+        tags = set(task.adversarial)
+        seen |= tags
+        if "zero_size_dim" in tags:
+            assert first.shape[0] == 0
+        if "size_one_dim" in tags:
+            assert 1 in first.shape
+        if "non_power_of_two" in tags:
+            assert all(d % 2 == 1 and d > 1 for t in program.inputs for d in t.shape)
+        if "transposed_input" in tags:
+            assert first.layout == "transposed"
+        if "offset_input" in tags:
+            assert first.layout == "offset"
+        if "nan_inf" in tags:
+            assert first.distribution == "specials"
+        if tags & {"large_magnitude", "tiny_magnitude"}:
+            assert first.scale != 1.0
+        check_task(task, CATALOG)
+    assert len(seen) >= 7, seen

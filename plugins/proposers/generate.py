@@ -25,6 +25,10 @@ from plugins.proposers.validate import degeneracy
 EDGE_CASES = ("zero_size_dim", "size_one_dim", "non_power_of_two", "transposed_input", "strided_input",
               "offset_input", "large_magnitude", "tiny_magnitude", "nan_inf")
 
+# Edge cases that set the same thing (a dim's size, the layout, the scale) and so cannot be combined.
+_EXCLUSIVE = ({"zero_size_dim", "size_one_dim", "non_power_of_two"},
+              {"transposed_input", "strided_input", "offset_input"}, {"large_magnitude", "tiny_magnitude"})
+
 # A policy is asked for the next op: (builder, eligible op names, step index, target op count)
 # -> op name, or None to stop. The target is a random length in [min_ops, max_ops] a policy may use.
 Policy = Callable[[ProgramBuilder, Sequence[str], int, int], "str | None"]
@@ -150,8 +154,8 @@ class TaskFactory:
         """Choose one or two edge cases and impose them (hard z3 conditions or input specs)."""
         first = builder.inputs[0]
         kinds = rng.sample(EDGE_CASES, 2) if rng.random() < 0.3 else [rng.choice(EDGE_CASES)]
-        if "zero_size_dim" in kinds and "size_one_dim" in kinds:
-            kinds.remove("size_one_dim")
+        if len(kinds) == 2 and any(set(kinds) <= group for group in _EXCLUSIVE):
+            kinds = kinds[:1]  # two edge cases of one kind would overwrite each other
         tags = []
         for kind in kinds:
             if kind == "zero_size_dim":
