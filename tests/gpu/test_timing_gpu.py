@@ -1,0 +1,58 @@
+"""The honest GPU timer on a real GPU: bandwidth sanity, side streams charged, repeatability."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.timing import GpuTimer, TimingPolicy, relative_spread, time_gpu
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible")]
+
+
+@pytest.fixture(scope="module")
+def big():
+    return torch.randn(128 * 1024 * 1024, device="cuda")  # 512 MiB: ~0.25 ms to read + write
+
+
+def test_a_copy_runs_near_the_measured_bandwidth(big):
+    r = time_gpu(lambda a: a * 2.0, [big])
+    bandwidth = 2 * big.numel() * 4 / (r.median_ms / 1e3)
+    assert 1.0e12 < bandwidth < 5.0e12, bandwidth
+    assert r.side_stream_ms < 0.02
+    assert r.stats.runs >= 10 and r.fresh_inputs
+
+
+def test_work_hidden_on_a_side_stream_is_charged_not_hidden(big):
+    side = torch.cuda.Stream()
+
+    def sneaky(a):
+        with torch.cuda.stream(side):
+            return a * 2.0
+
+    honest = time_gpu(lambda a: a * 2.0, [big])
+    hidden = time_gpu(sneaky, [big])
+    # what a naive timer sees: events on the current stream around the call
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    sneaky(big)
+    end.record()
+    torch.cuda.synchronize()
+    naive = start.elapsed_time(end)
+    assert naive < 0.5 * honest.median_ms  # the trick is real ...
+    assert hidden.median_ms > 0.8 * honest.median_ms  # ... and does not pay here
+    assert hidden.side_stream_ms > 0.5 * honest.median_ms
+
+
+def test_repeated_timings_agree_within_one_percent(big):
+    x = big[: 32 * 1024 * 1024]  # 128 MiB: ~60 us
+    medians = [time_gpu(lambda a: a * 2.0, [x]).median_ms for _ in range(7)]
+    assert min(medians) >= 0.05, medians  # the target applies to kernels of 50 us or more
+    assert relative_spread(medians) <= 0.01, medians
+
+
+def test_overhead_calibration_is_small_and_stable():
+    timer = GpuTimer(TimingPolicy())
+    assert 0.0 <= timer.overhead_ms() < 0.2
