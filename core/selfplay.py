@@ -138,7 +138,8 @@ class SelfPlay:
                 progress.console.print(
                     f"round {r}: tasks {m['tasks']:.0f}, attempts {m['attempts']:.0f}, "
                     f"pass rate {m['pass_rate']:.3f}, mean reward {m['mean_reward']:.3f}, "
-                    f"declined {m['declined']:.0f}, {m['seconds']:.1f}s"
+                    f"declined {m['declined']:.0f}, {m['seconds']:.1f}s",
+                    soft_wrap=True,
                 )
                 if self.out_dir is not None:
                     self._write_round(result)
