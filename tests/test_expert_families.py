@@ -14,7 +14,24 @@ from plugins.proposers.common import render_source
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
+def _conv(oc, k, s, p, d, g):
+    return {"out_channels": oc, "kernel_size": k, "stride": s, "padding": p, "dilation": d, "groups": g}
+
+
 CASES = {
+    # conv2d as implicit GEMM (stride, padding, dilation, groups), pooling, fused epilogues
+    "conv3x3": Program([T((2, 4, 9, 9))], [N("conv2d", (0,), _conv(8, 3, 1, 1, 1, 1))]),
+    "conv_grouped_dilated_transposed_relu": Program([T((2, 4, 9, 11), layout="transposed")],
+                                                    [N("conv2d", (0,), _conv(8, 3, 2, 2, 2, 2)), N("relu", (1,))]),
+    "conv1x1_fp16_groups4": Program([T((2, 8, 7, 7), dtype="float16")], [N("conv2d", (0,), _conv(16, 1, 1, 0, 1, 4))]),
+    "conv5x5_bf16_silu": Program([T((1, 3, 10, 10), dtype="bfloat16")],
+                                 [N("conv2d", (0,), _conv(4, 5, 2, 2, 1, 1)), N("silu", (1,))]),
+    "max_pool_specials": Program([T((2, 3, 9, 9), distribution="specials")],
+                                 [N("max_pool2d", (0,), {"kernel_size": 3, "stride": 2, "padding": 1})]),
+    "avg_pool_offset_tanh": Program([T((2, 3, 9, 8), layout="offset")],
+                                    [N("avg_pool2d", (0,), {"kernel_size": 2, "stride": 2, "padding": 1}), N("tanh", (1,))]),
+    "conv_then_pool": Program([T((2, 3, 8, 8))], [N("conv2d", (0,), _conv(4, 3, 1, 1, 1, 1)),
+                                                  N("max_pool2d", (1,), {"kernel_size": 2, "stride": 2, "padding": 0})]),
     # layout: views in forward, a strided copy kernel when a reshape must copy, a copy for a bare view
     "transpose_alone_is_copied": Program([T((3, 4, 5))], [N("transpose", (0,))]),
     "permute_relu_softmax": Program([T((3, 4, 5))], [N("permute", (0,), {"dims": (2, 0, 1)}), N("relu", (1,)),

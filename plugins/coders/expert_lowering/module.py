@@ -7,6 +7,7 @@ from typing import Mapping
 from core.program import OpSpec, Program, _TORCH_DTYPE
 from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
 from plugins.coders.expert_lowering.elementwise_kernels import pointwise_kernel, row_kernel
+from plugins.coders.expert_lowering.conv_kernels import conv_kernel, pool_kernel
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.layout import COPY_HELPER, view_kernel
 from plugins.coders.expert_lowering.matmul_kernels import matmul_kernel
@@ -14,7 +15,8 @@ from plugins.coders.expert_lowering.plan import COPY_OP, ROW_REDUCTIONS, Plan, p
 from plugins.coders.expert_lowering.pointwise import HELPERS, POINTWISE
 
 # Group kind -> kernel emitter.
-EMITTERS = {"pointwise": pointwise_kernel, "row": row_kernel, "view": view_kernel, "matmul": matmul_kernel}
+EMITTERS = {"pointwise": pointwise_kernel, "row": row_kernel, "view": view_kernel, "matmul": matmul_kernel,
+            "conv": conv_kernel, "pool": pool_kernel}
 ALL_HELPERS = dict(HELPERS, _strided_copy=COPY_HELPER)
 
 _SAME_SHAPE = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", COPY_OP)
@@ -28,7 +30,17 @@ SHAPE_RULES = {
     "linear": lambda a, p: f"{a[0]}[:-1] + ({int(p['out_features'])},)",
     "matmul": lambda a, p: f"({a[0]}[0], {a[1]}[1])",
     "bmm": lambda a, p: f"({a[0]}[0], {a[0]}[1], {a[1]}[2])",
+    "conv2d": lambda a, p: _conv_shape(a[0], p),
+    "max_pool2d": lambda a, p: _conv_shape(a[0], dict(p, dilation=1, out_channels=None)),
+    "avg_pool2d": lambda a, p: _conv_shape(a[0], dict(p, dilation=1, out_channels=None)),
 }
+
+
+def _conv_shape(x: str, p) -> str:
+    k, s, pad, d = (int(p[key]) for key in ("kernel_size", "stride", "padding", "dilation"))
+    size = lambda i: f"({x}[{i}] + {2 * pad} - {d * (k - 1)} - 1) // {s} + 1"  # noqa: E731
+    channels = x + "[1]" if p.get("out_channels") is None else str(int(p["out_channels"]))
+    return f"({x}[0], {channels}, {size(2)}, {size(3)})"
 
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
 

@@ -29,6 +29,8 @@ ROW_OPS = ROW_REDUCTIONS + ROW_MAPS
 CHANNEL_OPS = ("batch_norm",)  # pointwise over NCHW with per-channel parameters (eval mode)
 LAYOUT_OPS = ("transpose", "permute", "flatten", "split_last")  # views (or a copy, then a view)
 MATMUL_OPS = ("linear", "matmul", "bmm")
+CONV_OPS = ("conv2d",)
+POOL_OPS = ("max_pool2d", "avg_pool2d")
 COPY_OP = "_copy"  # a synthetic identity node: materialises an output that would alias an input
 
 
@@ -134,7 +136,7 @@ def _try_join(group: Group, op: str, value: int, args: tuple[int, ...], shapes: 
 
 
 # Anchor kinds whose output an elementwise epilogue may extend.
-EPILOGUE_KINDS: set[str] = {"matmul"}
+EPILOGUE_KINDS: set[str] = {"matmul", "conv", "pool"}
 
 
 def _check_params(op: str, params: Mapping[str, Any], allowed: set[str]) -> None:
@@ -186,6 +188,10 @@ def plan_program(program: Program, catalog: Mapping[str, OpSpec]) -> Plan:
         elif op in MATMUL_OPS:
             _check_params(op, node.params, {"out_features", "bias"} if op == "linear" else set())
             group = Group("matmul", tuple(shapes[value]), [value], anchor=value)
+        elif op in CONV_OPS:
+            group = Group("conv", tuple(shapes[value]), [value], anchor=value)
+        elif op in POOL_OPS:
+            group = Group("pool", tuple(shapes[value]), [value], anchor=value)
         else:
             raise Unsupported(f"op {op!r} ({catalog[op].family}) has no expert lowering yet")
         groups.append(group)
