@@ -122,4 +122,8 @@ def test_task_source_lookup_accepts_either_session_shape():
     class S2:
         task = Task(source="y = 2")
 
+    class S3:
+        task = {"source": "z = 3", "flops": 7}
+
     assert task_source_of(S1()) == "x = 1" and task_source_of(S2()) == "y = 2" and task_source_of(object()) is None
+    assert task_source_of(S3()) == "z = 3"

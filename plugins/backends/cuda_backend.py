@@ -623,6 +623,9 @@ class CudaBackend:
     name: str = NAME
     language: str = "CUDA C (cupy.RawModule)"
     guide: str = GUIDE
+    # without a GPU the static and compile stages still mean something (NVRTC to PTX); a verifier
+    # may then report "compiled" and stop with supports(device) as the reason
+    compiles_without_device: bool = True
     _recorder: CupyRecorder | None = field(default=None, init=False, repr=False)
     last_compile: CompileReport | None = field(default=None, init=False, repr=False)
 

@@ -49,13 +49,21 @@ NCU_METRICS = (
 # --------------------------------------------------------------------------- worker-side helpers
 
 
+def task_field(session: Any, name: str) -> Any:
+    """A field of the task the worker session carries (``session.task`` as a Task or a dict)."""
+    task = getattr(session, "task", None)
+    if isinstance(task, dict):
+        return task.get(name)
+    return getattr(task, name, None)
+
+
 def task_source_of(session: Any) -> str | None:
     """The task's source as the worker session exposes it (``task_source``, or ``task.source``)."""
     src = getattr(session, "task_source", None)
     if isinstance(src, str):
         return src
     task = getattr(session, "task", None)
-    src = getattr(task, "source", task if isinstance(task, str) else None)
+    src = task if isinstance(task, str) else task_field(session, "source")
     return src if isinstance(src, str) else None
 
 
@@ -288,9 +296,9 @@ class PerformanceCheck:
                 timing["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
         result["timing"] = timing
         result["mismatches"] = mismatches
-        flops = getattr(getattr(session, "task", None), "flops", None)
-        min_bytes = getattr(getattr(session, "task", None), "min_bytes", None)
-        dtypes = list(getattr(getattr(session, "task", None), "dtypes", None) or [])
+        flops = task_field(session, "flops")
+        min_bytes = task_field(session, "min_bytes")
+        dtypes = list(task_field(session, "dtypes") or [])
         if not dtypes:
             dtypes = sorted({str(x.dtype).replace("torch.", "") for x in base if isinstance(x, torch.Tensor)
                              and x.is_floating_point()}) or ["float32"]
