@@ -1,0 +1,710 @@
+"""One interface for running verification, on one machine or many.
+
+An **executor** has the verifier's own surface (``verify``, ``verify_many``, ``workers``, a context
+manager), so self-play, training and evaluation take either without knowing which::
+
+    from core.executor import make_executor
+    with make_executor({"name": "local"}, backend="triton", device="cpu", verifier={"workers": 2}) as ex:
+        verdicts = ex.verify_many(pairs)          # one verdict per pair, in order
+
+Work is spread over **shards**; a shard is one :class:`core.verify.Verifier` (a warm sandboxed
+worker pool) living in a host process pinned to one device:
+
+* :class:`LocalExecutor` (``executor=local``, the default): one shard per GPU of this machine (the
+  host process sees only its GPU through ``CUDA_VISIBLE_DEVICES``), or, without a GPU, a single
+  shard whose pool has one interpreter worker per core.
+* :class:`RayExecutor` (``executor=ray``): one Ray actor per shard, each reserving one GPU (Ray pins
+  it) or ``workers`` CPUs, on a local Ray instance or any cluster (``address=``).
+
+Both executors can put a **CPU stage** in front (``cpu_stage.checks``): a CPU-only Verifier with those
+checks judges first, and only candidates that compiled there reach a GPU, which then only runs and
+times kernels. It pays off where compiling needs no GPU (``backend=cuda``: NVRTC on CPU); the CPU
+verdict of a candidate that failed to parse or compile is final.
+
+A shard lost mid-batch (its host process or Ray actor died, or its node went away) loses no verdict:
+its unfinished pairs go back to the queue and run on another shard (a replacement is started), up to
+``max_attempts`` times; each pair's verdict is reported exactly once. A candidate that crashes its
+*sandbox* worker is different: that is the candidate's verdict (``crashed``), reached by the verifier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures as cf
+import importlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from core.task import Candidate, Task
+from core.verdict import Verdict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_VERIFIER = "core.verify:Verifier"
+
+Pair = tuple[Task, Candidate]
+
+
+class ShardLost(RuntimeError):
+    """The process or actor holding a shard is gone; its unfinished work must run elsewhere."""
+
+
+class ExecutorError(RuntimeError):
+    """The executor cannot run (no shard could start, Ray missing ...)."""
+
+
+def load_object(path: str) -> Any:
+    """``"package.module:attr"`` -> the attribute."""
+    module, _, attr = path.partition(":")
+    if not attr:
+        raise ValueError(f"expected 'module:attribute', got {path!r}")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _encode_pairs(pairs: Sequence[Pair]) -> list[list[dict[str, Any]]]:
+    return [[t.to_dict(), c.to_dict()] for t, c in pairs]
+
+
+def _decode_pairs(data: Sequence[Sequence[dict[str, Any]]]) -> list[Pair]:
+    return [(Task.from_dict(t), Candidate.from_dict(c)) for t, c in data]
+
+
+def verify_encoded(verifier: Any, data: Sequence[Sequence[dict[str, Any]]]) -> list[str]:
+    """Shard side: decode pairs, verify them, return verdicts as JSON (what crosses process lines)."""
+    pairs = _decode_pairs(data)
+    try:
+        verdicts = verifier.verify_many(pairs)
+    except Exception as exc:  # the verifier itself failed: say so per pair, do not lose them
+        detail = f"verifier error: {type(exc).__name__}: {exc}"
+        verdicts = [Verdict.failure("error", detail, task_id=t.id, candidate_id=c.id) for t, c in pairs]
+    if len(verdicts) != len(pairs):
+        raise RuntimeError(f"verifier returned {len(verdicts)} verdicts for {len(pairs)} pairs")
+    return [v.to_json() for v in verdicts]
+
+
+# --------------------------------------------------------------------------- shards
+
+
+class Shard(Protocol):
+    name: str
+    capacity: int  # pairs it verifies at once (its pool's worker count)
+
+    def submit(self, data: list[list[dict[str, Any]]]) -> cf.Future:
+        """Verify encoded pairs; the future yields verdict JSON strings or raises :class:`ShardLost`."""
+
+    def close(self) -> None: ...
+
+
+class InProcessShard:
+    """A Verifier in this process (one device, nothing to pin). Cannot be lost."""
+
+    def __init__(self, name: str, verifier: Any, capacity: int):
+        self.name, self.verifier, self.capacity = name, verifier, capacity
+        self._pool = cf.ThreadPoolExecutor(max_workers=capacity + 1, thread_name_prefix=f"shard-{name}")
+
+    def submit(self, data: list[list[dict[str, Any]]]) -> cf.Future:
+        return self._pool.submit(verify_encoded, self.verifier, data)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        close = getattr(self.verifier, "close", None) or getattr(self.verifier, "__exit__", None)
+        if close is not None:
+            close() if close.__name__ == "close" else close(None, None, None)
+
+
+class ProcessShard:
+    """A Verifier in its own host process (``python -m core.executor --serve``), pinned by environment.
+
+    Messages are JSON lines on private pipes. The host answers requests concurrently (threads; the
+    Verifier is thread-safe), so ``capacity + 1`` requests in flight keep its pool fed.
+    """
+
+    def __init__(self, name: str, verifier_path: str, verifier_kwargs: Mapping[str, Any], capacity: int,
+                 env: Mapping[str, str] | None = None, start_timeout_s: float = 300.0):
+        self.name, self.capacity = name, capacity
+        to_host_r, to_host_w = os.pipe()
+        from_host_r, from_host_w = os.pipe()
+        child_env = dict(os.environ)
+        child_env.update(env or {})
+        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), child_env.get("PYTHONPATH")) if p)
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"kz-shard-{name}-{os.getpid()}-{id(self)}.log"
+        log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "core.executor", "--serve", "--in-fd", str(to_host_r), "--out-fd", str(from_host_w)],
+            env=child_env, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            pass_fds=(to_host_r, from_host_w))
+        log.close()
+        os.close(to_host_r)
+        os.close(from_host_w)
+        self._out = os.fdopen(to_host_w, "w", buffering=1)
+        self._in = os.fdopen(from_host_r, "r")
+        self._lock = threading.Lock()
+        self._pending: dict[int, cf.Future] = {}
+        self._next_id = 0
+        self._lost: str | None = None
+        self._ready = cf.Future()
+        self._send({"verifier": verifier_path, "kwargs": dict(verifier_kwargs), "concurrency": capacity + 1})
+        self._reader = threading.Thread(target=self._read_loop, name=f"shard-{name}-reader", daemon=True)
+        self._reader.start()
+        try:
+            self._ready.result(timeout=start_timeout_s)
+        except cf.TimeoutError:
+            self.close()
+            raise ExecutorError(f"shard {name} did not start within {start_timeout_s:.0f}s; log: {self.log_path}") from None
+        except ShardLost as exc:
+            raise ExecutorError(f"shard {name} failed to start: {exc}") from None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _send(self, message: dict[str, Any]) -> None:
+        self._out.write(json.dumps(message) + "\n")
+        self._out.flush()
+
+    def _read_loop(self) -> None:
+        try:
+            for line in self._in:
+                message = json.loads(line)
+                if "ready" in message:
+                    self._ready.set_result(message)
+                    continue
+                if "fatal" in message:
+                    self._fail(f"host error: {message['fatal']}")
+                    return
+                with self._lock:
+                    future = self._pending.pop(message["id"], None)
+                if future is not None:
+                    future.set_result(message["verdicts"])
+        except (OSError, ValueError) as exc:
+            self._fail(f"channel broke: {exc}")
+            return
+        self._fail(f"host process exited ({self._exit_code()}); log: {self.log_path}")
+
+    def _exit_code(self) -> str:
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "still running"
+        return f"status {code}" if code >= 0 else f"killed by signal {-code}"
+
+    def _fail(self, reason: str) -> None:
+        with self._lock:
+            self._lost = reason
+            pending, self._pending = self._pending, {}
+        if not self._ready.done():
+            self._ready.set_exception(ShardLost(reason))
+        for future in pending.values():
+            future.set_exception(ShardLost(f"shard {self.name}: {reason}"))
+
+    def submit(self, data: list[list[dict[str, Any]]]) -> cf.Future:
+        future: cf.Future = cf.Future()
+        with self._lock:
+            if self._lost is not None:
+                future.set_exception(ShardLost(f"shard {self.name}: {self._lost}"))
+                return future
+            request_id = self._next_id
+            self._next_id += 1
+            self._pending[request_id] = future
+        try:
+            self._send({"id": request_id, "pairs": data})
+        except (OSError, ValueError) as exc:
+            self._fail(f"could not send a request: {exc}")
+        return future
+
+    def close(self) -> None:
+        try:
+            self._send({"exit": True})
+        except (OSError, ValueError):
+            pass
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        for f in (self._out, self._in):
+            try:
+                f.close()
+            except OSError:
+                pass
+        self._reader.join(timeout=5)
+
+
+def serve(in_fd: int, out_fd: int) -> None:
+    """Host side of :class:`ProcessShard`: build the Verifier, then answer requests until told to exit."""
+    reader = os.fdopen(in_fd, "r")
+    writer = os.fdopen(out_fd, "w", buffering=1)
+    config = json.loads(reader.readline())
+    try:
+        verifier = load_object(config["verifier"])(**config["kwargs"])
+        if hasattr(verifier, "__enter__"):
+            verifier = verifier.__enter__() or verifier
+    except Exception:
+        writer.write(json.dumps({"fatal": traceback.format_exc(limit=5)}) + "\n")
+        return
+    writer.write(json.dumps({"ready": True, "pid": os.getpid(),
+                             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
+    lock = threading.Lock()
+
+    def answer(message: dict[str, Any]) -> None:
+        verdicts = verify_encoded(verifier, message["pairs"])
+        with lock:
+            writer.write(json.dumps({"id": message["id"], "verdicts": verdicts}) + "\n")
+
+    pool = cf.ThreadPoolExecutor(max_workers=int(config.get("concurrency", 4)), thread_name_prefix="kz-host")
+    try:
+        for line in reader:
+            message = json.loads(line)
+            if message.get("exit"):
+                break
+            pool.submit(answer, message)
+    finally:
+        pool.shutdown(wait=True)
+        exit_ = getattr(verifier, "__exit__", None)
+        if exit_ is not None:
+            exit_(None, None, None)
+        elif hasattr(verifier, "close"):
+            verifier.close()
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+@dataclass
+class ShardSet:
+    """Shards of one kind and how to replace a lost one."""
+
+    shards: list[Any]
+    replace: Callable[[Any], Any] | None = None
+    chunk: int = 1  # pairs per request
+    extra_in_flight: int = 1  # requests beyond a shard's capacity kept queued, so its pool never idles
+    replaced: int = 0
+    lost: list[str] = field(default_factory=list)
+
+
+def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
+             on_verdicts: Callable[[list[int], list[Verdict]], None] | None = None) -> list[Verdict]:
+    """Run ``pairs`` on the shards; every pair gets exactly one verdict, in input order.
+
+    Requests of ``chunk`` pairs go out, ``capacity + extra_in_flight`` per shard. When a shard is lost its
+    unfinished chunks return to the front of the queue (so they run next, elsewhere) and the shard
+    is replaced; a pair whose shard was lost ``max_attempts`` times gets a ``crashed`` verdict.
+    """
+    n = len(pairs)
+    results: list[Verdict | None] = [None] * n
+    attempts = [0] * n
+    queue: collections.deque[int] = collections.deque(range(n))
+    encoded = _encode_pairs(pairs)
+    running: dict[cf.Future, tuple[Any, list[int]]] = {}
+    load: dict[int, int] = collections.defaultdict(int)  # id(shard) -> requests in flight
+
+    def dispatch() -> None:
+        for shard in list(shard_set.shards):
+            while queue and load[id(shard)] < shard.capacity + shard_set.extra_in_flight:
+                chunk = [queue.popleft() for _ in range(min(shard_set.chunk, len(queue)))]
+                future = shard.submit([encoded[i] for i in chunk])
+                running[future] = (shard, chunk)
+                load[id(shard)] += 1
+
+    def lose(shard: Any, reason: str) -> None:
+        if shard not in shard_set.shards:
+            return
+        shard_set.shards.remove(shard)
+        shard_set.lost.append(f"{shard.name}: {reason}")
+        try:
+            shard.close()
+        except Exception:
+            pass
+        if shard_set.replace is not None:
+            try:
+                shard_set.shards.append(shard_set.replace(shard))
+                shard_set.replaced += 1
+            except Exception as exc:
+                shard_set.lost.append(f"replacement for {shard.name} failed: {exc}")
+        if not shard_set.shards:
+            raise ExecutorError("every verification shard was lost: " + "; ".join(shard_set.lost[-4:]))
+
+    dispatch()
+    while running:
+        done, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED)
+        for future in done:
+            shard, chunk = running.pop(future)
+            load[id(shard)] -= 1
+            try:
+                answers = future.result()
+            except ShardLost as exc:
+                retry = []
+                for i in chunk:
+                    attempts[i] += 1
+                    if attempts[i] >= max_attempts:
+                        task, cand = pairs[i]
+                        results[i] = Verdict.failure(
+                            "crashed", f"lost the verification host {attempts[i]} times (last: {exc})",
+                            task_id=task.id, candidate_id=cand.id)
+                    else:
+                        retry.append(i)
+                queue.extendleft(reversed(retry))
+                lose(shard, str(exc))
+                continue
+            fresh_idx, fresh = [], []
+            for i, text in zip(chunk, answers):
+                if results[i] is None:  # exactly once, even if a retried chunk also finishes
+                    results[i] = Verdict.from_json(text)
+                    fresh_idx.append(i)
+                    fresh.append(results[i])
+            if on_verdicts and fresh:
+                on_verdicts(fresh_idx, fresh)
+        dispatch()
+    missing = [i for i, v in enumerate(results) if v is None]
+    if missing:  # cannot happen unless a shard answered short; never return a hole
+        raise ExecutorError(f"{len(missing)} pairs got no verdict (first index {missing[0]})")
+    return results  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- executors
+
+
+def _visible_gpus(device: str, gpus: Sequence[int] | None) -> list[int]:
+    if device != "cuda":
+        return []
+    if gpus:
+        return list(gpus)
+    import torch
+
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise ExecutorError("device=cuda but no GPU is visible; use device=cpu (the Triton interpreter) or a GPU host")
+    return list(range(count))
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+class BaseExecutor:
+    """What every executor shares: the optional CPU stage, then the main shards."""
+
+    name = "base"
+
+    def __init__(self, backend: str, device: str, verifier: Mapping[str, Any] | None = None,
+                 cpu_stage: Mapping[str, Any] | None = None, max_attempts: int = 3,
+                 verifier_path: str = DEFAULT_VERIFIER):
+        self.backend, self.device = backend, device
+        self.verifier_kwargs = {k: v for k, v in dict(verifier or {}).items() if k != "name"}
+        self.cpu_stage = dict(cpu_stage or {}) if cpu_stage and cpu_stage.get("checks") else None
+        self.max_attempts = max_attempts
+        self.verifier_path = verifier_path
+        self.main: ShardSet | None = None
+        self.pre: ShardSet | None = None
+
+    # subclasses fill self.main (and self.pre when cpu_stage is set)
+    @property
+    def workers(self) -> int:
+        return sum(s.capacity for s in self.main.shards) if self.main else 0
+
+    @property
+    def shards(self) -> list[Any]:
+        return list(self.main.shards) if self.main else []
+
+    def verifier_config(self, device: str, workers: int, checks: Any = "inherit") -> dict[str, Any]:
+        kwargs = dict(self.verifier_kwargs)
+        kwargs.update(backend=self.backend, device=device, workers=workers)
+        if checks != "inherit":
+            kwargs["checks"] = checks
+        return kwargs
+
+    def verify(self, task: Task, candidate: Candidate) -> Verdict:
+        return self.verify_many([(task, candidate)])[0]
+
+    def verify_many(self, pairs: Sequence[Pair],
+                    on_verdicts: Callable[[list[int], list[Verdict]], None] | None = None) -> list[Verdict]:
+        """One verdict per pair, in order. ``on_verdicts(indices, verdicts)`` reports progress as they land."""
+        pairs = list(pairs)
+        if not pairs:
+            return []
+        if self.main is None:
+            raise ExecutorError("the executor is closed")
+        if self.pre is None:
+            return schedule(self.main, pairs, self.max_attempts, on_verdicts)
+        first = schedule(self.pre, pairs, self.max_attempts)
+        results: list[Verdict | None] = [None] * len(pairs)
+        onward = []
+        for i, v in enumerate(first):
+            if v.accepted or v.compiled:  # made it through static + compile: the GPU decides the rest
+                onward.append(i)
+            else:
+                results[i] = v
+        if on_verdicts:
+            rejected = [i for i in range(len(pairs)) if results[i] is not None]
+            if rejected:
+                on_verdicts(rejected, [results[i] for i in rejected])  # type: ignore[misc]
+
+        def relay(idx: list[int], vs: list[Verdict]) -> None:
+            if on_verdicts:
+                on_verdicts([onward[i] for i in idx], vs)
+
+        for i, v in zip(onward, schedule(self.main, [pairs[i] for i in onward], self.max_attempts, relay)):
+            results[i] = v
+        return results  # type: ignore[return-value]
+
+    def describe(self) -> str:
+        parts = [f"{len(self.shards)} shard(s), {self.workers} worker(s) on {self.device}"]
+        if self.pre is not None:
+            parts.append(f"CPU stage {self.cpu_stage.get('checks')} on {len(self.pre.shards)} shard(s)")
+        return f"{self.name}: " + "; ".join(parts)
+
+    def close(self) -> None:
+        for shard_set in (self.pre, self.main):
+            if shard_set is None:
+                continue
+            for shard in shard_set.shards:
+                try:
+                    shard.close()
+                except Exception:
+                    pass
+        self.main = self.pre = None
+
+    def __enter__(self) -> "BaseExecutor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class LocalExecutor(BaseExecutor):
+    """Shards on this machine: one host process per GPU, or one in-process pool on CPU.
+
+    :param workers_per_gpu: sandbox workers in each GPU's pool.
+    :param cpu_workers: interpreter workers per CPU shard (``null``: one per core, shared among shards).
+    :param cpu_shards: CPU shards (host processes when more than one).
+    :param gpus: GPU indices to use (``null``: every visible GPU).
+    :param processes: force host processes even for a single CPU shard (so a shard can be lost and
+        replaced; GPU shards always are processes).
+    """
+
+    name = "local"
+
+    def __init__(self, backend: str, device: str, verifier: Mapping[str, Any] | None = None, *,
+                 workers_per_gpu: int = 2, cpu_workers: int | None = None, cpu_shards: int = 1,
+                 gpus: Sequence[int] | None = None, processes: bool = False, cpu_stage: Mapping[str, Any] | None = None, max_attempts: int = 3,
+                 verifier_path: str = DEFAULT_VERIFIER, extra_in_flight: int = 1):
+        super().__init__(backend, device, verifier, cpu_stage, max_attempts, verifier_path)
+        gpu_ids = _visible_gpus(device, gpus)
+        self._serial = 0
+        if gpu_ids:
+            specs = [(f"gpu{g}", "cuda", workers_per_gpu, {"CUDA_VISIBLE_DEVICES": str(g)}) for g in gpu_ids]
+        else:
+            workers = cpu_workers or max(1, _cores() // max(1, cpu_shards))
+            specs = [(f"cpu{k}", "cpu", int(workers), {}) for k in range(max(1, cpu_shards))]
+        self.verifier_kwargs.pop("workers", None)
+        use_processes = processes or bool(gpu_ids) or len(specs) > 1
+        shards = []
+        try:
+            for name, dev, workers, env in specs:
+                shards.append(self._start(name, dev, workers, env, use_processes))
+            self.main = ShardSet(shards, replace=self._replacer() if use_processes else None, extra_in_flight=extra_in_flight)
+            if self.cpu_stage:
+                n = int(self.cpu_stage.get("workers") or _cores())
+                pre = self._start("cpu-stage", "cpu", n, {"CUDA_VISIBLE_DEVICES": ""}, True,
+                                  checks=list(self.cpu_stage["checks"]))
+                self.pre = ShardSet([pre], replace=self._replacer(), extra_in_flight=extra_in_flight)
+        except Exception:
+            for s in shards:
+                s.close()
+            raise
+
+    def _start(self, name: str, device: str, workers: int, env: Mapping[str, str], process: bool,
+               checks: Any = "inherit") -> Any:
+        kwargs = self.verifier_config(device, workers, checks)
+        if not process:
+            verifier = load_object(self.verifier_path)(**kwargs)
+            if hasattr(verifier, "__enter__"):
+                verifier = verifier.__enter__() or verifier
+            return InProcessShard(name, verifier, workers)
+        shard = ProcessShard(name, self.verifier_path, kwargs, workers, env)
+        shard.spec = (name, device, workers, dict(env), checks)  # type: ignore[attr-defined]
+        return shard
+
+    def _replacer(self) -> Callable[[Any], Any]:
+        def replace(old: Any) -> Any:
+            name, device, workers, env, checks = old.spec
+            self._serial += 1
+            new = self._start(f"{name.split('~')[0]}~{self._serial}", device, workers, env, True, checks)
+            return new
+        return replace
+
+
+class RayExecutor(BaseExecutor):
+    """Shards as Ray actors: one per GPU in the cluster (each reserves ``num_gpus=1``; Ray pins it), or
+    CPU actors of ``workers_per_actor`` interpreter workers each.
+
+    :param address: Ray cluster address (``null``: start or join a local instance; ``auto``: the
+        running cluster).
+    :param actors: number of actors (``null``: every GPU of the cluster, or cluster CPUs // workers).
+    :param workers_per_actor: sandbox workers in each actor's pool (CPUs it reserves).
+    :param init_kwargs: extra ``ray.init`` arguments (``num_cpus``, ``runtime_env`` ...).
+    """
+
+    name = "ray"
+
+    def __init__(self, backend: str, device: str, verifier: Mapping[str, Any] | None = None, *,
+                 address: str | None = None, actors: int | None = None, workers_per_actor: int = 2,
+                 init_kwargs: Mapping[str, Any] | None = None, cpu_stage: Mapping[str, Any] | None = None,
+                 max_attempts: int = 3, verifier_path: str = DEFAULT_VERIFIER, extra_in_flight: int = 1,
+                 shutdown_on_close: bool | None = None):
+        super().__init__(backend, device, verifier, cpu_stage, max_attempts, verifier_path)
+        try:
+            import ray
+        except ImportError:
+            raise ExecutorError("executor=ray needs Ray: pip install 'kernelzero[ray]' "
+                                "(or use executor=local)") from None
+        self.ray = ray
+        self.verifier_kwargs.pop("workers", None)
+        self._started_ray = False
+        if not ray.is_initialized():
+            env_vars = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+            for k in ("TRITON_INTERPRET", "TRITON_DEFAULT_FP_FUSION", "KERNELZERO_DISABLE_AUTOLOAD",
+                      "KERNELZERO_BLOCK_PLUGINS"):
+                if k in os.environ:
+                    env_vars[k] = os.environ[k]
+            kwargs = {"address": address, "include_dashboard": False, "log_to_driver": False,
+                      "runtime_env": {"env_vars": env_vars}, **dict(init_kwargs or {})}
+            ray.init(**kwargs)
+            self._started_ray = True
+        self.shutdown_on_close = self._started_ray if shutdown_on_close is None else shutdown_on_close
+        self.workers_per_actor = int(workers_per_actor)
+        resources = ray.cluster_resources()
+        gpu = device == "cuda"
+        if gpu and resources.get("GPU", 0) < 1:
+            raise ExecutorError("device=cuda but the Ray cluster has no GPU; use device=cpu or add GPU nodes")
+        if actors is None:
+            actors = int(resources.get("GPU", 0)) if gpu else max(1, int(resources.get("CPU", 1)) // self.workers_per_actor)
+        self._actor_cls = ray.remote(_VerifierActor)
+        self._serial = 0
+        self.main = ShardSet([self._start(device, gpu) for _ in range(int(actors))],
+                             replace=lambda old: self._start(device, gpu), extra_in_flight=extra_in_flight)
+        if self.cpu_stage:
+            n = int(self.cpu_stage.get("actors") or 1)
+            checks = list(self.cpu_stage["checks"])
+            self.pre = ShardSet([self._start("cpu", False, checks) for _ in range(n)],
+                                replace=lambda old: self._start("cpu", False, checks), extra_in_flight=extra_in_flight)
+
+    def _start(self, device: str, gpu: bool, checks: Any = "inherit") -> "RayShard":
+        self._serial += 1
+        options = {"num_gpus": 1, "num_cpus": 1} if gpu else {"num_cpus": self.workers_per_actor}
+        options["max_concurrency"] = self.workers_per_actor + 2  # threaded actor: verify calls overlap
+        actor = self._actor_cls.options(**options).remote(
+            self.verifier_path, self.verifier_config(device, self.workers_per_actor, checks))
+        shard = RayShard(f"ray-{'gpu' if gpu else 'cpu'}{self._serial}", actor, self.workers_per_actor, self.ray)
+        shard.wait_ready()
+        return shard
+
+    def close(self) -> None:
+        super().close()
+        if self.shutdown_on_close and self.ray.is_initialized():
+            self.ray.shutdown()
+
+
+class _VerifierActor:
+    """The Ray actor: one Verifier whose sandbox workers see only the actor's GPU."""
+
+    def __init__(self, verifier_path: str, kwargs: dict[str, Any]):
+        self.verifier = load_object(verifier_path)(**kwargs)
+        if hasattr(self.verifier, "__enter__"):
+            self.verifier = self.verifier.__enter__() or self.verifier
+
+    def ready(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+    def verify_many(self, data: list[list[dict[str, Any]]]) -> list[str]:
+        return verify_encoded(self.verifier, data)
+
+    def shutdown(self) -> None:
+        exit_ = getattr(self.verifier, "__exit__", None)
+        if exit_ is not None:
+            exit_(None, None, None)
+
+
+class RayShard:
+    def __init__(self, name: str, actor: Any, capacity: int, ray: Any):
+        self.name, self.actor, self.capacity, self.ray = name, actor, capacity, ray
+        self.info: dict[str, Any] = {}
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        try:
+            self.info = self.ray.get(self.actor.ready.remote(), timeout=timeout_s)
+        except Exception as exc:
+            raise ExecutorError(f"Ray actor {self.name} did not start: {exc}") from None
+
+    @property
+    def pid(self) -> int:
+        return int(self.info["pid"])
+
+    def submit(self, data: list[list[dict[str, Any]]]) -> cf.Future:
+        inner = self.actor.verify_many.remote(data).future()
+        outer: cf.Future = cf.Future()
+
+        def relay(f: cf.Future) -> None:
+            try:
+                outer.set_result(f.result())
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError,
+                    self.ray.exceptions.NodeDiedError, self.ray.exceptions.WorkerCrashedError) as exc:
+                outer.set_exception(ShardLost(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+            except Exception as exc:
+                outer.set_exception(exc)
+
+        inner.add_done_callback(relay)
+        return outer
+
+    def close(self) -> None:
+        try:
+            self.ray.get(self.actor.shutdown.remote(), timeout=30)
+        except Exception:
+            pass
+        try:
+            self.ray.kill(self.actor)
+        except Exception:
+            pass
+
+
+EXECUTORS: dict[str, type[BaseExecutor]] = {"local": LocalExecutor, "ray": RayExecutor}
+
+
+def make_executor(node: Mapping[str, Any] | None, *, backend: str, device: str,
+                  verifier: Mapping[str, Any] | None = None) -> BaseExecutor:
+    """Build the executor an ``executor`` config node names (``{name: local|ray, **kwargs}``)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+    vdata = OmegaConf.to_container(verifier, resolve=True) if isinstance(verifier, DictConfig) else dict(verifier or {})
+    name = data.pop("name", "local")
+    if name not in EXECUTORS:
+        raise ExecutorError(f"Unknown executor {name!r}. Known executors: {', '.join(sorted(EXECUTORS))}")
+    return EXECUTORS[name](backend, device, vdata, **data)
+
+
+def _main(argv: Iterable[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="verification shard host (started by core.executor)")
+    parser.add_argument("--serve", action="store_true", required=True)
+    parser.add_argument("--in-fd", type=int, required=True)
+    parser.add_argument("--out-fd", type=int, required=True)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    serve(args.in_fd, args.out_fd)
+
+
+if __name__ == "__main__":
+    _main()
+
+
+__all__ = ["BaseExecutor", "ExecutorError", "LocalExecutor", "RayExecutor", "ShardLost", "ShardSet", "make_executor",
+           "schedule"]

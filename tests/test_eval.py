@@ -1,0 +1,190 @@
+"""core.eval: fast_p math, the verdict cache, and the `python -m core.eval` contract on CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from core.evalcache import CacheKey, EvalCache, split_cached
+from core.evalreport import THRESHOLDS, TaskResult, p_key, speedup_of, summarise
+from core.task import Candidate, Task
+from core.verdict import Verdict
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_task(k: int, level: str = "level1") -> Task:
+    return Task(source=f"# task {k}\n", name=f"{k}_t", level=level)
+
+
+def make_verdict(accepted: bool, speedup: float | None = None, hack: bool = False, compiled: bool = True) -> Verdict:
+    v = Verdict(accepted=accepted, compiled=compiled, correct=accepted or hack,
+                status="accepted" if accepted else "rejected")
+    if speedup is not None:
+        v.timing = {"median_ms": 1.0, "eager_ms": speedup, "speedup_compile": speedup / 2}
+    if hack:
+        v.add_check("integrity", False, "aten.add inside forward", hack=True)
+    return v
+
+
+def result(k: int, verdict: Verdict | None, level: str = "level1") -> TaskResult:
+    task = make_task(k, level)
+    cand = Candidate(source=f"c{k}", declined=None if verdict else "no")
+    return TaskResult.of(task, level, cand, verdict)
+
+
+outcome = st.one_of(
+    st.none(),  # declined
+    st.builds(make_verdict, st.booleans(), st.one_of(st.none(), st.floats(0.05, 20)), st.booleans()),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(outcome, min_size=1, max_size=25))
+def test_fast_p_is_the_share_of_all_tasks_accepted_and_faster(verdicts):
+    results = [result(k, v) for k, v in enumerate(verdicts)]
+    overall = summarise(results)[-1]
+    n = len(results)
+    accepted = [v for v in verdicts if v is not None and v.accepted]
+    assert overall.fast_p["eager"]["0"] == pytest.approx(len(accepted) / n)
+    timed = [v for v in accepted if v.timing]
+    for p in THRESHOLDS[1:]:
+        got = overall.fast_p["eager"][p_key(p)]
+        if not timed:
+            assert got is None  # never invented without timing
+        else:
+            assert got == pytest.approx(sum(speedup_of(v, "eager") > p for v in timed) / n)
+    values = [overall.fast_p["eager"][p_key(p)] for p in THRESHOLDS if overall.fast_p["eager"][p_key(p)] is not None]
+    assert values == sorted(values, reverse=True)  # non-increasing in p
+    if timed:
+        logs = [math.log(speedup_of(v, "eager")) for v in timed]
+        assert overall.geomean_speedup["eager"] == pytest.approx(math.exp(sum(logs) / len(logs)))
+        assert overall.geomean_speedup["compile"] == pytest.approx(overall.geomean_speedup["eager"] / 2)
+
+
+def test_a_hack_never_counts_and_is_counted_as_a_flag():
+    results = [result(0, make_verdict(False, 50.0, hack=True)), result(1, make_verdict(True, 1.5))]
+    overall = summarise(results)[-1]
+    assert overall.correct == 2 and overall.accepted == 1 and overall.hacked == 1
+    assert overall.hack_flags == {"integrity": 1}
+    assert overall.fast_p["eager"] == {"0": 0.5, "1": 0.5, "1.2": 0.5, "1.5": 0.0, "2": 0.0}
+
+
+def test_levels_then_overall():
+    groups = summarise([result(0, make_verdict(True), "level2"), result(1, None, "level1"),
+                        result(2, make_verdict(False, compiled=False), "level2")])
+    assert [g.level for g in groups] == ["level2", "level1", "overall"]
+    assert (groups[0].tasks, groups[0].compiled, groups[1].declined, groups[2].tasks) == (2, 1, 1, 3)
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def test_cache_key_depends_on_task_candidate_hardware_software_and_settings():
+    task, cand = make_task(0), Candidate(source="x")
+    base = CacheKey("cpu", {"trials": 5}, hardware_name="cpu:A", software={"torch": "2.13"})
+    same = CacheKey("cpu", {"trials": 5}, hardware_name="cpu:A", software={"torch": "2.13"})
+    assert base.of(task, cand) == same.of(task, cand)
+    others = [CacheKey("cpu", {"trials": 6}, hardware_name="cpu:A", software={"torch": "2.13"}),
+              CacheKey("cpu", {"trials": 5}, hardware_name="cuda:H200", software={"torch": "2.13"}),
+              CacheKey("cpu", {"trials": 5}, hardware_name="cpu:A", software={"torch": "2.11"})]
+    keys = {k.of(task, cand) for k in others} | {base.of(make_task(1), cand), base.of(task, Candidate(source="y"))}
+    assert base.of(task, cand) not in keys and len(keys) == 5
+
+
+def test_cache_round_trip_persists_and_skips_transient_failures(tmp_path):
+    key = CacheKey("cpu", hardware_name="cpu:A", software={"v": 1})
+    pairs = [(make_task(k), Candidate(source=f"c{k}")) for k in range(3)]
+    with EvalCache(tmp_path / "c.sqlite") as cache:
+        assert cache.put(key.of(*pairs[0]), make_verdict(True, 2.0))
+        assert not cache.put(key.of(*pairs[1]), Verdict.failure("timeout", "busy machine"))
+        assert cache.put(key.of(*pairs[2]), Verdict.failure("crashed", "segfault"))
+    with EvalCache(tmp_path / "c.sqlite") as cache:
+        found, missing = split_cached(cache, key, pairs)
+        assert sorted(found) == [0, 2] and missing == [1]
+        assert found[0].timing["eager_ms"] == 2.0 and found[2].status == "crashed"
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@pytest.fixture(scope="module")
+def generated_suite(tmp_path_factory):
+    """A small KernelBench-layout directory rendered from proposer tasks, two levels."""
+    from core.contracts import CurriculumState
+    from core.plugins import create
+    from core.suites import write_kernelbench_dir
+
+    root = tmp_path_factory.mktemp("suite")
+    proposer = create("proposer", "random", seed=5, max_numel=512, max_ops=2, adversarial_share=0.0)
+    tasks = proposer.propose(3, CurriculumState(max_tier=0))
+    for i, task in enumerate(tasks):
+        task.level = "level1" if i < 2 else "level2"
+    write_kernelbench_dir(tasks, root)
+    return root
+
+
+def run_eval(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KERNELZERO_DISABLE_AUTOLOAD": "1", "COLUMNS": "140"}
+    return subprocess.run([sys.executable, "-m", "core.eval", *overrides], cwd=REPO, env=env, text=True,
+                          capture_output=True, timeout=300)
+
+
+def test_core_eval_contract_on_cpu_then_a_rerun_verifies_nothing(generated_suite, tmp_path):
+    common = [f"suite={generated_suite}", "coder=expert", f"cache.path={tmp_path}/cache.sqlite",
+              f"heldout.path={tmp_path}/heldout.txt"]
+    first = run_eval(*common, f"hydra.run.dir={tmp_path}/run1", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "fast_p" in first.stdout and "no timing on cpu" in first.stdout
+    payload = json.loads((tmp_path / "run1" / "results.json").read_text())
+    overall = payload["summary"][-1]
+    assert overall["level"] == "overall" and overall["tasks"] == 3
+    assert [g["level"] for g in payload["summary"]] == ["level1", "level2", "overall"]
+    assert overall["accepted"] >= 2, payload["tasks"]  # the expert lowers these ops
+    assert overall["fast_p"]["eager"]["0"] == overall["accepted"] / 3
+    assert overall["fast_p"]["eager"]["1"] is None and not payload["timing_available"]
+    assert payload["cache"] == {"path": f"{tmp_path}/cache.sqlite", "hits": 0, "verified": 3}
+    for name in ("results.csv", "summary.csv", "fast_p.png"):
+        assert (tmp_path / "run1" / name).stat().st_size > 0
+    assert len((tmp_path / "heldout.txt").read_text().split("\n")) >= 4  # label + 3 fingerprints
+
+    second = run_eval(*common, f"hydra.run.dir={tmp_path}/run2", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    again = json.loads((tmp_path / "run2" / "results.json").read_text())
+    if again["software"] != payload["software"]:  # the verifier's code was edited between the runs
+        assert again["cache"]["verified"] == 3
+        pytest.skip("verification code changed between the two runs (shared working tree); cache rightly missed")
+    assert again["cache"]["hits"] == 3 and again["cache"]["verified"] == 0
+    assert again["summary"] == payload["summary"]
+
+
+def test_ready_solutions_are_matched_by_name_and_missing_ones_declined(generated_suite, tmp_path):
+    from core.plugins import create
+    from core.suites import load_suite
+
+    suite = load_suite(generated_suite)
+    first, second = suite.tasks[0], suite.tasks[1]
+    solutions = tmp_path / "solutions" / first.level
+    solutions.mkdir(parents=True)
+    expert = create("coder", "expert")
+    (solutions / f"{first.name}.py").write_text(expert.lower(first, "triton").source)
+    (solutions / f"{second.name}.py").write_text("this is not python (\n")
+    proc = run_eval(f"suite={generated_suite}", f"solutions={tmp_path}/solutions", "cache.enabled=false",
+                    "heldout.record=false", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads((tmp_path / "run" / "results.json").read_text())["tasks"]}
+    assert rows[first.name]["accepted"] is True
+    assert rows[second.name]["compiled"] is False and rows[second.name]["status"] == "rejected"
+    assert rows[suite.tasks[2].name]["status"] == "declined"
+
+
+def test_a_missing_suite_exits_2_with_a_message(tmp_path):
+    proc = run_eval(f"suite={tmp_path}/nope", f"hydra.run.dir={tmp_path}/run", "heldout.record=false", cwd=tmp_path)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
