@@ -59,7 +59,7 @@ def test_unknown_tier_fails_with_an_actionable_message():
         RandomProposer(seed=0).propose(1, CurriculumState(max_tier=3, allowed_ops=["nope"]))
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), tier=st.integers(0, 3))
 def test_tasks_from_any_seed_are_valid(seed, tier):
     for task in RandomProposer(seed=seed, max_ops=4).propose(4, CurriculumState(max_tier=tier)):
@@ -69,7 +69,7 @@ def test_tasks_from_any_seed_are_valid(seed, tier):
         assert all(CATALOG[op].tier <= tier for op in task.ops)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), min_ops=st.integers(1, 3), numel=st.sampled_from([256, 4096, 16384]),
        align=st.sampled_from([1, 4, 16]), scale=st.sampled_from([1.0, 0.5, 0.2]))
 def test_tasks_honour_their_constraints(seed, min_ops, numel, align, scale):
