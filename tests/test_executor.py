@@ -1,0 +1,173 @@
+"""The executor interface: scheduling over shards, lost shards retried elsewhere, no duplicates."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from core.executor import ExecutorError, LocalExecutor, ShardLost, ShardSet, make_executor, schedule
+from core.task import Candidate, Task
+from core.verdict import Verdict
+
+FAKE = "tests.test_executor:SlowVerifier"
+
+
+class SlowVerifier:
+    """A stand-in Verifier for scheduling tests: accepts everything after ``delay_s``, says which process judged."""
+
+    def __init__(self, backend="triton", device="cpu", workers=1, delay_s=0.2, **_):
+        self.workers, self.delay_s = workers, delay_s
+
+    def verify(self, task, candidate):
+        time.sleep(self.delay_s)
+        return Verdict(accepted=True, compiled=True, correct=True, status="accepted", task_id=task.id,
+                       candidate_id=candidate.id, reason=f"pid {os.getpid()} "
+                       f"gpu {os.environ.get('CUDA_VISIBLE_DEVICES')}")
+
+    def verify_many(self, pairs):
+        with cf.ThreadPoolExecutor(max(1, self.workers)) as ex:
+            return list(ex.map(lambda p: self.verify(*p), pairs))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def pairs_of(n: int) -> list[tuple[Task, Candidate]]:
+    return [(Task(source=f"# task {k}\n"), Candidate(source=f"# cand {k}\n")) for k in range(n)]
+
+
+class FlakyShard:
+    """In-memory shard whose ``fail_on`` request numbers are lost (raise ShardLost)."""
+
+    made = 0
+
+    def __init__(self, fail_on: set[int], capacity: int = 2):
+        FlakyShard.made += 1
+        self.name, self.capacity, self.fail_on, self.requests = f"flaky{FlakyShard.made}", capacity, fail_on, 0
+        self.pool = cf.ThreadPoolExecutor(capacity + 1)
+
+    def submit(self, data):
+        n, self.requests = self.requests, self.requests + 1
+
+        def work():
+            if n in self.fail_on:
+                raise ShardLost("host died")
+            return [Verdict(accepted=True, status="accepted", task_id=Task.from_dict(t).id,
+                            reason=self.name).to_json() for t, _ in data]
+
+        return self.pool.submit(work)
+
+    def close(self):
+        self.pool.shutdown(wait=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), fails=st.lists(st.sets(st.integers(0, 12), max_size=4), min_size=1, max_size=3),
+       chunk=st.integers(1, 4))
+def test_every_pair_gets_exactly_one_verdict_whatever_shards_are_lost(n, fails, chunk):
+    pairs = pairs_of(n)
+    shard_set = ShardSet([FlakyShard(f) for f in fails], replace=lambda old: FlakyShard(set()), chunk=chunk)
+    reported: Counter = Counter()
+    verdicts = schedule(shard_set, pairs, max_attempts=10, on_verdicts=lambda idx, vs: reported.update(idx))
+    assert [v.task_id for v in verdicts] == [t.id for t, _ in pairs]  # order kept, none missing
+    assert all(v.accepted for v in verdicts)
+    assert reported == Counter(range(n))  # each reported exactly once
+    for s in shard_set.shards:
+        s.close()
+
+
+def test_a_pair_that_keeps_killing_its_host_is_reported_crashed_once():
+    shard_set = ShardSet([FlakyShard(set(range(100)))], replace=lambda old: FlakyShard(set(range(100))))
+    verdicts = schedule(shard_set, pairs_of(2), max_attempts=3)
+    assert [v.status for v in verdicts] == ["crashed", "crashed"]
+    assert "lost the verification host 3 times" in verdicts[0].reason
+    assert shard_set.replaced >= 2  # every lost host was replaced
+
+
+def test_losing_every_shard_without_replacement_fails_loudly():
+    with pytest.raises(ExecutorError, match="every verification shard was lost"):
+        schedule(ShardSet([FlakyShard({0})], replace=None), pairs_of(1))
+
+
+def test_a_host_process_killed_mid_batch_loses_no_verdict_and_reports_no_duplicate():
+    executor = LocalExecutor("triton", "cpu", {"delay_s": 0.3}, cpu_workers=1, cpu_shards=2,
+                             verifier_path=FAKE)
+    try:
+        first_pids = {s.pid for s in executor.shards}
+        victim = executor.shards[0]
+        reported: Counter = Counter()
+        killed = threading.Event()
+
+        def progress(idx, vs):
+            reported.update(idx)
+            if sum(reported.values()) >= 2 and not killed.is_set():
+                killed.set()
+                os.kill(victim.pid, signal.SIGKILL)
+
+        pairs = pairs_of(12)
+        verdicts = executor.verify_many(pairs, on_verdicts=progress)
+        assert killed.is_set()
+        assert [v.task_id for v in verdicts] == [t.id for t, _ in pairs]
+        assert reported == Counter(range(12))
+        assert executor.main.replaced == 1 and len(executor.shards) == 2
+        assert victim.pid not in {s.pid for s in executor.shards}
+        judged_by = {v.reason.split()[1] for v in verdicts}
+        assert judged_by - {str(p) for p in first_pids}  # the replacement host judged some
+    finally:
+        executor.close()
+
+
+def test_make_executor_from_config_and_unknown_names():
+    with make_executor({"name": "local", "cpu_workers": 2, "verifier_path": FAKE}, backend="triton", device="cpu",
+                       verifier={"delay_s": 0.0, "workers": 7}) as ex:
+        assert ex.workers == 2 and len(ex.shards) == 1
+        assert ex.verify(*pairs_of(1)[0]).accepted
+        assert "local: 1 shard(s), 2 worker(s) on cpu" in ex.describe()
+    with pytest.raises(ExecutorError, match="Known executors: local, ray"):
+        make_executor({"name": "slurm"}, backend="triton", device="cpu")
+
+
+def test_cpu_stage_result_is_final_for_what_did_not_compile(monkeypatch):
+    class Picky(SlowVerifier):
+        def verify(self, task, candidate):
+            v = super().verify(task, candidate)
+            if "bad" in candidate.source:
+                v.accepted = v.compiled = False
+                v.status, v.reason = "rejected", "compile: bad"
+            return v
+
+    import tests.test_executor as me
+
+    monkeypatch.setattr(me, "SlowVerifier", Picky)  # for the in-process main shard
+    ex = LocalExecutor("triton", "cpu", {"delay_s": 0.0}, cpu_workers=1, verifier_path=FAKE,
+                       cpu_stage={"checks": ["static"], "workers": 1})
+    try:
+        pairs = [(Task(source="# a\n"), Candidate(source="good")), (Task(source="# b\n"), Candidate(source="bad"))]
+        verdicts = ex.verify_many(pairs)
+        # The CPU stage runs in its own process (original SlowVerifier: accepts both); the main shard
+        # (Picky) then rejects "bad". Both verdicts exist, in order.
+        assert [v.task_id for v in verdicts] == [t.id for t, _ in pairs]
+        assert verdicts[0].accepted and not verdicts[1].accepted
+    finally:
+        ex.close()
+
+
+@pytest.mark.gpu
+def test_one_shard_per_gpu_each_pinned_to_its_gpu():
+    import torch
+
+    with LocalExecutor("triton", "cuda", {"delay_s": 0.05}, verifier_path=FAKE) as ex:
+        assert len(ex.shards) == torch.cuda.device_count()
+        verdicts = ex.verify_many(pairs_of(4 * len(ex.shards)))
+        gpus = {v.reason.split()[-1] for v in verdicts}
+        assert gpus == {str(i) for i in range(torch.cuda.device_count())}
