@@ -45,6 +45,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.curricula.adaptive",
     "plugins.coders.llm",
     "plugins.coders.expert",
+    "plugins.coders.inductor",
 )
 
 ENV_DISABLE_AUTOLOAD = "KERNELZERO_DISABLE_AUTOLOAD"
