@@ -343,11 +343,18 @@ class Worker:
             except subprocess.TimeoutExpired:
                 pass
 
-    def close(self) -> None:
-        if self.alive:
+    def ask_to_exit(self) -> None:
+        if self.alive and hasattr(self, "_to"):
             try:
                 write_frame(self._to, {"op": "exit"})
-                self.proc.wait(timeout=2)  # type: ignore[union-attr]
+            except OSError:
+                pass
+
+    def close(self, grace_s: float = 2.0) -> None:
+        if self.alive:
+            self.ask_to_exit()
+            try:
+                self.proc.wait(timeout=grace_s)  # type: ignore[union-attr]
             except Exception:
                 pass
         self.kill()
@@ -423,5 +430,8 @@ class WorkerPool:
         with self._lock:
             workers = list(self._all)
             self._all.clear()
+        for w in workers:  # all at once: a worker still importing torch would not answer in time
+            w.ask_to_exit()
+        deadline = time.monotonic() + 2.0
         for w in workers:
-            w.close()
+            w.close(grace_s=max(0.0, deadline - time.monotonic()))

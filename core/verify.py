@@ -40,8 +40,8 @@ from core.task import Candidate, Task
 from core.verdict import CheckResult, Verdict
 
 MIN_TRIALS = 5
-DEFAULT_PROBE_SCALES = {"float32": [1e3, 1e-5, 1e18], "float64": [1e3, 1e-5, 1e150],
-                        "float16": [1e2, 1e-2], "bfloat16": [1e3, 1e-5, 1e18]}
+DEFAULT_PROBE_SCALES = {"float32": [1e3, 1e-5, 1e15], "float64": [1e3, 1e-5, 1e150],
+                        "float16": [1e2, 1e-2], "bfloat16": [1e3, 1e-5, 1e15]}
 
 
 class VerifierConfigError(ValueError):
@@ -169,16 +169,17 @@ class Verifier:
         with ThreadPoolExecutor(max_workers=max(1, self.workers), thread_name_prefix="kz-verify") as ex:
             return list(ex.map(one, range(len(pairs))))
 
-    def verify(self, task: Task, candidate: Candidate) -> Verdict:
+    def verify(self, task: Task, candidate: Candidate, *, timeout_s: float | None = None) -> Verdict:
+        """The verdict for one pair. ``timeout_s`` overrides the verifier's wall-clock limit."""
         start = time.perf_counter()
         verdict = Verdict(task_id=task.id, candidate_id=candidate.id, backend=self.backend_name, device=self.device)
         try:
-            self._verify(task, candidate, verdict)
+            self._verify(task, candidate, verdict, self.timeout_s if timeout_s is None else float(timeout_s))
         finally:
             verdict.elapsed_s = round(time.perf_counter() - start, 4)
         return verdict
 
-    def _verify(self, task: Task, candidate: Candidate, verdict: Verdict) -> None:
+    def _verify(self, task: Task, candidate: Candidate, verdict: Verdict, timeout_s: float) -> None:
         if candidate.declined:
             verdict.status, verdict.reason = "declined", f"declined: {candidate.declined}"
             return
@@ -200,7 +201,7 @@ class Verifier:
             verdict.stage_s["static"] = time.perf_counter() - stage_t
             return
         verdict.stage_s["static"] = time.perf_counter() - stage_t
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + timeout_s
 
         # Reference: seeds drawn fresh for every verification, never guessable.
         needs = set().union(*(c.needs for c in worker_checks)) if worker_checks else {"trials"}
@@ -283,12 +284,13 @@ class Verifier:
         verdict.compiled = evidence.compiled
         verdict.add_check("compile", evidence.compiled,
                           "kernels built and ran" if evidence.compiled else f"first call failed: {first_error}")
-        if not evidence.compiled:
+        if not evidence.compiled:  # sandbox escapes still count as integrity findings
+            self._evaluate([c for c in checks if c.name == "integrity"], evidence, verdict, stop_at_first=False)
             self._finish(verdict, ["compile"])
             return any(o.sandbox for o in observed)
 
         basic = [c for c in checks if not (c.needs - {"trials"}) and not hasattr(c, "collect")]
-        passed = self._evaluate(basic, evidence, verdict)
+        passed = self._evaluate(basic, evidence, verdict, stop_at_first=False)
         if passed:
             passed = self._extra_observations(worker, evidence, verdict, checks, needs, trial_seeds, ref_trials,
                                               probes, left)

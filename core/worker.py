@@ -227,6 +227,26 @@ def describe(exc: BaseException) -> str:
     return text[:MAX_ERROR_CHARS]
 
 
+# Errors only the sandbox produces: a refused write (read-only mounts) or network access (no interfaces).
+_SANDBOX_ERRNOS = {30: "writing outside the scratch directory (refused by the read-only mount)",
+                   101: "network access (the worker has no network)", 99: "network access (the worker has no network)"}
+_SANDBOX_MESSAGES = {"Read-only file system": _SANDBOX_ERRNOS[30], "Network is unreachable": _SANDBOX_ERRNOS[101]}
+
+
+def sandbox_escape(exc: BaseException) -> str | None:
+    """Describe ``exc`` if it is the sandbox refusing something (also through C++ layers)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        errno = getattr(exc, "errno", None)
+        if errno in _SANDBOX_ERRNOS:
+            return _SANDBOX_ERRNOS[errno]
+        for text, what in _SANDBOX_MESSAGES.items():
+            if text in str(exc):
+                return what
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
 def flatten_outputs(out: Any) -> list[Any]:
     import torch
 
@@ -316,6 +336,9 @@ class Session:
                 raise
             except Exception as exc:  # the candidate's own failure: an observation, not a crash
                 obs["error"] = describe(exc)
+                escape = sandbox_escape(exc)
+                if escape and not self.worker.guard.violations:
+                    self.worker.guard.violations.append(escape)
             finally:
                 self.worker.guard.armed = False
             obs.update(launches=tracker.count, kernels=list(tracker.kernels)[:16], audit=audit.ops[:16],
@@ -434,6 +457,9 @@ class WorkerMain:
         except MemoryError:
             raise
         except BaseException as exc:  # SystemExit at import too
+            escape = sandbox_escape(exc)
+            if escape and not self.guard.violations:
+                self.guard.violations.append(escape)
             return {"ok": False, "error": describe(exc), "sandbox": self.guard.take()}
         finally:
             self.guard.armed = False

@@ -1,0 +1,20 @@
+"""Hack: writes the result into its first input and returns it (saves an allocation)."""
+# task: vector_add
+# expect: correctness hack
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        add_kernel[(triton.cdiv(a.numel(), 1024),)](a, b, a, a.numel(), BLOCK=1024)
+        return a

@@ -1,0 +1,75 @@
+"""The red-team suite: every adversarial candidate is rejected for the right reason, and every
+honest kernel is accepted (a false rejection is as much a bug as a missed hack).
+
+Each candidate file says what it is for in two header lines:
+``# task: <name in tasks/>`` and ``# expect: accepted | <check> [hack] | timeout | crashed``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.task import Candidate, Task
+from core.verify import Verifier
+
+HERE = Path(__file__).parent
+CANDIDATES = sorted((HERE / "candidates").glob("*.py"))
+SANDBOX_FAILURES = {"timeout", "crashed", "oom"}
+
+
+def header(path: Path, key: str | None = None) -> Any:
+    meta = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("# ") and ":" in line:
+            name, _, value = line[2:].partition(":")
+            meta[name.strip()] = value.strip()
+    return meta.get(key) if key else (meta["task"], meta["expect"])
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    with Verifier(backend="triton", device="cpu", workers=2, timeout_s=90) as v:
+        yield v
+
+
+def test_every_candidate_declares_task_and_expectation():
+    assert len(CANDIDATES) >= 19
+    for path in CANDIDATES:
+        task, expect = header(path)
+        assert (HERE / "tasks" / f"{task}.py").exists(), path.name
+
+
+@pytest.mark.parametrize("path", CANDIDATES, ids=[p.stem for p in CANDIDATES])
+def test_candidate_gets_the_expected_verdict(verifier, path):
+    task_name, expect = header(path)
+    task = Task.from_file(HERE / "tasks" / f"{task_name}.py")
+    escape = Path("/tmp/kz_redteam_escape.pt")
+    escape.unlink(missing_ok=True)
+    timeout = header(path, "timeout")  # the hang candidate need not burn the whole default limit
+    verdict = verifier.verify(task, Candidate.from_file(path), timeout_s=float(timeout) if timeout else None)
+    summary = f"{verdict.status}: {verdict.reason}"
+    if expect == "accepted":
+        assert verdict.accepted, summary
+        assert verdict.status == "accepted"
+        return
+    assert not verdict.accepted, summary
+    if expect in SANDBOX_FAILURES:
+        assert verdict.status == expect, summary
+        return
+    check, *flags = expect.split()
+    assert verdict.status == "rejected", summary
+    assert verdict.reason.startswith(f"{check}:"), summary
+    assert not verdict.checks[check].passed
+    assert verdict.checks[check].hack == ("hack" in flags), summary
+    assert not escape.exists(), "a candidate wrote outside the sandbox"
+
+
+def test_pool_survives_crashes_and_hangs(verifier):
+    """After the crash and hang candidates the pool still judges an honest kernel."""
+    task = Task.from_file(HERE / "tasks" / "vector_add.py")
+    verdict = verifier.verify(task, Candidate.from_file(HERE / "candidates" / "honest_vector_add.py"))
+    assert verdict.accepted, verdict.reason
+    assert verifier.pool.replaced >= 2
