@@ -62,6 +62,7 @@ def isolate(scratch: str) -> str:
         return f"partial: network namespace only (mount private: {os.strerror(ctypes.get_errno())}); audit hook guards writes"
     if libc.mount(scratch.encode(), scratch.encode(), None, _MS_BIND, None) != 0:
         return f"partial: network namespace only (bind scratch: {os.strerror(ctypes.get_errno())}); audit hook guards writes"
+    os.chdir(scratch)  # the working directory still pointed at the directory under the bind mount
     failed = []
     for line in Path("/proc/self/mounts").read_text().splitlines():
         parts = line.split()
