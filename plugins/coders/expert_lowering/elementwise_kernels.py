@@ -251,7 +251,8 @@ def row_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         f"_M = _numel({shape}[:-1])",
         "_BN = triton.next_power_of_2(max(1, _N))",
         f"_BM = min(triton.next_power_of_2(max(1, _M)), max(1, (4096 if {args[0]}.is_cuda else 16384) // _BN))",
-        f"{name}[(max(1, triton.cdiv(_M, _BM)),)]({', '.join(launch_args)}, BM=_BM, BN=_BN)",
+        "_NW = min(16, max(4, _BM * _BN // 1024))",
+        f"{name}[(max(1, triton.cdiv(_M, _BM)),)]({', '.join(launch_args)}, BM=_BM, BN=_BN, num_warps=_NW)",
     ]
     return Kernel(name, k.text(), launch, helpers)
 
