@@ -40,6 +40,13 @@ CASES = {
     "split_last_then_sum": Program([T((3, 8))], [N("split_last", (0,), {"factor": 4}), N("sum", (1,))]),
     "softmax_then_flatten": Program([T((2, 3, 7))], [N("softmax", (0,)), N("flatten", (1,))]),
     # norms
+    "group_norm_rank4": Program([T((2, 8, 5, 7))], [N("group_norm", (0,), {"num_groups": 4, "eps": 1e-5})]),
+    "group_norm_rank3_transposed_relu": Program([T((3, 8, 9), layout="transposed")],
+                                                [N("group_norm", (0,), {"num_groups": 2, "eps": 1e-5}), N("relu", (1,))]),
+    "group_norm_bf16_large": Program([T((2, 4, 6, 6), dtype="bfloat16", scale=100.0)],
+                                     [N("group_norm", (0,), {"num_groups": 1, "eps": 1e-5})]),
+    "group_norm_residual_offset": Program([T((2, 8, 5, 7)), T((2, 8, 5, 7), layout="offset")],
+                                          [N("group_norm", (0,), {"num_groups": 8, "eps": 1e-5}), N("add", (2, 1))]),
     "layer_norm_gelu_strided": Program([T((6, 33), layout="strided")],
                                        [N("layer_norm", (0,), {"eps": 1e-5}), N("gelu", (1,), {"approximate": "none"})]),
     "rms_norm_fp16": Program([T((6, 33), dtype="float16")], [N("rms_norm", (0,), {"eps": 1e-6})]),

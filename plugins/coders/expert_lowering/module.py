@@ -9,6 +9,7 @@ from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
 from plugins.coders.expert_lowering.elementwise_kernels import pointwise_kernel, row_kernel
 from plugins.coders.expert_lowering.conv_kernels import conv_kernel, pool_kernel
 from plugins.coders.expert_lowering.errors import Unsupported
+from plugins.coders.expert_lowering.groupnorm_kernels import group_norm_kernel
 from plugins.coders.expert_lowering.layout import COPY_HELPER, view_kernel
 from plugins.coders.expert_lowering.matmul_kernels import matmul_kernel
 from plugins.coders.expert_lowering.plan import COPY_OP, ROW_REDUCTIONS, Plan, plan_program
@@ -16,10 +17,10 @@ from plugins.coders.expert_lowering.pointwise import HELPERS, POINTWISE
 
 # Group kind -> kernel emitter.
 EMITTERS = {"pointwise": pointwise_kernel, "row": row_kernel, "view": view_kernel, "matmul": matmul_kernel,
-            "conv": conv_kernel, "pool": pool_kernel}
+            "conv": conv_kernel, "pool": pool_kernel, "group_norm": group_norm_kernel}
 ALL_HELPERS = dict(HELPERS, _strided_copy=COPY_HELPER)
 
-_SAME_SHAPE = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", COPY_OP)
+_SAME_SHAPE = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "group_norm", COPY_OP)
 
 # Op name -> forward expression of its output shape from its operands' shape variables.
 SHAPE_RULES = {

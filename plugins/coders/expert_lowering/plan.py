@@ -31,6 +31,7 @@ LAYOUT_OPS = ("transpose", "permute", "flatten", "split_last")  # views (or a co
 MATMUL_OPS = ("linear", "matmul", "bmm")
 CONV_OPS = ("conv2d",)
 POOL_OPS = ("max_pool2d", "avg_pool2d")
+GROUP_NORM_OPS = ("group_norm",)
 COPY_OP = "_copy"  # a synthetic identity node: materialises an output that would alias an input
 
 
@@ -136,7 +137,7 @@ def _try_join(group: Group, op: str, value: int, args: tuple[int, ...], shapes: 
 
 
 # Anchor kinds whose output an elementwise epilogue may extend.
-EPILOGUE_KINDS: set[str] = {"matmul", "conv", "pool"}
+EPILOGUE_KINDS: set[str] = {"matmul", "conv", "pool", "group_norm"}
 
 
 def _check_params(op: str, params: Mapping[str, Any], allowed: set[str]) -> None:
@@ -192,6 +193,8 @@ def plan_program(program: Program, catalog: Mapping[str, OpSpec]) -> Plan:
             group = Group("conv", tuple(shapes[value]), [value], anchor=value)
         elif op in POOL_OPS:
             group = Group("pool", tuple(shapes[value]), [value], anchor=value)
+        elif op in GROUP_NORM_OPS:
+            group = Group("group_norm", tuple(shapes[value]), [value], anchor=value)
         else:
             raise Unsupported(f"op {op!r} ({catalog[op].family}) has no expert lowering yet")
         groups.append(group)
