@@ -15,6 +15,7 @@ from plugins.coders.expert_lowering.plan import Group, Plan
 from plugins.coders.expert_lowering.pointwise import round_to
 
 CONV_PARAMS = {"out_channels", "kernel_size", "stride", "padding", "dilation", "groups"}
+CONV_T_PARAMS = {"out_channels", "kernel_size", "stride", "padding", "output_padding", "dilation"}
 POOL_PARAMS = {"kernel_size", "stride", "padding"}
 
 
@@ -49,13 +50,34 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     n_in = len(plan.program.inputs)
     i = group.anchor
     node = plan.node(i)
-    p = _ints(node, CONV_PARAMS)
+    transposed = node.op == "conv_transpose2d"
+    p = _ints(node, CONV_T_PARAMS if transposed else CONV_PARAMS)
+    p.setdefault("groups", 1)
     x_value = node.args[0]
     x = value_name(x_value, n_in)
     epilogue = [v for v in group.nodes if v != i]
     ext = [r for r in group.reads if r != x_value or any(r in plan.node(v).args for v in epilogue)]
     outs = group.outputs
     name = f"_conv_{index}"
+    # conv2d gathers input pixel (oh*S - P + kh*D); the transposed conv gathers the pixel that
+    # scatters into oh: ih = (oh + P - kh*D) / S when that divides exactly. Weights are
+    # (OC, C/G, k, k) for conv2d and (C, OC, k, k) for the transposed conv.
+    if transposed:
+        gather = [
+            "    th = oh[:, None] + PAD - kh[None, :] * DIL",
+            "    tw = ow[:, None] + PAD - kw[None, :] * DIL",
+            "    ih = th // STRIDE",
+            "    iw = tw // STRIDE",
+            "    valid = (th >= 0) & (tw >= 0) & (th % STRIDE == 0) & (tw % STRIDE == 0) & (ih < H) & (iw < W)",
+        ]
+        w_offset = "(kk // (KS * KS))[:, None] * sw0 + oc[None, :] * sw1"
+    else:
+        gather = [
+            "    ih = ih0[:, None] + kh[None, :] * DIL",
+            "    iw = iw0[:, None] + kw[None, :] * DIL",
+            "    valid = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)",
+        ]
+        w_offset = "oc[None, :] * sw0 + (kk // (KS * KS))[:, None] * sw1"
     dtype = plan.program.dtype
     params = ["x_ptr", "w_ptr", "bias_ptr"] + [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
     params += ["NB", "C", "H", "W", "OC", "OH", "OW", "sx0", "sx1", "sx2", "sx3", "sw0", "sw1", "sw2", "sw3"]
@@ -100,12 +122,11 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "    kw = kk % KS",
         "    kh = (kk // KS) % KS",
         "    c = g * CG + kk // (KS * KS)",
-        "    ih = ih0[:, None] + kh[None, :] * DIL",
-        "    iw = iw0[:, None] + kw[None, :] * DIL",
-        "    a_mask = mask_m[:, None] & (kk[None, :] < KTOT) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)",
+        *gather,
+        "    a_mask = mask_m[:, None] & (kk[None, :] < KTOT) & valid",
         "    a = tl.load(x_ptr + nb[:, None] * sx0 + c[None, :] * sx1 + ih * sx2 + iw * sx3, mask=a_mask, other=0.0)",
         "    b_mask = (kk[:, None] < KTOT) & mask_n[None, :]",
-        "    b = tl.load(w_ptr + oc[None, :] * sw0 + (kk // (KS * KS))[:, None] * sw1 + kh[:, None] * sw2 + kw[:, None] * sw3, mask=b_mask, other=0.0)",
+        f"    b = tl.load(w_ptr + {w_offset} + kh[:, None] * sw2 + kw[:, None] * sw3, mask=b_mask, other=0.0)",
         "    if ON_CPU:",
         "        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=\"ieee\")",
         "    else:",

@@ -32,9 +32,16 @@ SHAPE_RULES = {
     "matmul": lambda a, p: f"({a[0]}[0], {a[1]}[1])",
     "bmm": lambda a, p: f"({a[0]}[0], {a[0]}[1], {a[1]}[2])",
     "conv2d": lambda a, p: _conv_shape(a[0], p),
+    "conv_transpose2d": lambda a, p: _conv_t_shape(a[0], p),
     "max_pool2d": lambda a, p: _conv_shape(a[0], dict(p, dilation=1, out_channels=None)),
     "avg_pool2d": lambda a, p: _conv_shape(a[0], dict(p, dilation=1, out_channels=None)),
 }
+
+
+def _conv_t_shape(x: str, p) -> str:
+    k, s, pad, op, d = (int(p[key]) for key in ("kernel_size", "stride", "padding", "output_padding", "dilation"))
+    size = lambda i: f"({x}[{i}] - 1) * {s} - {2 * pad} + {d * (k - 1)} + {op} + 1"  # noqa: E731
+    return f"({x}[0], {int(p['out_channels'])}, {size(2)}, {size(3)})"
 
 
 def _conv_shape(x: str, p) -> str:
