@@ -147,7 +147,11 @@ class Backend(Protocol):
     guide: str
 
     def supports(self, device: str) -> str | None:
-        """``None`` when candidates can run on ``device`` ("cpu"/"cuda"); else why not (a sentence)."""
+        """``None`` when candidates can run on ``device`` ("cpu"/"cuda"); else why not (a sentence).
+
+        When it refuses, the verifier falls back to a *compile-only* verdict (static checks, import,
+        :meth:`load`; ``compiled`` set, never accepted, the sentence in ``reason``) if the backend's
+        optional ``compiles_on(device) -> bool`` says so (default: only on ``"cpu"``)."""
 
     def detect_kernels(self, tree: "ast.Module") -> list[str]:
         """Judge side, static: names of this backend's kernels defined in the parsed candidate."""

@@ -95,8 +95,14 @@ class Verifier:
         self.backend = registry("backend").create(backend)  # unknown name: lists the known ones
         self.device = resolve_device(device)
         unsupported = self.backend.supports(self.device)
+        # A backend that cannot execute here may still compile here (CUDA C through NVRTC on a CPU
+        # machine): then only static + compile run and the verdict says why nothing executed.
+        self.compile_only: str | None = None
         if unsupported:
-            raise VerifierConfigError(unsupported)
+            compiles_on = getattr(self.backend, "compiles_on", lambda d: d == "cpu")
+            if not compiles_on(self.device):
+                raise VerifierConfigError(unsupported)
+            self.compile_only = unsupported
         self.trials, self.timeout_s, self.workers = int(trials), float(timeout_s), int(workers)
         self.tolerances = {k: tuple(v) for k, v in (tolerances or {}).items()}
         self.probe_scales = {**DEFAULT_PROBE_SCALES, **(probe_scales or {})}
@@ -202,6 +208,9 @@ class Verifier:
             return
         verdict.stage_s["static"] = time.perf_counter() - stage_t
         deadline = time.monotonic() + timeout_s
+        if self.compile_only is not None:
+            self._compile_only(evidence, verdict, deadline)
+            return
 
         # Reference: seeds drawn fresh for every verification, never guessable.
         needs = set().union(*(c.needs for c in worker_checks)) if worker_checks else {"trials"}
@@ -240,6 +249,26 @@ class Verifier:
                 except WorkerFailure:
                     discard = True
             self.pool.release(worker, discard=discard)
+
+    def _compile_only(self, evidence: Evidence, verdict: Verdict, deadline: float) -> None:
+        """Import the candidate and run the backend's compile step; never call forward."""
+        t = time.perf_counter()
+        try:
+            loaded = self._request(self.pool, {"op": "load", "source": evidence.candidate.source, "init_seed": 0,
+                                               "init_inputs": [], "construct": False}, deadline)
+        except WorkerFailure as exc:
+            verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
+            return
+        verdict.stage_s["load"] = time.perf_counter() - t
+        verdict.compiled = bool(loaded.get("ok"))
+        if verdict.compiled:
+            verdict.add_check("compile", True, "kernels compiled (compile-only: nothing was executed)")
+            verdict.status, verdict.reason = "rejected", f"compiled, not executed: {self.compile_only}"
+        else:
+            verdict.add_check("compile", False, f"compile failed: {loaded.get('error')}")
+            verdict.status, verdict.reason = "rejected", f"compile: {loaded.get('error')}"
+        if loaded.get("sandbox"):
+            verdict.add_check("integrity", False, f"sandbox refused: {loaded['sandbox'][0]}", hack=True)
 
     def _request(self, pool: WorkerPool, message: dict[str, Any], deadline: float) -> dict[str, Any]:
         worker = pool.acquire()
@@ -374,39 +403,45 @@ class Verifier:
 # --------------------------------------------------------------------------- CLI
 
 
-def _load_pairs(path: Path) -> list[tuple[Path | None, Task, Candidate]]:
-    """A JSONL of {"reference": path|source, "candidate": path|source} or a directory of
-    ``NAME.py`` + ``NAME_solution.py`` / ``ref/NAME.py`` + ``cand/NAME.py`` pairs."""
-    pairs = []
+def _load_pairs(path: Path) -> list[tuple[str, Task, Candidate]]:
+    """Pairs from a JSONL file or a directory.
+
+    JSONL: one object per line with ``reference`` and ``candidate``, each a file path (relative to
+    the JSONL's folder), a source text, or a Task/Candidate dict. Directory: ``NAME.py`` beside
+    ``NAME_solution.py`` (searched recursively, so a KernelBench layout works), or ``ref/NAME.py``
+    with ``cand/NAME.py``.
+    """
+    def text_or_file(value: str) -> tuple[str, Path | None]:
+        if "\n" in value:
+            return value, None
+        p = Path(value) if Path(value).is_absolute() else path.parent / value
+        return p.read_text(), p
+
+    pairs: list[tuple[str, Task, Candidate]] = []
     if path.is_file():
-        for n, line in enumerate(path.read_text().splitlines()):
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
             if not line.strip():
                 continue
             row = json.loads(line)
-            ref, cand = row.get("reference") or row.get("task"), row.get("candidate")
+            ref, cand = row.get("reference", row.get("task")), row["candidate"]
             if isinstance(ref, dict):
                 task = Task.from_dict(ref)
             else:
-                task = Task.from_file(ref) if "\n" not in ref and Path(path.parent, ref).exists() is False and Path(ref).exists() \
-                    else (Task.from_file(path.parent / ref) if "\n" not in ref else Task(source=ref))
-            if isinstance(cand, dict):
-                candidate = Candidate.from_dict(cand)
-            else:
-                cpath = Path(cand) if Path(cand).exists() else path.parent / cand
-                candidate = Candidate.from_file(cpath) if "\n" not in cand else Candidate(source=cand)
-            pairs.append((Path(f"{path.name}:{n + 1}"), task, candidate))
+                source, ref_path = text_or_file(ref)
+                task = Task(source=source, name=ref_path.stem if ref_path else None)
+            candidate = Candidate.from_dict(cand) if isinstance(cand, dict) else Candidate(source=text_or_file(cand)[0])
+            pairs.append((row.get("name") or f"{path.name}:{n}", task, candidate))
         return pairs
     ref_dir, cand_dir = path / "ref", path / "cand"
     if ref_dir.is_dir() and cand_dir.is_dir():
         for ref in sorted(ref_dir.glob("*.py")):
-            cand = cand_dir / ref.name
-            if cand.exists():
-                pairs.append((ref, Task.from_file(ref), Candidate.from_file(cand)))
+            if (cand_dir / ref.name).exists():
+                pairs.append((ref.stem, Task.from_file(ref), Candidate.from_file(cand_dir / ref.name)))
         return pairs
-    for cand in sorted(path.glob("*_solution.py")):
-        ref = cand.with_name(cand.name.replace("_solution.py", ".py"))
+    for cand in sorted(path.rglob("*_solution.py")):
+        ref = cand.with_name(cand.name[: -len("_solution.py")] + ".py")
         if ref.exists():
-            pairs.append((ref, Task.from_file(ref), Candidate.from_file(cand)))
+            pairs.append((str(ref.relative_to(path)), Task.from_file(ref), Candidate.from_file(cand)))
     return pairs
 
 

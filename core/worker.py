@@ -451,10 +451,12 @@ class WorkerMain:
             self.backend.load(module, self.device)
             if not hasattr(module, "ModelNew"):
                 raise AttributeError("the candidate module defines no ModelNew")
-            torch.manual_seed(int(req["init_seed"]))
-            model = module.ModelNew(*req["init_inputs"])
-            if isinstance(model, torch.nn.Module):
-                model = model.to(self.device).eval()
+            model = None
+            if req.get("construct", True):  # compile-only verdicts never build or call the model
+                torch.manual_seed(int(req["init_seed"]))
+                model = module.ModelNew(*req["init_inputs"])
+                if isinstance(model, torch.nn.Module):
+                    model = model.to(self.device).eval()
         except MemoryError:
             raise
         except BaseException as exc:  # SystemExit at import too
