@@ -34,6 +34,16 @@ CASES = {
     "conv_transpose_stride2_outpad_transposed_relu": Program(
         [T((2, 4, 5, 6), layout="transposed")], [N("conv_transpose2d", (0,), _conv_t(4, 4, 2, 1, 1)), N("relu", (1,))]),
     "conv_transpose_fp16": Program([T((1, 3, 7, 7), dtype="float16")], [N("conv_transpose2d", (0,), _conv_t(16, 2, 2, 0, 0))]),
+    "sdpa_cross_lengths": Program([T((2, 3, 17, 8)), T((2, 3, 21, 8)), T((2, 3, 21, 12))],
+                                  [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": False})]),
+    "sdpa_causal_transposed_offset_relu": Program(
+        [T((2, 2, 19, 16), layout="transposed"), T((2, 2, 19, 16)), T((2, 2, 19, 16), layout="offset")],
+        [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": True}), N("relu", (3,))]),
+    "sdpa_fp16_causal": Program([T((1, 2, 33, 32), dtype="float16")] * 3,
+                                [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": True})]),
+    "sdpa_bf16_many_key_blocks": Program(
+        [T((1, 1, 40, 8), dtype="bfloat16"), T((1, 1, 300, 8), dtype="bfloat16"), T((1, 1, 300, 8), dtype="bfloat16")],
+        [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": False})]),
     "max_pool_specials": Program([T((2, 3, 9, 9), distribution="specials")],
                                  [N("max_pool2d", (0,), {"kernel_size": 3, "stride": 2, "padding": 1})]),
     "avg_pool_offset_tanh": Program([T((2, 3, 9, 8), layout="offset")],
@@ -92,11 +102,12 @@ def test_matmul_epilogue_is_fused_into_one_kernel(catalog):
     assert "tl.dot" in source
 
 
-def test_unlowered_families_decline_with_the_op_name(catalog):
-    program = Program([T((2, 2, 8, 4)), T((2, 2, 8, 4)), T((2, 2, 8, 4))],
-                      [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": False})])
-    with pytest.raises(Unsupported, match="scaled_dot_product_attention"):
+def test_what_is_not_lowered_is_declined_with_the_reason(catalog):
+    program = Program([T((2, 2, 8, 300))] * 3, [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": False})])
+    with pytest.raises(Unsupported, match="head dim"):
         lower_program(program, catalog)
+    with pytest.raises(Unsupported, match="resident row limit"):
+        lower_program(Program([T((2, 20000))], [N("softmax", (0,))]), catalog)
 
 
 @pytest.fixture(scope="module")

@@ -32,12 +32,17 @@ def _ints(node, names) -> dict[str, int]:
     return out
 
 
-def _epilogue(plan: Plan, group: Group, k: Lines, helpers: set[str], operand: int, out_idx: list[str]) -> list[int]:
-    """Load epilogue operands at the output position and emit the fused elementwise nodes."""
+def _epilogue(plan: Plan, group: Group, k: Lines, helpers: set[str], operand: int | set[int],
+              out_idx: list[str]) -> list[int]:
+    """Load epilogue operands at the output position and emit the fused elementwise nodes.
+
+    ``operand``: the anchor op's own operand value(s), loaded by the anchor, not by the epilogue
+    (unless an epilogue node reads them too)."""
     from plugins.coders.expert_lowering.elementwise_kernels import _node_lines
 
+    operands = operand if isinstance(operand, set) else {operand}
     epilogue = [v for v in group.nodes if v != group.anchor]
-    ext = [r for r in group.reads if r != operand or any(r in plan.node(v).args for v in epilogue)]
+    ext = [r for r in group.reads if r not in operands or any(r in plan.node(v).args for v in epilogue)]
     for r in ext:
         off = " + ".join(f"{i} * v{r}_s{d}" for d, i in enumerate(out_idx))
         k(f"v{r} = tl.load(v{r}_ptr + {off}, mask=mask, other=0.0).to(tl.float32)")

@@ -8,6 +8,7 @@ from core.program import OpSpec, Program, _TORCH_DTYPE
 from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
 from plugins.coders.expert_lowering.elementwise_kernels import pointwise_kernel, row_kernel
 from plugins.coders.expert_lowering.conv_kernels import conv_kernel, pool_kernel
+from plugins.coders.expert_lowering.attention_kernels import attention_kernel
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.groupnorm_kernels import group_norm_kernel
 from plugins.coders.expert_lowering.layout import COPY_HELPER, view_kernel
@@ -17,7 +18,8 @@ from plugins.coders.expert_lowering.pointwise import HELPERS, POINTWISE
 
 # Group kind -> kernel emitter.
 EMITTERS = {"pointwise": pointwise_kernel, "row": row_kernel, "view": view_kernel, "matmul": matmul_kernel,
-            "conv": conv_kernel, "pool": pool_kernel, "group_norm": group_norm_kernel}
+            "conv": conv_kernel, "pool": pool_kernel, "group_norm": group_norm_kernel,
+            "attention": attention_kernel}
 ALL_HELPERS = dict(HELPERS, _strided_copy=COPY_HELPER)
 
 _SAME_SHAPE = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "group_norm", COPY_OP)
@@ -31,6 +33,7 @@ SHAPE_RULES = {
     "linear": lambda a, p: f"{a[0]}[:-1] + ({int(p['out_features'])},)",
     "matmul": lambda a, p: f"({a[0]}[0], {a[1]}[1])",
     "bmm": lambda a, p: f"({a[0]}[0], {a[0]}[1], {a[1]}[2])",
+    "scaled_dot_product_attention": lambda a, p: f"{a[0]}[:3] + ({a[2]}[3],)",
     "conv2d": lambda a, p: _conv_shape(a[0], p),
     "conv_transpose2d": lambda a, p: _conv_t_shape(a[0], p),
     "max_pool2d": lambda a, p: _conv_shape(a[0], dict(p, dilation=1, out_channels=None)),

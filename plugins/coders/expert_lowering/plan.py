@@ -32,6 +32,7 @@ MATMUL_OPS = ("linear", "matmul", "bmm")
 CONV_OPS = ("conv2d", "conv_transpose2d")
 POOL_OPS = ("max_pool2d", "avg_pool2d")
 GROUP_NORM_OPS = ("group_norm",)
+ATTENTION_OPS = ("scaled_dot_product_attention",)
 COPY_OP = "_copy"  # a synthetic identity node: materialises an output that would alias an input
 
 
@@ -137,7 +138,7 @@ def _try_join(group: Group, op: str, value: int, args: tuple[int, ...], shapes: 
 
 
 # Anchor kinds whose output an elementwise epilogue may extend.
-EPILOGUE_KINDS: set[str] = {"matmul", "conv", "pool", "group_norm"}
+EPILOGUE_KINDS: set[str] = {"matmul", "conv", "pool", "group_norm", "attention"}
 
 
 def _check_params(op: str, params: Mapping[str, Any], allowed: set[str]) -> None:
@@ -193,6 +194,8 @@ def plan_program(program: Program, catalog: Mapping[str, OpSpec]) -> Plan:
             group = Group("conv", tuple(shapes[value]), [value], anchor=value)
         elif op in POOL_OPS:
             group = Group("pool", tuple(shapes[value]), [value], anchor=value)
+        elif op in ATTENTION_OPS:
+            group = Group("attention", tuple(shapes[value]), [value], anchor=value)
         elif op in GROUP_NORM_OPS:
             group = Group("group_norm", tuple(shapes[value]), [value], anchor=value)
         else:

@@ -1,0 +1,108 @@
+"""scaled_dot_product_attention over (B, H, L, E): one program per (batch*head, block of queries),
+an online (flash-style) softmax over blocks of keys, both products on tl.dot, fused epilogue."""
+
+from __future__ import annotations
+
+import math
+
+from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
+from plugins.coders.expert_lowering.conv_kernels import _epilogue
+from plugins.coders.expert_lowering.errors import Unsupported
+from plugins.coders.expert_lowering.plan import Group, Plan
+from plugins.coders.expert_lowering.pointwise import round_to
+
+MAX_HEAD_DIM = 256
+
+
+def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
+    n_in = len(plan.program.inputs)
+    i = group.anchor
+    node = plan.node(i)
+    extra = set(node.params) - {"is_causal"}
+    if extra:
+        raise Unsupported(f"scaled_dot_product_attention: parameters {sorted(extra)} are not understood")
+    causal = bool(node.params.get("is_causal", False))
+    q_v, k_v, v_v = node.args
+    e, ev = plan.shapes[q_v][3], plan.shapes[v_v][3]
+    if max(e, ev) > MAX_HEAD_DIM:
+        raise Unsupported(f"attention head dim {max(e, ev)} above {MAX_HEAD_DIM}")
+    q, k_, v = (value_name(a, n_in) for a in node.args)
+    epilogue = [x for x in group.nodes if x != i]
+    ext = [r for r in group.reads if r not in node.args or any(r in plan.node(x).args for x in epilogue)]
+    outs = group.outputs
+    name = f"_attention_{index}"
+    dtype = plan.program.dtype
+    precision = ', input_precision="ieee"' if dtype == "float32" else ""
+    params = ["q_ptr", "k_ptr", "v_ptr"] + [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
+    params += ["H", "LQ", "LK", "E", "EV"] + [f"s{t}{d}" for t in "qkv" for d in range(4)]
+    for r in ext:
+        params += [f"v{r}_s{d}" for d in range(4)]
+    params += ["ON_CPU: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr", "BE: tl.constexpr",
+               "BEV: tl.constexpr"]
+
+    def dot(a: str, b: str) -> list[str]:
+        return ["if ON_CPU:", f"    _p = tl.dot({a}.to(tl.float32), {b}.to(tl.float32), input_precision=\"ieee\")",
+                "else:", f"    _p = tl.dot({a}, {b}{precision})"]
+
+    k = Lines()
+    k("@triton.jit", f"def {name}({', '.join(params)}):")
+    k.indent = 1
+    k(
+        f"DT = v{outs[0]}_ptr.dtype.element_ty",
+        "bh = tl.program_id(1).to(tl.int64)",
+        "bb = bh // H",
+        "hh = bh % H",
+        "rm = tl.program_id(0) * BM + tl.arange(0, BM)",
+        "re = tl.arange(0, BE)",
+        "rev = tl.arange(0, BEV)",
+        "mask_m = rm < LQ",
+        "qt = tl.load(q_ptr + bb * sq0 + hh * sq1 + rm[:, None] * sq2 + re[None, :] * sq3, "
+        "mask=mask_m[:, None] & (re[None, :] < E), other=0.0)",
+        f"scale = {1.0 / math.sqrt(e)!r}",
+        "m_i = tl.full((BM,), float('-inf'), tl.float32)",
+        "l_i = tl.zeros((BM,), dtype=tl.float32)",
+        "acc = tl.zeros((BM, BEV), dtype=tl.float32)",
+        "for n0 in range(0, LK, BN):",
+        "    rn = n0 + tl.arange(0, BN)",
+        "    mask_n = rn < LK",
+        "    kt = tl.load(k_ptr + bb * sk0 + hh * sk1 + rn[None, :] * sk2 + re[:, None] * sk3, "
+        "mask=mask_n[None, :] & (re[:, None] < E), other=0.0)",
+    )
+    k.indent = 2
+    k(*dot("qt", "kt"))
+    k("s = _p * scale")
+    valid = "mask_n[None, :]" + (" & (rn[None, :] <= rm[:, None])" if causal else "")
+    k(
+        f"s = tl.where({valid}, s, float('-inf'))",
+        "m_new = tl.maximum(m_i, tl.max(s, axis=1))",
+        "m_safe = tl.where(m_new == float('-inf'), 0.0, m_new)",
+        "alpha = tl.exp(m_i - m_safe)",
+        "p = tl.exp(s - m_safe[:, None])",
+        "l_i = l_i * alpha + tl.sum(p, axis=1)",
+        "vt = tl.load(v_ptr + bb * sv0 + hh * sv1 + rn[:, None] * sv2 + rev[None, :] * sv3, "
+        "mask=mask_n[:, None] & (rev[None, :] < EV), other=0.0)",
+        "pt = p.to(vt.dtype)",
+    )
+    k(*dot("pt", "vt"))
+    k("acc = acc * alpha[:, None] + _p", "m_i = m_new")
+    k.indent = 1
+    helpers: set[str] = set()
+    rounded, needed = round_to(dtype, "acc / l_i[:, None]")
+    helpers.update(needed)
+    k("mask = mask_m[:, None] & (rev[None, :] < EV)", f"v{i} = {rounded}")
+    _epilogue(plan, group, k, helpers, set(node.args), ["bb", "hh", "rm[:, None]", "rev[None, :]"])
+    for o in outs:
+        k(f"tl.store(v{o}_ptr + ((bb * H + hh) * LQ + rm[:, None]) * EV + rev[None, :], v{o}.to(DT), mask=mask)")
+    call = [q, k_, v] + [value_name(r, n_in) for r in ext] + [value_name(o, n_in) for o in outs]
+    call += [f"{q}.shape[1]", f"{q}.shape[2]", f"{k_}.shape[2]", f"{q}.shape[3]", f"{v}.shape[3]",
+             f"*{q}.stride()", f"*{k_}.stride()", f"*{v}.stride()"]
+    call += [f"*{value_name(r, n_in)}.stride()" for r in ext] + [f"ON_CPU=not {q}.is_cuda"]
+    launch = [
+        f"_be = max(16, triton.next_power_of_2({q}.shape[3]))",
+        f"_bev = max(16, triton.next_power_of_2({v}.shape[3]))",
+        f"_bm = 64 if {q}.is_cuda else min(128, max(16, triton.next_power_of_2({q}.shape[2])))",
+        f"_bn = 64 if {q}.is_cuda else min(256, max(16, triton.next_power_of_2({k_}.shape[2])))",
+        f"{name}[(max(1, triton.cdiv({q}.shape[2], _bm)), max(1, {q}.shape[0] * {q}.shape[1]))]"
+        f"({', '.join(call)}, BM=_bm, BN=_bn, BE=_be, BEV=_bev)",
+    ]
+    return Kernel(name, k.text(), launch, helpers)
