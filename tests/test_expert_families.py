@@ -71,6 +71,8 @@ CASES = {
     "layer_norm_bf16_large": Program([T((4, 50), dtype="bfloat16", scale=1e3)], [N("layer_norm", (0,), {"eps": 1e-5})]),
     "batch_norm_relu_transposed": Program([T((2, 3, 4, 5), layout="transposed")],
                                           [N("batch_norm", (0,), {"eps": 1e-5}), N("relu", (1,))]),
+    "batch_norm_then_softmax_is_two_kernels": Program([T((2, 3, 4, 5))], [N("batch_norm", (0,), {"eps": 1e-5}),
+                                                                       N("softmax", (1,)), N("mean", (2,))]),
     # matmul family with fused epilogues
     "linear_bias_gelu_residual": Program([T((17, 24)), T((17, 40))], [
         N("linear", (0,), {"out_features": 40, "bias": True}), N("gelu", (2,), {"approximate": "tanh"}),

@@ -45,6 +45,7 @@ class Group:
     outputs: list[int] = field(default_factory=list)  # values stored to memory
     reads: list[int] = field(default_factory=list)  # values loaded from memory (inputs or earlier groups)
     anchor: int | None = None  # the value of the anchor op (non-pointwise, non-row groups)
+    channel: bool = False  # holds a per-channel op (batch_norm): must stay a flat pointwise kernel
 
     def defines(self, value: int) -> bool:
         return value in self.nodes
@@ -126,7 +127,8 @@ def _try_join(group: Group, op: str, value: int, args: tuple[int, ...], shapes: 
         return False
     if op in ROW_OPS:
         (a,) = args
-        if group.kind == "pointwise" and group.defines(a) and len(shapes[a]) >= 1:
+        # A group with channel ops stays a flat kernel (their channel index comes from the flat index).
+        if group.kind == "pointwise" and group.defines(a) and len(shapes[a]) >= 1 and not group.channel:
             group.kind = "row"
             group.kinds = {v: "row" for v in group.nodes}
         if group.kind != "row" or group.kinds.get(a) != "row":
@@ -179,9 +181,10 @@ def plan_program(program: Program, catalog: Mapping[str, OpSpec]) -> Plan:
             _check_params(op, node.params, {"eps"})
         if groups and _try_join(groups[-1], op, value, node.args, shapes):
             group_of[value] = len(groups) - 1
+            groups[-1].channel |= op in CHANNEL_OPS
             continue
         if is_pointwise(op):
-            group = Group("pointwise", tuple(shapes[value]), [value])
+            group = Group("pointwise", tuple(shapes[value]), [value], channel=op in CHANNEL_OPS)
         elif op in ROW_OPS:
             base = tuple(shapes[node.args[0]])
             group = Group("row", base, [value], {value: "scal" if op in ROW_REDUCTIONS else "row"})
