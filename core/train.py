@@ -71,6 +71,7 @@ class Phase:
     teacher: str = "expert"
     teacher_kwargs: dict[str, Any] = field(default_factory=dict)
     batch_size: int = 8
+    max_length: int | None = None  # SFT sequence budget; None = coder.max_prompt_tokens + coder.max_new_tokens
 
     def __post_init__(self) -> None:
         if self.kind not in PHASE_KINDS:
@@ -429,7 +430,7 @@ class Training:
             raise TrainingError(f"phase {phase.name!r}: the distillation dataset is empty (no accepted teacher "
                                 f"answers); check the teacher {phase.teacher!r} and the verifier, or set "
                                 f"trainer.phases.{phase.name}.dataset to a core.distill JSONL")
-        max_length = int(getattr(self.coder, "max_prompt_tokens", 1024)) + int(getattr(self.coder, "max_new_tokens", 512))
+        max_length = self._sft_budget(phase)
         args = SFTConfig(**self._common_args(phase), per_device_train_batch_size=phase.batch_size,
                          max_length=max_length, completion_only_loss=True, packing=False,
                          **dict(self.settings.sft_kwargs))
@@ -454,7 +455,7 @@ class Training:
         if cache.exists():
             rows = [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
         elif phase.dataset:
-            rows = self._pairs_from_jsonl(Path(phase.dataset), exclude)
+            rows = self._pairs_from_jsonl(Path(phase.dataset), exclude, phase)
         else:
             rows = self._pairs_from_teacher(phase, exclude)
         cache.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -480,9 +481,9 @@ class Training:
                              "completion": self.coder.completion_for(cand.source)})
         self.console.print(f"{phase.name}: teacher {phase.teacher!r} answered {len(pairs)}/{len(tasks)} tasks, "
                            f"{len(rows)} accepted by the verifier ({time.perf_counter() - t0:.1f}s)")
-        return self._fitting(rows)
+        return self._fitting(rows, phase)
 
-    def _pairs_from_jsonl(self, path: Path, exclude: set[str]) -> list[dict[str, str]]:
+    def _pairs_from_jsonl(self, path: Path, exclude: set[str], phase: Phase) -> list[dict[str, str]]:
         """Accepted pairs of a ``core.distill`` JSONL, re-rendered in this coder's prompt format when the
         line carries the task (``task`` object or ``source``); otherwise its prompt is used as written."""
         if not path.exists():
@@ -503,16 +504,22 @@ class Training:
             prompt = self.coder.prompt(task, self.backend) if task is not None else row["prompt"]
             rows.append({"task_id": row.get("task_id"), "prompt": prompt,
                          "completion": self.coder.completion_for(self.coder.extract(row["completion"]))})
-        return self._fitting(rows)
+        return self._fitting(rows, phase)
 
-    def _fitting(self, rows: list[dict[str, str]]) -> list[dict[str, str]]:
-        """Drop pairs longer than the model's budget: a truncated target never learns to stop."""
-        budget = int(getattr(self.coder, "max_prompt_tokens", 1024)) + int(getattr(self.coder, "max_new_tokens", 512))
+    def _sft_budget(self, phase: Phase) -> int:
+        if phase.max_length:
+            return int(phase.max_length)
+        return int(getattr(self.coder, "max_prompt_tokens", 1024)) + int(getattr(self.coder, "max_new_tokens", 512))
+
+    def _fitting(self, rows: list[dict[str, str]], phase: Phase) -> list[dict[str, str]]:
+        """Drop pairs longer than the SFT budget: a truncated target never learns to stop."""
+        budget = self._sft_budget(phase)
         tok = self.coder.hf_tokenizer
         kept = [r for r in rows if len(tok(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"]) < budget]
         if len(kept) < len(rows):
             self.console.print(f"[yellow]dropped {len(rows) - len(kept)} of {len(rows)} pairs longer than "
-                               f"{budget} tokens (coder.max_prompt_tokens + coder.max_new_tokens)[/]")
+                               f"{budget} tokens (trainer.phases.{phase.name}.max_length, default coder.max_prompt_tokens + "
+                               f"coder.max_new_tokens)[/]")
         return kept
 
     def _resume_checkpoint(self, phase: Phase) -> str | None:
