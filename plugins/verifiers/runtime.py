@@ -160,9 +160,7 @@ class RaceCheck:
         return CheckResult(True, f"same answer under {len(evidence.shuffled)} shuffled program orders")
 
 
-# Multipliers of floating inputs: large, tiny, and near the dtype's limits.
-DEFAULT_SCALES = {"float32": [1e3, 1e-5, 1e18], "float64": [1e3, 1e-5, 1e150],
-                  "float16": [1e2, 1e-2], "bfloat16": [1e3, 1e-5, 1e18]}
+# Probe scales per dtype live in core.verify.DEFAULT_PROBE_SCALES (Verifier(probe_scales=...)).
 
 
 @dataclass
