@@ -289,8 +289,10 @@ class Verifier:
             return max(1.0, deadline - time.monotonic())
 
         t = time.perf_counter()
+        # The task travels as plain data: performance checks (collect hooks) time it beside the candidate.
         loaded = worker.request({"op": "load", "source": evidence.candidate.source, "init_seed": init_seed,
-                                 "init_inputs": ref["init_inputs"]}, timeout_s=left())
+                                 "init_inputs": ref["init_inputs"], "task": evidence.task.to_dict()},
+                                timeout_s=left())
         evidence.load_sandbox = list(loaded.get("sandbox") or [])
         verdict.stage_s["load"] = time.perf_counter() - t
         if not loaded.get("ok"):
@@ -394,6 +396,10 @@ class Verifier:
         failed = [n for n, c in verdict.checks.items() if not c.passed and hard.get(n, True)]
         # Integrity findings explain the rest, so they come first; then the earliest stage.
         failed.sort(key=lambda n: (not verdict.checks[n].hack, stage.get(n, 1)))
+        perf = verdict.checks.get("performance")
+        if perf is not None and perf.data:
+            verdict.timing = perf.data.get("timing") or None
+            verdict.roofline = perf.data.get("roofline") or None
         verdict.accepted = bool(verdict.compiled and verdict.correct and not failed)
         verdict.status = "accepted" if verdict.accepted else "rejected"
         verdict.reason = None if verdict.accepted else (

@@ -300,6 +300,8 @@ class Session:
     def __init__(self, worker: "WorkerMain", module: Any, model: Any):
         self.worker, self.module, self.model = worker, module, model
         self.backend, self.device = worker.backend, worker.device
+        self.task: dict[str, Any] | None = None
+        self.init_seed: int = 0
         self._held: list[Any] = []  # outputs of earlier calls stay alive, so addresses are unique
         self._held_ptrs: set[int] = set()
 
@@ -467,6 +469,8 @@ class WorkerMain:
         finally:
             self.guard.armed = False
         self.session = Session(self, module, model)
+        self.session.task = req.get("task")  # plain dict (Task.to_dict); a check's collect() may read it
+        self.session.init_seed = int(req["init_seed"])
         return {"ok": True, "sandbox": self.guard.take()}
 
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
