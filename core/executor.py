@@ -572,14 +572,7 @@ class RayExecutor(BaseExecutor):
         self.verifier_kwargs.pop("workers", None)
         self._started_ray = False
         if not ray.is_initialized():
-            env_vars = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-            for k in ("TRITON_INTERPRET", "TRITON_DEFAULT_FP_FUSION", "KERNELZERO_DISABLE_AUTOLOAD",
-                      "KERNELZERO_BLOCK_PLUGINS"):
-                if k in os.environ:
-                    env_vars[k] = os.environ[k]
-            kwargs = {"address": address, "include_dashboard": False, "log_to_driver": False,
-                      "runtime_env": {"env_vars": env_vars}, **dict(init_kwargs or {})}
-            ray.init(**kwargs)
+            init_ray(address, **dict(init_kwargs or {}))
             self._started_ray = True
         self.shutdown_on_close = self._started_ray if shutdown_on_close is None else shutdown_on_close
         self.workers_per_actor = int(workers_per_actor)
@@ -613,6 +606,22 @@ class RayExecutor(BaseExecutor):
         super().close()
         if self.shutdown_on_close and self.ray.is_initialized():
             self.ray.shutdown()
+
+
+def init_ray(address: str | None = None, **init_kwargs: Any) -> None:
+    """``ray.init`` with what actors need to import KernelZero and run the interpreter: the repo on
+    ``PYTHONPATH`` and the Triton/KernelZero environment variables, for every worker of the job."""
+    import ray
+
+    env_vars = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    for k in ("TRITON_INTERPRET", "TRITON_DEFAULT_FP_FUSION", "KERNELZERO_DISABLE_AUTOLOAD", "KERNELZERO_BLOCK_PLUGINS"):
+        if k in os.environ:
+            env_vars[k] = os.environ[k]
+    runtime_env = dict(init_kwargs.pop("runtime_env", None) or {})
+    runtime_env["env_vars"] = {**env_vars, **dict(runtime_env.get("env_vars") or {})}
+    kwargs = {"address": address, "include_dashboard": False, "log_to_driver": False, "runtime_env": runtime_env}
+    kwargs.update(init_kwargs)
+    ray.init(**kwargs)
 
 
 class _VerifierActor:
@@ -707,4 +716,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["BaseExecutor", "ExecutorError", "LocalExecutor", "RayExecutor", "ShardLost", "ShardSet", "make_executor",
-           "schedule"]
+           "schedule", "init_ray"]
