@@ -246,7 +246,9 @@ class Worker:
             "HOME": scratch, "TMPDIR": scratch, "TRITON_CACHE_DIR": f"{scratch}/.triton",
             "TORCHINDUCTOR_CACHE_DIR": f"{scratch}/.inductor", "XDG_CACHE_HOME": f"{scratch}/.cache",
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+            # The project first, then whatever the judge was given (e.g. wheels unpacked beside it).
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                           *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]),
         })
         env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
         env.update(self.extra_env)
