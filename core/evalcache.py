@@ -23,10 +23,11 @@ import platform
 import sqlite3
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from core.task import Candidate, Task
 from core.verdict import Verdict
@@ -56,7 +57,7 @@ def code_digest(paths: tuple[str, ...] = VERIFIER_CODE, root: Path = REPO_ROOT) 
     return h.hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def software_versions() -> dict[str, str | None]:
     """Versions that change a verdict, plus the digest of the verification code."""
     from core import __version__
@@ -81,7 +82,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hardware(device: str) -> str:
     """A name for the hardware verdicts on ``device`` are reached on (``cuda``: the GPU model)."""
     if device == "cuda":
@@ -161,10 +162,10 @@ class EvalCache:
         with self._lock:
             self._db.close()
 
-    def __enter__(self) -> "EvalCache":
+    def __enter__(self) -> EvalCache:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -182,5 +183,12 @@ def split_cached(cache: EvalCache, key: CacheKey, pairs: list[tuple[Task, Candid
     return found, missing
 
 
-__all__ = ["CacheKey", "EvalCache", "UNCACHED_STATUSES", "code_digest", "hardware", "software_versions",
-           "split_cached"]
+__all__ = [
+    "UNCACHED_STATUSES",
+    "CacheKey",
+    "EvalCache",
+    "code_digest",
+    "hardware",
+    "software_versions",
+    "split_cached",
+]

@@ -14,9 +14,10 @@ import csv
 import json
 import math
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from core.task import Candidate, Task
 from core.verdict import Verdict
@@ -65,7 +66,7 @@ class TaskResult:
 
     @classmethod
     def of(cls, task: Task, level: str, candidate: Candidate, verdict: Verdict | None,
-           cached: bool = False) -> "TaskResult":
+           cached: bool = False) -> TaskResult:
         if verdict is None:  # declined by the coder, or no solution file
             return cls(task.id, task.name or task.id, level, "declined", False, False, False,
                        {b: None for b in BASELINES}, [], reason=candidate.declined)

@@ -39,9 +39,10 @@ import subprocess
 import sys
 import threading
 import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from core.task import Candidate, Task
 from core.verdict import Verdict
@@ -474,10 +475,10 @@ class BaseExecutor:
                     pass
         self.main = self.pre = None
 
-    def __enter__(self) -> "BaseExecutor":
+    def __enter__(self) -> BaseExecutor:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -592,7 +593,7 @@ class RayExecutor(BaseExecutor):
             self.pre = ShardSet([self._start("cpu", False, checks) for _ in range(n)],
                                 replace=lambda old: self._start("cpu", False, checks), extra_in_flight=extra_in_flight)
 
-    def _start(self, device: str, gpu: bool, checks: Any = "inherit") -> "RayShard":
+    def _start(self, device: str, gpu: bool, checks: Any = "inherit") -> RayShard:
         self._serial += 1
         options = {"num_gpus": 1, "num_cpus": 1} if gpu else {"num_cpus": self.workers_per_actor}
         options["max_concurrency"] = self.workers_per_actor + 2  # threaded actor: verify calls overlap
@@ -715,5 +716,14 @@ if __name__ == "__main__":
     _main()
 
 
-__all__ = ["BaseExecutor", "ExecutorError", "LocalExecutor", "RayExecutor", "ShardLost", "ShardSet", "make_executor",
-           "schedule", "init_ray"]
+__all__ = [
+    "BaseExecutor",
+    "ExecutorError",
+    "LocalExecutor",
+    "RayExecutor",
+    "ShardLost",
+    "ShardSet",
+    "init_ray",
+    "make_executor",
+    "schedule",
+]

@@ -31,9 +31,10 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from core.task import Candidate, Task
 
@@ -283,7 +284,7 @@ class HeldOut:
             (evaluation if self.is_heldout(task) else train).append(task)
         return train, evaluation
 
-    def guard(self, proposer: Any, max_redraws: int = 64) -> "HeldOutProposer":
+    def guard(self, proposer: Any, max_redraws: int = 64) -> HeldOutProposer:
         """Wrap a proposer so that it never yields a held-out task."""
         return HeldOutProposer(proposer, self, max_redraws)
 
@@ -295,14 +296,14 @@ class HeldOut:
         return len(self.fingerprints) - before
 
     @classmethod
-    def from_suites(cls, *paths: str | Path, eval_share: float = 0.0) -> "HeldOut":
+    def from_suites(cls, *paths: str | Path, eval_share: float = 0.0) -> HeldOut:
         heldout = cls(eval_share=eval_share)
         for path in paths:
             heldout.add(load_suite(path).tasks)
         return heldout
 
     @classmethod
-    def load(cls, path: str | Path | None = None, eval_share: float = 0.0) -> "HeldOut":
+    def load(cls, path: str | Path | None = None, eval_share: float = 0.0) -> HeldOut:
         """Read the registry (one fingerprint per line, ``#`` comments); a missing file is empty."""
         file = heldout_file(path)
         prints: set[str] = set()

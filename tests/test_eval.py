@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.evalcache import CacheKey, EvalCache, split_cached
 from core.evalreport import THRESHOLDS, TaskResult, p_key, speedup_of, summarise

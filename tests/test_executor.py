@@ -10,7 +10,8 @@ import time
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.executor import ExecutorError, LocalExecutor, ShardLost, ShardSet, make_executor, schedule
 from core.task import Candidate, Task

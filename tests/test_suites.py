@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from core.suites import (HeldOut, SuiteError, fingerprint, load_solutions, load_suite, write_kernelbench_dir)
+from core.suites import HeldOut, SuiteError, fingerprint, load_solutions, load_suite, write_kernelbench_dir
 from core.task import Task
 
 RELU = '''import torch
