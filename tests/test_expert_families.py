@@ -44,6 +44,8 @@ CASES = {
     "sdpa_bf16_many_key_blocks": Program(
         [T((1, 1, 40, 8), dtype="bfloat16"), T((1, 1, 300, 8), dtype="bfloat16"), T((1, 1, 300, 8), dtype="bfloat16")],
         [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": False})]),
+    "sdpa_zero_batch": Program([T((0, 2, 5, 8)), T((0, 2, 7, 8)), T((0, 2, 7, 8))],
+                               [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": False})]),
     "max_pool_specials": Program([T((2, 3, 9, 9), distribution="specials")],
                                  [N("max_pool2d", (0,), {"kernel_size": 3, "stride": 2, "padding": 1})]),
     "avg_pool_offset_tanh": Program([T((2, 3, 9, 8), layout="offset")],

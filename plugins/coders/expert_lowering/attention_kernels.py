@@ -34,7 +34,7 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     dtype = plan.program.dtype
     precision = ', input_precision="ieee"' if dtype == "float32" else ""
     params = ["q_ptr", "k_ptr", "v_ptr"] + [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
-    params += ["H", "LQ", "LK", "E", "EV"] + [f"s{t}{d}" for t in "qkv" for d in range(4)]
+    params += ["BH", "H", "LQ", "LK", "E", "EV"] + [f"s{t}{d}" for t in "qkv" for d in range(4)]
     for r in ext:
         params += [f"v{r}_s{d}" for d in range(4)]
     params += ["ON_CPU: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr", "BE: tl.constexpr",
@@ -55,16 +55,19 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "rm = tl.program_id(0) * BM + tl.arange(0, BM)",
         "re = tl.arange(0, BE)",
         "rev = tl.arange(0, BEV)",
-        "mask_m = rm < LQ",
+        # A zero batch or head count still launches one program: it must touch nothing.
+        "lq = tl.where(bh < BH, LQ, 0)",
+        "lk = tl.where(bh < BH, LK, 0)",
+        "mask_m = rm < lq",
         "qt = tl.load(q_ptr + bb * sq0 + hh * sq1 + rm[:, None] * sq2 + re[None, :] * sq3, "
         "mask=mask_m[:, None] & (re[None, :] < E), other=0.0)",
         f"scale = {1.0 / math.sqrt(e)!r}",
         "m_i = tl.full((BM,), float('-inf'), tl.float32)",
         "l_i = tl.zeros((BM,), dtype=tl.float32)",
         "acc = tl.zeros((BM, BEV), dtype=tl.float32)",
-        "for n0 in range(0, LK, BN):",
+        "for n0 in range(0, lk, BN):",
         "    rn = n0 + tl.arange(0, BN)",
-        "    mask_n = rn < LK",
+        "    mask_n = rn < lk",
         "    kt = tl.load(k_ptr + bb * sk0 + hh * sk1 + rn[None, :] * sk2 + re[:, None] * sk3, "
         "mask=mask_n[None, :] & (re[:, None] < E), other=0.0)",
     )
@@ -94,7 +97,7 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     for o in outs:
         k(f"tl.store(v{o}_ptr + ((bb * H + hh) * LQ + rm[:, None]) * EV + rev[None, :], v{o}.to(DT), mask=mask)")
     call = [q, k_, v] + [value_name(r, n_in) for r in ext] + [value_name(o, n_in) for o in outs]
-    call += [f"{q}.shape[1]", f"{q}.shape[2]", f"{k_}.shape[2]", f"{q}.shape[3]", f"{v}.shape[3]",
+    call += [f"{q}.shape[0] * {q}.shape[1]", f"{q}.shape[1]", f"{q}.shape[2]", f"{k_}.shape[2]", f"{q}.shape[3]", f"{v}.shape[3]",
              f"*{q}.stride()", f"*{k_}.stride()", f"*{v}.stride()"]
     call += [f"*{value_name(r, n_in)}.stride()" for r in ext] + [f"ON_CPU=not {q}.is_cuda"]
     launch = [
