@@ -42,7 +42,9 @@ from pathlib import Path
 from typing import Any
 
 HEADER = struct.Struct("<Q")
-MAX_FRAME_BYTES = 1 << 31
+# One message carries every trial's inputs and outputs (reference) or outputs (candidate): a 256 MiB
+# task with five trials and the stability probes is ~4 GiB. The cap only stops a runaway worker.
+MAX_FRAME_BYTES = 1 << 36
 TENSOR_TAG = "__kz_tensor__"
 TUPLE_TAG = "__kz_tuple__"
 

@@ -110,9 +110,12 @@ class AuditGuard:
     PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.symlink",
                    "os.link", "os.truncate", "shutil.rmtree", "shutil.move", "os.utime"}
     BLOCKED_EVENTS = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
-                      "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+                      "os.system", "os.fork", "os.forkpty",
                       "os.startfile", "sys.setprofile", "sys.settrace",
                       "sys.remote_exec"}
+
+    # Events that start a program, and the position of the program's path in their arguments.
+    EXEC_EVENTS = {"subprocess.Popen": 0, "os.posix_spawn": 0, "os.exec": 0, "os.spawn": 1}
 
     def __init__(self, scratch: str, allowed_exec_dirs: list[str]):
         self.scratch = os.path.realpath(scratch)
@@ -150,9 +153,14 @@ class AuditGuard:
             for p in paths:
                 if not self._inside_scratch(p):
                     self._refuse(f"{event} on {os.fsdecode(p)} outside the scratch directory")
-        elif event == "subprocess.Popen":
-            exe = os.path.realpath(os.fsdecode(args[0])) if args and args[0] else ""
-            if not any(exe.startswith(d + os.sep) for d in self.allowed_exec_dirs):
+        elif event in self.EXEC_EVENTS:
+            # subprocess.Popen raises its own event and then os.posix_spawn / os.exec for the same
+            # program; each must name an executable inside the toolchain's directories (ptxas ...).
+            path = args[self.EXEC_EVENTS[event]] if len(args) > self.EXEC_EVENTS[event] else None
+            if isinstance(path, (list, tuple)):
+                path = path[0] if path else None
+            exe = os.path.realpath(os.fsdecode(path)) if isinstance(path, (str, bytes, os.PathLike)) else ""
+            if not exe or not any(exe.startswith(d + os.sep) for d in self.allowed_exec_dirs):
                 self._refuse(f"starting a subprocess ({exe or args!r})")
         elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):
             target = args[0] if args else None
