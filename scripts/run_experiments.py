@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=160)
     summary: dict = {"density": {}, "curriculum": {}, "steps": args.steps, "seeds": args.seeds,
                      "threshold": args.threshold, "window": args.window}
     if args.only in (None, "density"):
@@ -105,10 +105,15 @@ def main(argv: list[str] | None = None) -> None:
     if d:
         base = d["density_random"]["information_density"]
         for preset, res in d.items():
-            ratio = res["information_density"] / base if base else float("inf") if res["information_density"] else float("nan")
+            if preset == "density_random":
+                ratio_text = "1.00"
+            elif base:
+                ratio_text = f"{res['information_density'] / base:.2f}x"
+            else:
+                ratio_text = "n/a (random's density is 0)"
             table.add_row("information density", preset, "mean share of groups with reward spread",
                           f"{res['information_density']:.3f} (pass {res['pass_rate']:.3f}, {res['groups']} groups)",
-                          "1.00" if preset == "density_random" else f"{ratio:.2f}x",
+                          ratio_text,
                           "" if preset == "density_random" else "2.3x")
     c = summary["curriculum"]
     if c:
