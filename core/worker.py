@@ -118,6 +118,7 @@ class AuditGuard:
     EXEC_EVENTS = {"subprocess.Popen": 0, "os.posix_spawn": 0, "os.exec": 0, "os.spawn": 1}
 
     def __init__(self, scratch: str, allowed_exec_dirs: list[str]):
+        # allowed_exec_dirs: directories whose programs may start, or single programs (exact paths).
         self.scratch = os.path.realpath(scratch)
         self.allowed_exec_dirs = [os.path.realpath(d) for d in allowed_exec_dirs]
         self.violations: list[str] = []
@@ -160,7 +161,7 @@ class AuditGuard:
             if isinstance(path, (list, tuple)):
                 path = path[0] if path else None
             exe = os.path.realpath(os.fsdecode(path)) if isinstance(path, (str, bytes, os.PathLike)) else ""
-            if not exe or not any(exe.startswith(d + os.sep) for d in self.allowed_exec_dirs):
+            if not exe or not any(exe == d or exe.startswith(d + os.sep) for d in self.allowed_exec_dirs):
                 self._refuse(f"starting a subprocess ({exe or args!r})")
         elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):
             target = args[0] if args else None

@@ -124,10 +124,18 @@ class TritonBackend:
 
 
     def compiler_dirs(self) -> list[str]:
-        """Directories whose executables (ptxas ...) the worker may start while compiling."""
+        """Directories and programs the worker may start while compiling: Triton's own tools
+        (ptxas ...) and the C compiler Triton builds each new kernel signature's launcher with on a
+        GPU ($CC, else gcc, else clang — the order of ``triton.runtime.build``)."""
+        import shutil
+
         import triton
 
-        return [os.path.dirname(triton.__file__)]
+        allowed = [os.path.dirname(triton.__file__)]
+        for cc in (os.environ.get("CC"), shutil.which("gcc"), shutil.which("clang"), shutil.which("cc")):
+            if cc:
+                allowed.append(os.path.realpath(shutil.which(cc) or cc))
+        return allowed
 
     def load(self, module: Any, device: str) -> None:
         """Triton compiles each kernel at its first launch, so the first correctness trial is the
