@@ -38,6 +38,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.proposers.mcts",
     "plugins.rewards.builtin",
     "plugins.curricula.builtin",
+    "plugins.backends.triton_backend",
+    "plugins.verifiers.builtin",
     "plugins.backends.cuda_backend",
     "plugins.devices",
     "plugins.verifiers.performance",
