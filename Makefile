@@ -1,5 +1,5 @@
 # The two commands of the README. Both install what they need into .venv first.
-.PHONY: install run test test-all lint
+.PHONY: install run train test test-all lint
 
 install: .venv/.installed
 
@@ -9,6 +9,9 @@ install: .venv/.installed
 
 run: install  ## the main job on its embedded default
 	.venv/bin/python -m core.run
+
+train: install  ## the embedded training run: tiny local model, SFT from the expert, GRPO self-play
+	.venv/bin/python -m core.run experiment=embedded
 
 test: install  ## the default test run (no slow or GPU tests)
 	.venv/bin/python -m pytest -q -m "not slow and not gpu" -n 2

@@ -703,6 +703,28 @@ def make_executor(node: Mapping[str, Any] | None, *, backend: str, device: str,
     return EXECUTORS[name](backend, device, vdata, **data)
 
 
+def executor_for_run(cfg: Any) -> BaseExecutor:
+    """The verification executor of a composed run config (``core.run``, ``core.train``).
+
+    Under ``accelerate launch`` every rank verifies on its own GPU (``LOCAL_RANK``) unless the
+    config names GPUs itself, so ranks never pile their sandbox workers onto GPU 0.
+    """
+    import os
+
+    from omegaconf import OmegaConf
+
+    from core.config import resolve_device
+
+    device = resolve_device(cfg.device)
+    node = OmegaConf.to_container(cfg.get("executor") or {"name": "local"}, resolve=True)
+    rank = os.environ.get("LOCAL_RANK")
+    if device == "cuda" and rank is not None and node.get("name", "local") == "local" and not node.get("gpus"):
+        node["gpus"] = [int(rank)]
+    verifier = OmegaConf.to_container(cfg.verifier, resolve=True)
+    verifier.pop("name", None)
+    return make_executor(node, backend=cfg.backend.name, device=device, verifier=verifier)
+
+
 def _main(argv: Iterable[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="verification shard host (started by core.executor)")
     parser.add_argument("--serve", action="store_true", required=True)

@@ -13,25 +13,23 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from core.config import build, resolve_device, store_plugin_configs
+from core.config import build, store_plugin_configs
 from core.plugins import PluginError
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
 def run_selfplay(cfg: DictConfig) -> list[dict[str, float]]:
+    from core.executor import executor_for_run
     from core.rewards import RewardMix
     from core.selfplay import SelfPlay
-    from core.verify import Verifier
 
-    device = resolve_device(cfg.device)
     backend_name = cfg.backend.name
     proposer = build("proposer", cfg.proposer, seed=cfg.seed)
     coder = build("coder", cfg.coder)
     curriculum = build("curriculum", cfg.curriculum)
     reward = RewardMix(**OmegaConf.to_container(cfg.reward, resolve=True))
-    verifier_kwargs = OmegaConf.to_container(cfg.verifier, resolve=True)
-    with Verifier(backend=backend_name, device=device, **verifier_kwargs) as verifier:
+    with executor_for_run(cfg) as verifier:
         loop = SelfPlay(proposer=proposer, coder=coder, verifier=verifier, reward=reward, curriculum=curriculum,
                         backend=backend_name, tasks_per_round=cfg.tasks_per_round,
                         samples_per_task=cfg.samples_per_task, out_dir=cfg.out_dir)

@@ -244,12 +244,10 @@ def _completion_text(completion: Any) -> str:
 
 
 def make_verifier(cfg: DictConfig):
-    """The verifier pool for the run (tests replace this function with a fake)."""
-    from core.verify import Verifier
+    """The verification executor for the run (tests replace this function with a fake)."""
+    from core.executor import executor_for_run
 
-    kwargs = OmegaConf.to_container(cfg.verifier, resolve=True)
-    kwargs.pop("name", None)
-    return Verifier(backend=cfg.backend.name, device=resolve_device(cfg.device), **kwargs)
+    return executor_for_run(cfg)
 
 
 def run_training(cfg: DictConfig) -> dict[str, Any]:

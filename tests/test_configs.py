@@ -73,7 +73,7 @@ def test_verifier_options_match_the_verifier_signature(option):
 
 @pytest.mark.parametrize("option", options("experiment"))
 def test_experiment_presets_compose(option):
-    cfg = compose_with(f"+experiment={option}")
+    cfg = compose_with(f"experiment={option}")
     assert cfg.trainer.name
 
 
@@ -81,6 +81,12 @@ def test_experiment_presets_compose(option):
 def test_trainer_options_compose(option):
     cfg = compose_with(f"trainer={option}")
     assert cfg.trainer.name == option or cfg.trainer.name
+
+
+@pytest.mark.parametrize("config_name", ["propose", "distill", "eval"])
+def test_other_commands_configs_compose(config_name):
+    cfg = compose_with(config_name=config_name)
+    assert "seed" in cfg or "coder" in cfg or "proposer" in cfg
 
 
 def test_typo_in_group_names_the_valid_choices():
