@@ -239,7 +239,10 @@ def _main(cfg: DictConfig) -> None:
     from core.verify import Verifier
 
     try:
-        proposer = build("proposer", cfg.proposer, seed=cfg.seed)
+        from core.suites import HeldOut
+
+        # Distillation pairs are training data: evaluation tasks (core.eval's registry) are excluded.
+        proposer = HeldOut.load().guard(build("proposer", cfg.proposer, seed=cfg.seed))
         teacher = build("coder", cfg.coder)
         backend_name, backend_kwargs = node_kwargs(cfg.backend)
         try:

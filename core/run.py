@@ -23,9 +23,11 @@ def run_selfplay(cfg: DictConfig) -> list[dict[str, float]]:
     from core.executor import executor_for_run
     from core.rewards import RewardMix
     from core.selfplay import SelfPlay
+    from core.suites import HeldOut
 
     backend_name = cfg.backend.name
-    proposer = build("proposer", cfg.proposer, seed=cfg.seed)
+    # Tasks ever used for evaluation (core.eval's registry) never reach training or self-play.
+    proposer = HeldOut.load().guard(build("proposer", cfg.proposer, seed=cfg.seed))
     coder = build("coder", cfg.coder)
     curriculum = build("curriculum", cfg.curriculum)
     reward = RewardMix(**OmegaConf.to_container(cfg.reward, resolve=True))
