@@ -136,3 +136,58 @@ def test_candidate_source_parses_when_completion_is_code(coder):
     cand = coder.to_candidate(catalog_tasks(1)[0], render_completion(SOLUTION), "triton")
     ast.parse(cand.source)
     assert cand.declined is None
+
+
+@given(code_lines)
+@settings(max_examples=20, deadline=None)
+def test_line_tokenizer_round_trips_any_code(lines):
+    tok = train_tokenizer([SOLUTION * 3, "def get_inputs():\n    return []\n"], 320, "lines")
+    text = "\n".join(lines) + "\n"
+    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_line_tokenizer_merges_a_repeated_line_into_one_token_and_never_across_lines():
+    line = "    offs = pid * BLOCK + tl.arange(0, BLOCK)\n"
+    tok = train_tokenizer([line * 50 + "x = 1\n"] * 4, 400, "lines")
+    assert len(tok(line, add_special_tokens=False)["input_ids"]) == 1
+    words = train_tokenizer([line * 50 + "x = 1\n"] * 4, 400, "words")
+    assert len(words(line, add_special_tokens=False)["input_ids"]) > 5
+    for piece in tok.convert_ids_to_tokens(tok(line * 3, add_special_tokens=False)["input_ids"]):
+        assert piece.count("Ċ") <= 1 and (piece.endswith("Ċ") or "Ċ" not in piece)  # Ċ: the byte-level newline
+
+
+def test_embedded_tokenizer_loads_as_saved_after_a_model_save(tmp_path):
+    """transformers maps a Qwen2 model's tokenizer to Qwen2Tokenizer, whose regex would undo our
+    line pre-tokenizer; the embedded model's tokenizer must come back exactly as trained."""
+    from transformers import AutoModelForCausalLM
+
+    from plugins.coders.llm.embedded import load_tokenizer
+
+    line = "    offs = pid * BLOCK + tl.arange(0, BLOCK)\n"
+    corpus = [line * 20 + render_completion(SOLUTION)] * 4
+    path = build_embedded(corpus, EmbeddedSpec(**TINY), tmp_path / "cache")
+    tok = load_tokenizer(str(path))
+    assert len(tok(line, add_special_tokens=False)["input_ids"]) == 1
+    # a phase model saved by the trainer (model + tokenizer) keeps the behaviour
+    saved = tmp_path / "phase"
+    AutoModelForCausalLM.from_pretrained(path).save_pretrained(saved)
+    tok.save_pretrained(saved)
+    again = load_tokenizer(str(saved))
+    assert again(line * 3, add_special_tokens=False)["input_ids"] == tok(line * 3, add_special_tokens=False)["input_ids"]
+
+
+def test_compact_prompt_keeps_model_and_inputs_and_drops_imports_and_helpers():
+    from plugins.coders.llm.prompts import compact_task_source
+
+    source = ('"""relu  [adversarial: nan_inf]"""\nimport torch\nimport torch.nn as nn\n\n\n'
+              "class Model(nn.Module):\n    def forward(self, x0):\n        return torch.relu(x0)\n\n\n"
+              "def get_inputs():\n    return [_with_specials(torch.randn(4, 8))]\n\n\n"
+              "def get_init_inputs():\n    return []\n\n\ndef _with_specials(t):\n    t[0] = float('nan')\n    return t\n")
+    compact = compact_task_source(source)
+    ast.parse(compact)
+    for kept in ('"""relu', "class Model", "torch.relu(x0)", "def get_inputs", "torch.randn(4, 8)", "def get_init_inputs"):
+        assert kept in compact
+    assert "import torch" not in compact and "def _with_specials" not in compact
+    assert compact_task_source("not python (") == "not python ("
+    prompt = render_prompt(source, "triton", compact=True)
+    assert prompt.endswith(CODE_OPEN) and "import torch" not in prompt and "class Model" in prompt

@@ -37,6 +37,7 @@ class LLMCoder:
     corpus_tasks: int = 200  # tasks (and teacher kernels) the embedded tokenizer is trained on
     cache_dir: str | None = None
     include_guide: bool = True
+    compact_prompt: bool = False  # prompt holds only the task's docstring, Model and input builders
     few_shot: list[dict[str, str]] = field(default_factory=list)  # [{task_source, solution_source}]
     max_prompt_tokens: int = 1024
     max_new_tokens: int = 512
@@ -73,10 +74,12 @@ class LLMCoder:
         if self._model is not None:
             return self
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
+
+        from plugins.coders.llm.embedded import load_tokenizer
 
         path = self.model_path(corpus)
-        tok = AutoTokenizer.from_pretrained(self.tokenizer or path)
+        tok = load_tokenizer(self.tokenizer or path, path)
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         tok.padding_side = "left"
@@ -126,7 +129,7 @@ class LLMCoder:
 
     def prompt(self, task: Task, backend: str) -> str:
         examples = [Example(e["task_source"], e["solution_source"]) for e in self.few_shot]
-        return render_prompt(task.source, backend, self.guide(backend), examples)
+        return render_prompt(task.source, backend, self.guide(backend), examples, compact=self.compact_prompt)
 
     def prompt_tokens(self, prompt: str) -> int:
         return len(self.hf_tokenizer(prompt, add_special_tokens=False)["input_ids"])
@@ -147,7 +150,7 @@ class LLMCoder:
         """Texts the embedded tokenizer is trained on: prompts of ``tasks`` and completions of ``solutions``."""
         from plugins.coders.llm.corpus import build_corpus
 
-        return build_corpus(tasks, solutions, backend, self.guide(backend))
+        return build_corpus(tasks, solutions, backend, self.guide(backend), compact=self.compact_prompt)
 
     def to_candidate(self, task: Task, completion: str, backend: str) -> Candidate:
         return to_candidate(task, completion, backend, coder=self.name)

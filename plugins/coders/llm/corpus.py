@@ -74,9 +74,10 @@ def teacher_texts(tasks: Sequence[Task], teacher: Any, backend: str) -> list[str
     return [c.source for cands in answers for c in cands if not c.declined and c.source.strip()]
 
 
-def build_corpus(tasks: Sequence[Task], solutions: Sequence[str], backend: str, guide: str = "") -> list[str]:
+def build_corpus(tasks: Sequence[Task], solutions: Sequence[str], backend: str, guide: str = "",
+                 compact: bool = False) -> list[str]:
     """The texts a model sees: rendered prompts of ``tasks`` and completions of ``solutions``."""
-    texts = [render_prompt(t.source, backend, guide) for t in tasks]
+    texts = [render_prompt(t.source, backend, guide, compact=compact) for t in tasks]
     texts += [render_completion(s) for s in solutions]
     texts.append(guide or FALLBACK_GUIDES.get(backend, ""))
     return [t for t in texts if t]

@@ -1,7 +1,10 @@
 """The embedded model: a tiny Qwen2 causal LM and a byte-level BPE tokenizer, built locally.
 
 No weights are downloaded. The tokenizer is trained with ``tokenizers`` on our own corpus (task
-sources and teacher kernels), the model is initialised from a small config, and both are saved
+sources and teacher kernels). By default (``pretokenizer="lines"``) BPE may merge across spaces
+within a line, so a line the corpus repeats (the kernel template: loads, masks, launches) becomes a
+single token: a teacher kernel is ~50 tokens instead of ~570 with word-level merges (measured), which
+is what lets a tiny model learn it on a CPU. ``pretokenizer="words"`` is the usual GPT-2 split. The model is initialised from a small config, and both are saved
 with ``save_pretrained`` under a cache directory keyed by the spec and the corpus, so the second
 build is a load.
 """
@@ -20,6 +23,13 @@ from typing import Iterable, Sequence
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
 ENV_CACHE = "KERNELZERO_CACHE"
+# Set in the embedded model's config.json (kept by every save_pretrained of the model): its tokenizer
+# must load exactly as written in tokenizer.json. AutoTokenizer would rebuild a Qwen2 model's
+# tokenizer as Qwen2Tokenizer, replacing our pre-tokenizer with Qwen2's regex (transformers 5).
+TOKENIZER_AS_SAVED = "kernelzero_tokenizer_as_saved"
+PRETOKENIZERS = ("lines", "words")
+BUILD_FORMAT = 2  # part of the cache key: raise it when the build recipe changes
+LINE_PATTERN = r"[^\n]*\n?"  # one pre-token per line, its newline included
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,7 @@ class EmbeddedSpec:
     num_kv_heads: int = 2
     intermediate_size: int = 384
     max_positions: int = 4096
+    pretokenizer: str = "lines"  # lines: merges may span a whole line | words: GPT-2 style word split
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -41,6 +52,8 @@ class EmbeddedSpec:
                 f"embedded model: hidden_size ({self.hidden_size}) must divide by num_heads ({self.num_heads}) "
                 f"and num_heads by num_kv_heads ({self.num_kv_heads})"
             )
+        if self.pretokenizer not in PRETOKENIZERS:
+            raise ValueError(f"embedded tokenizer: pretokenizer must be one of {PRETOKENIZERS}, got {self.pretokenizer!r}")
         if self.vocab_size < 300:
             raise ValueError(f"embedded tokenizer: vocab_size {self.vocab_size} < 300 cannot hold the 256 bytes")
 
@@ -57,15 +70,27 @@ def corpus_hash(texts: Iterable[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def train_tokenizer(corpus: Sequence[str], vocab_size: int):
-    """A byte-level BPE tokenizer trained on ``corpus``, as a ``PreTrainedTokenizerFast``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def train_tokenizer(corpus: Sequence[str], vocab_size: int, pretokenizer: str = "lines"):
+    """A byte-level BPE tokenizer trained on ``corpus``, as a ``PreTrainedTokenizerFast``.
+
+    ``pretokenizer="lines"`` lets merges span a whole line (never a newline boundary);
+    ``"words"`` splits at words and punctuation first (GPT-2). Every byte stays encodable either way.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     if not corpus:
         raise ValueError("embedded tokenizer: the corpus is empty; pass task sources and kernels to train on")
+    if pretokenizer not in PRETOKENIZERS:
+        raise ValueError(f"embedded tokenizer: pretokenizer must be one of {PRETOKENIZERS}, got {pretokenizer!r}")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if pretokenizer == "lines":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LINE_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -94,6 +119,7 @@ def build_model(spec: EmbeddedSpec, tokenizer):
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
+        **{TOKENIZER_AS_SAVED: True},
     )
     torch.manual_seed(spec.seed)
     model = Qwen2ForCausalLM(config)
@@ -103,19 +129,34 @@ def build_model(spec: EmbeddedSpec, tokenizer):
     return model
 
 
+def load_tokenizer(tokenizer_path: str, model_path: str | None = None):
+    """The tokenizer at ``tokenizer_path``: as saved for an embedded model, else through ``AutoTokenizer``."""
+    from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast
+
+    as_saved = False
+    config_dir = Path(model_path or tokenizer_path)
+    if (config_dir / "config.json").exists():
+        as_saved = bool(getattr(AutoConfig.from_pretrained(str(config_dir)), TOKENIZER_AS_SAVED, False))
+    if as_saved and (Path(tokenizer_path) / "tokenizer.json").exists():
+        return PreTrainedTokenizerFast.from_pretrained(tokenizer_path)
+    return AutoTokenizer.from_pretrained(tokenizer_path)
+
+
 def build_embedded(corpus: Sequence[str], spec: EmbeddedSpec = EmbeddedSpec(), cache_dir: str | Path | None = None) -> Path:
     """Build (or find in the cache) the embedded model for ``corpus``; return its directory.
 
     The directory holds a ``save_pretrained`` model and tokenizer, loadable by any
-    ``AutoModelForCausalLM``/``AutoTokenizer`` user, and ``kernelzero_embedded.json`` (spec, corpus).
+    ``AutoModelForCausalLM`` user (the tokenizer through :func:`load_tokenizer`), and
+    ``kernelzero_embedded.json`` (spec, corpus).
     """
     root = Path(cache_dir) if cache_dir else default_cache_dir()
-    key = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode() + corpus_hash(corpus).encode()).hexdigest()[:16]
+    recipe = {**asdict(spec), "build_format": BUILD_FORMAT}
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode() + corpus_hash(corpus).encode()).hexdigest()[:16]
     target = root / key
     if (target / "kernelzero_embedded.json").exists():
         return target
     root.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(corpus, spec.vocab_size)
+    tokenizer = train_tokenizer(corpus, spec.vocab_size, spec.pretokenizer)
     model = build_model(spec, tokenizer)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
     try:

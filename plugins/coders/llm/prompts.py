@@ -55,8 +55,39 @@ def backend_guide(backend: object | None, backend_name: str) -> str:
     return FALLBACK_GUIDES.get(backend_name, f"Write `class ModelNew` using {backend_name} kernels.")
 
 
-def render_prompt(task_source: str, backend_name: str, guide: str = "", examples: Sequence[Example] = ()) -> str:
-    """The full prompt; it ends with an open ```python fence the completion continues."""
+def compact_task_source(source: str) -> str:
+    """What a coder needs of a KernelBench task: its docstring, ``class Model`` and the input builders.
+
+    Imports and private helpers (names starting with ``_``, e.g. an adversarial task's value planter)
+    are dropped; the docstring (the op chain), ``Model``, ``get_inputs`` and ``get_init_inputs`` are
+    kept verbatim. Source that does not parse is returned unchanged.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return source
+    lines = source.splitlines()
+    kept: list[str] = []
+    for index, node in enumerate(tree.body):
+        is_docstring = index == 0 and isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant) \
+            and isinstance(node.value.value, str)
+        is_public_def = isinstance(node, (ast.ClassDef, ast.FunctionDef)) and not node.name.startswith("_")
+        if is_docstring or is_public_def:
+            start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            kept.append("\n".join(lines[start - 1:node.end_lineno]))
+    return "\n".join(kept) + "\n" if kept else source
+
+
+def render_prompt(task_source: str, backend_name: str, guide: str = "", examples: Sequence[Example] = (),
+                  compact: bool = False) -> str:
+    """The full prompt; it ends with an open ```python fence the completion continues.
+
+    ``compact`` keeps only what :func:`compact_task_source` keeps of each task (short prompts for
+    small models).
+    """
+    if compact:
+        task_source = compact_task_source(task_source)
+        examples = [Example(compact_task_source(e.task_source), e.solution_source) for e in examples]
     parts: list[str] = []
     if guide:
         parts.append(f"# Backend: {backend_name}\n{guide.strip()}\n")
