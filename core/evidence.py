@@ -68,6 +68,7 @@ class Trial:
     expected: list[Any]
     observed: RunObservation
     scale: float = 1.0  # stability probes: the factor floating inputs were multiplied by
+    truth: list[Any] | None = None  # the task run in float64 on the same inputs (None: unavailable)
 
 
 @dataclass
@@ -100,21 +101,40 @@ def tolerance(dtype_name: str, overrides: dict[str, tuple[float, float]] | None 
     return table.get(name, (0.0, 0.0))  # integer and bool outputs must match exactly
 
 
+# A candidate whose outputs miss the fp32 reference may still be as accurate as the reference: when
+# the float64 truth is known, an output element is accepted if its error against the truth is within
+# the tolerance, or within REFERENCE_NOISE_FACTOR x the fp32 reference's own largest error against
+# the truth on that output. Measured (softmax -> layer_norm at x1e-5, 500 cases, rows of 8-4096):
+# an honest fp32 evaluation in another order is at most 3.4x PyTorch's own error (the expert's
+# kernels on the six false rejections of issue 3: 0.6-1.5x); the same with the softmax in fp16 is at
+# least 59x (~2000x at x1e-4: unit roundoff 2^-11 against fp32's 2^-24). 16 sits between the two,
+# about 4x from each.
+REFERENCE_NOISE_FACTOR = 16.0
+
+
 @dataclass
 class Comparison:
     ok: bool
     detail: str
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0
+    by_truth: int = 0  # outputs accepted through the float64 truth rather than the fp32 reference
+    noise_ratio: float = 0.0  # largest (candidate's / fp32 reference's) max error against the truth
 
 
 def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: dict | None = None,
-                    scale_aware: bool = False) -> Comparison:
+                    scale_aware: bool = False, truth: list[Any] | None = None,
+                    noise_factor: float = REFERENCE_NOISE_FACTOR) -> Comparison:
     """Compare a candidate's outputs with the reference's, in the judging process.
 
     Count, shapes and dtypes must match; NaN must sit where the reference has NaN and infinities
     must match in sign. With ``scale_aware`` the absolute tolerance is relative to the reference's
     largest finite magnitude (stability probes run at extreme input scales).
+
+    ``truth`` (float64 outputs of the task on the same inputs, None entries where unknown) only
+    ever widens acceptance: elements that miss the fp32 reference pass when their error against the
+    truth is within the tolerance or within ``noise_factor`` x the fp32 reference's own largest
+    error against the truth (:data:`REFERENCE_NOISE_FACTOR`). NaN/Inf rules stay those above.
     """
     import torch
 
@@ -123,6 +143,7 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     if len(got) != len(expected):
         return Comparison(False, f"returned {len(got)} outputs, expected {len(expected)}")
     worst_abs = worst_rel = 0.0
+    by_truth, noise_ratio = 0, 0.0
     for i, (e, g) in enumerate(zip(expected, got)):
         where = f"output {i}" if len(expected) > 1 else "output"
         if not isinstance(e, torch.Tensor):
@@ -161,10 +182,67 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
             worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
             bad = diff > atol + rtol * ref
             if bool(bad.any()):
+                t = truth[i] if truth is not None and i < len(truth) else None
+                judged = _against_truth(t, e64, g64, finite, atol, rtol, noise_factor)
+                if judged is not None:
+                    noise_ratio = max(noise_ratio, judged.noise_ratio)
+                if judged is not None and judged.ok:
+                    by_truth += 1
+                    continue
                 n = int(bad.sum())
-                return Comparison(False, f"{where}: {n}/{e.numel()} elements differ beyond atol={atol:.3g} "
-                                  f"rtol={rtol:.3g} (max abs err {max_abs:.3g})", max_abs, max_rel)
-    return Comparison(True, f"matches (max abs err {worst_abs:.3g})", worst_abs, worst_rel)
+                detail = (f"{where}: {n}/{e.numel()} elements differ beyond atol={atol:.3g} "
+                          f"rtol={rtol:.3g} (max abs err {max_abs:.3g})")
+                if judged is not None:
+                    detail += f"; {judged.detail}"
+                return Comparison(False, detail, max_abs, max_rel, noise_ratio=noise_ratio)
+    detail = f"matches (max abs err {worst_abs:.3g})"
+    if by_truth:
+        detail += (f"; {by_truth} output(s) as accurate as the fp32 reference against a float64 reference "
+                   f"(within {noise_factor:g}x its error)")
+    return Comparison(True, detail, worst_abs, worst_rel, by_truth=by_truth, noise_ratio=noise_ratio)
+
+
+def _against_truth(truth: Any, e64: Any, g64: Any, finite: Any, atol: float, rtol: float,
+                   noise_factor: float) -> Comparison | None:
+    """Judge one output against the float64 truth (None when the truth cannot be used here)."""
+    import torch
+
+    if not isinstance(truth, torch.Tensor) or truth.dtype != torch.float64 or truth.shape != e64.shape:
+        return None
+    t_finite = torch.isfinite(truth)
+    # Only where reference, candidate and truth are all finite; elsewhere the candidate had to match
+    # the reference exactly (NaN/Inf positions), which it did to get here, or fails the plain test.
+    if not bool(t_finite[finite].all()):
+        return None
+    t = truth[finite]
+    ref_err = float((e64[finite] - t).abs().max())
+    cand_err = (g64[finite] - t).abs()
+    allowed = torch.clamp(atol + rtol * t.abs(), min=noise_factor * ref_err)
+    over = cand_err > allowed
+    worst = float(cand_err.max())
+    ratio = worst / ref_err if ref_err > 0 else (0.0 if worst == 0 else float("inf"))
+    if bool(over.any()):
+        return Comparison(False, f"against a float64 reference: max err {worst:.3g}, "
+                          f"{noise_factor:g}x the fp32 reference's own max err {ref_err:.3g} is {noise_factor * ref_err:.3g}",
+                          noise_ratio=ratio)
+    return Comparison(True, f"against a float64 reference: max err {worst:.3g} (fp32 reference: {ref_err:.3g})",
+                      noise_ratio=ratio)
+
+
+def truth_agrees(trials: list[Trial], tolerances: dict | None = None) -> tuple[bool, str]:
+    """Whether the float64 truth is the same function as the fp32 reference: on ordinary inputs
+    (the correctness trials) the reference must match it within the plain tolerance. A task whose
+    float64 run differs there (dtype-dependent constants, hidden randomness ...) gets no truth."""
+    with_truth = [t for t in trials if t.truth is not None]
+    if not with_truth or len(with_truth) != len(trials):
+        return False, "no float64 reference for every trial"
+    for i, trial in enumerate(with_truth):
+        as_if = [t if t is not None else e for e, t in zip(trial.expected, trial.truth)]
+        wide = [x.to(e.dtype) if hasattr(x, "to") and hasattr(e, "dtype") else x for e, x in zip(trial.expected, as_if)]
+        cmp = compare_outputs(wide, trial.expected, tolerances=tolerances)
+        if not cmp.ok:
+            return False, f"trial {i}: the float64 run of the task disagrees with the fp32 reference ({cmp.detail})"
+    return True, ""
 
 
 def bitwise_equal(a: Any, b: Any) -> bool:

@@ -34,7 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from core.evidence import OBSERVATIONS, Evidence, RunObservation, Trial
+from core.evidence import OBSERVATIONS, Evidence, RunObservation, Trial, truth_agrees
 from core.sandbox import Limits, WorkerFailure, WorkerPool
 from core.task import Candidate, Task
 from core.verdict import CheckResult, Verdict
@@ -42,6 +42,9 @@ from core.verdict import CheckResult, Verdict
 MIN_TRIALS = 5
 DEFAULT_PROBE_SCALES = {"float32": [1e3, 1e-5, 1e15], "float64": [1e3, 1e-5, 1e150],
                         "float16": [1e2, 1e-2], "bfloat16": [1e3, 1e-5, 1e15]}
+# Largest trial (inputs + outputs, elements) for which the reference worker also runs the task in
+# float64 (the "truth" that accuracy is judged against; see core.evidence.compare_outputs).
+DEFAULT_FLOAT64_MAX_ELEMENTS = 1 << 25
 
 
 class VerifierConfigError(ValueError):
@@ -80,13 +83,16 @@ class Verifier:
     :param memory_mb: address-space limit of a CPU worker.
     :param probe_scales: stability probe input scales per dtype name.
     :param isolate: try namespaces (network off, read-only filesystem but scratch).
+    :param float64_max_elements: also run the task in float64 (the truth outputs are judged
+        against, besides the fp32 reference) when a trial's inputs + outputs hold at most this many
+        elements; 0 turns the float64 reference off.
     """
 
     def __init__(self, backend: str = "triton", device: str = "auto", checks: Sequence[str] | dict | None = None,
                  workers: int = 2, timeout_s: float = 120, trials: int = 5, *, tolerances: dict | None = None,
                  memory_mb: int = 8192, probe_scales: dict | None = None, isolate: bool = True,
                  reference_workers: int = 1, max_jobs_per_worker: int = 200, name: str | None = None,
-                 **check_options: Any):
+                 float64_max_elements: int = DEFAULT_FLOAT64_MAX_ELEMENTS, **check_options: Any):
         from core.plugins import registry
 
         if trials < MIN_TRIALS:
@@ -106,6 +112,7 @@ class Verifier:
         self.trials, self.timeout_s, self.workers = int(trials), float(timeout_s), int(workers)
         self.tolerances = {k: tuple(v) for k, v in (tolerances or {}).items()}
         self.probe_scales = {**DEFAULT_PROBE_SCALES, **(probe_scales or {})}
+        self.float64_max_elements = max(0, int(float64_max_elements))
         self.checks = self._build_checks(checks, check_options)
         limits = Limits(memory_mb=memory_mb, isolate=isolate, cpu_s_per_request=int(max(timeout_s, 1)) + 5)
         env = self.backend.worker_env(self.device)
@@ -222,7 +229,8 @@ class Verifier:
         try:
             ref = self._request(self.reference_pool, {
                 "op": "reference", "source": task.source, "init_seed": init_seed,
-                "seeds": trial_seeds + probe_seeds, "scales": [1.0] * len(trial_seeds) + list(scales)}, deadline)
+                "seeds": trial_seeds + probe_seeds, "scales": [1.0] * len(trial_seeds) + list(scales),
+                "float64_max_elements": self.float64_max_elements}, deadline)
         except WorkerFailure as exc:
             verdict.status, verdict.reason = exc.status, f"the reference (task) failed: {exc.detail}"
             return
@@ -309,7 +317,9 @@ class Verifier:
         runs = [{"name": f"trial{i}", "inputs": r["inputs"]} for i, r in enumerate(ref_trials)]
         observed = self._run(worker, runs, left())
         verdict.stage_s["trials"] = time.perf_counter() - t
-        evidence.trials = [Trial(seed, r["inputs"], r["output"], o) for seed, r, o in zip(trial_seeds, ref_trials, observed)]
+        evidence.trials = [Trial(seed, r["inputs"], r["output"], o, truth=r.get("truth"))
+                           for seed, r, o in zip(trial_seeds, ref_trials, observed)]
+        self._vet_truth(evidence, ref)
         first_error = observed[0].error if observed else "no trial ran"
         evidence.compiled = not (first_error and all(o.error for o in observed))
         verdict.compiled = evidence.compiled
@@ -347,10 +357,12 @@ class Verifier:
             kind = run["name"].rstrip("0123456789")
             if kind == "probe":
                 scale, seed, r = probes[int(run["name"][5:])]
-                evidence.probes.append(Trial(seed, r["inputs"], r["output"], obs, scale=scale))
+                truth = r.get("truth") if evidence.config.get("float64_truth") else None
+                evidence.probes.append(Trial(seed, r["inputs"], r["output"], obs, scale=scale, truth=truth))
             else:
                 target = evidence.shuffled if kind == "shuffled" else evidence.repeat
-                target.append(Trial(trial_seeds[0], base["inputs"], base["output"], obs))
+                target.append(Trial(trial_seeds[0], base["inputs"], base["output"], obs,
+                                    truth=evidence.trials[0].truth if evidence.trials else None))
         verdict.stage_s["extra"] = time.perf_counter() - t
         for check in checks:
             if hasattr(check, "collect"):
@@ -360,6 +372,19 @@ class Verifier:
                 evidence.extra[check.name] = answer.get("data") if answer.get("ok") else {"error": answer.get("error")}
         rest = [c for c in checks if c.name not in verdict.checks]
         return self._evaluate(rest, evidence, verdict, stop_at_first=False)
+
+    def _vet_truth(self, evidence: Evidence, ref: dict[str, Any]) -> None:
+        """Keep the float64 truth only if it is the task's own function: on the ordinary trials the
+        fp32 reference must match it within the plain tolerance (else every trial loses it)."""
+        note = ref.get("truth_note") or ""
+        trusted = False
+        if not note:
+            trusted, note = truth_agrees(evidence.trials, evidence.config.get("tolerances"))
+        if not trusted:
+            for trial in evidence.trials:
+                trial.truth = None
+        evidence.config["float64_truth"] = trusted
+        evidence.config["float64_truth_note"] = note or "float64 reference in use"
 
     def _run(self, worker, runs: list[dict[str, Any]], timeout_s: float) -> list[RunObservation]:
         answer = worker.request({"op": "run", "runs": runs}, timeout_s=timeout_s)

@@ -294,6 +294,70 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+class Float64Truth:
+    """The task's ``Model`` run in float64 on float64 copies of the same inputs (reference workers).
+
+    Judges accuracy against the truth rather than against PyTorch's fp32 rounding: an
+    ill-conditioned composition (a normalisation after a bias, at extreme input scales) amplifies
+    rounding noise, and the fp32 reference carries that noise too. Gives up quietly (``note`` says
+    why; the judge then compares with the fp32 reference alone) when the model cannot run in
+    float64, draws random numbers, or the data exceeds ``max_elements`` (0: never compute).
+    """
+
+    def __init__(self, model: Any, device: str, max_elements: int):
+        self.device, self.max_elements = device, max_elements
+        self.model: Any = None
+        self.note = "" if max_elements > 0 else "float64 reference disabled"
+        self._source = model
+
+    def refuse(self, why: str) -> None:
+        self.model, self.note = None, self.note or why
+
+    def rng_state(self) -> list[bytes]:
+        import torch
+
+        states = [torch.get_rng_state()]
+        if self.device == "cuda" and torch.cuda.is_available():
+            states.append(torch.cuda.get_rng_state())
+        return [bytes(s.numpy().tobytes()) for s in states]
+
+    def outputs(self, inputs: list[Any], reference: list[Any]) -> list[Any] | None:
+        """float64 outputs aligned with ``reference`` (None where an output has no float64 truth)."""
+        import copy
+
+        import torch
+
+        if self.note:
+            return None
+        size = sum(x.numel() for x in [*inputs, *reference] if isinstance(x, torch.Tensor))
+        if size > self.max_elements:
+            self.note = f"float64 reference skipped: {size} elements > float64_max_elements={self.max_elements}"
+            return None
+        try:
+            if self.model is None:
+                self.model = copy.deepcopy(self._source).double() if isinstance(self._source, torch.nn.Module) \
+                    else self._source
+            wide = [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                    for x in inputs]
+            with torch.no_grad():
+                out = flatten_outputs(self.model(*wide))
+            synchronize(self.device)
+        except MemoryError:
+            raise
+        except Exception as exc:  # e.g. a float32-only op or a hard-coded dtype: no truth for this task
+            self.refuse(f"the task does not run in float64 ({describe(exc)[:200]})")
+            return None
+        if len(out) != len(reference):
+            self.refuse("the task returns a different number of outputs in float64")
+            return None
+        aligned = []
+        for e, t in zip(reference, out):
+            usable = (isinstance(e, torch.Tensor) and isinstance(t, torch.Tensor) and e.is_floating_point()
+                      and t.dtype == torch.float64 and t.shape == e.shape)
+            aligned.append(t if usable else None)
+        return cpu_copy(aligned)
+
+
 # --------------------------------------------------------------------------- session
 
 
@@ -429,6 +493,7 @@ class WorkerMain:
             init_inputs = list(module.get_init_inputs())
             torch.manual_seed(int(req["init_seed"]))
             model = module.Model(*init_inputs).to(device).eval()
+            truth = Float64Truth(model, device, int(req.get("float64_max_elements", 0)))
             trials = []
             for seed, scale in zip(req["seeds"], req["scales"]):
                 torch.manual_seed(int(seed))
@@ -436,11 +501,15 @@ class WorkerMain:
                 if scale != 1.0:
                     inputs = [x * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
                 dev_inputs = to_device(inputs, device)
+                rng_before = truth.rng_state()
                 with torch.no_grad():
                     out = flatten_outputs(model(*dev_inputs))
                 synchronize(device)
-                trials.append({"inputs": cpu_copy(inputs), "output": cpu_copy(out)})
-            return {"ok": True, "init_inputs": init_inputs, "trials": trials}
+                if truth.rng_state() != rng_before:
+                    truth.refuse("the task's forward draws random numbers")
+                trials.append({"inputs": cpu_copy(inputs), "output": cpu_copy(out),
+                               "truth": truth.outputs(dev_inputs, out)})
+            return {"ok": True, "init_inputs": init_inputs, "trials": trials, "truth_note": truth.note}
         except MemoryError:
             raise
         except Exception as exc:

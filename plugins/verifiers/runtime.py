@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.evidence import (CORRECTNESS, DETERMINISM, INTEGRITY, MEMORY, RACES, STABILITY, Evidence,
-                           bitwise_equal, compare_outputs, same_inputs)
+from core.evidence import (CORRECTNESS, DETERMINISM, INTEGRITY, MEMORY, RACES, REFERENCE_NOISE_FACTOR, STABILITY,
+                           Evidence, bitwise_equal, compare_outputs, same_inputs)
 from core.verdict import CheckResult
 
 
@@ -19,14 +19,17 @@ def _tolerances(evidence: Evidence) -> dict:
 
 @dataclass
 class CorrectnessCheck:
-    """Every trial (fresh random inputs each) matches the reference within dtype-aware tolerances;
-    the inputs are bitwise unchanged afterwards. ``data``: matched / trials."""
+    """Every trial (fresh random inputs each) matches the reference within dtype-aware tolerances
+    (or, where the task also ran in float64, is as accurate against that truth as the fp32
+    reference within ``reference_noise_factor``); the inputs are bitwise unchanged afterwards.
+    ``data``: matched / trials."""
 
     name: str = "correctness"
     stage: int = CORRECTNESS
     hard: bool = True
     where: str = "worker"
     needs: frozenset[str] = frozenset({"trials"})
+    reference_noise_factor: float = REFERENCE_NOISE_FACTOR
 
     def applies(self, backend: str, device: str) -> bool:
         return True
@@ -36,7 +39,7 @@ class CorrectnessCheck:
         if not trials:
             return CheckResult(False, "no trial ran", data={"matched": 0, "trials": 0})
         matched, first_failure, mutated = 0, None, None
-        worst = 0.0
+        worst, by_truth = 0.0, 0
         for i, trial in enumerate(trials):
             obs = trial.observed
             if obs.error:
@@ -47,15 +50,19 @@ class CorrectnessCheck:
                 mutated = mutated or f"trial {i}: {why}"
                 first_failure = first_failure or mutated
                 continue
-            cmp = compare_outputs(trial.expected, obs.output, tolerances=_tolerances(evidence))
+            cmp = compare_outputs(trial.expected, obs.output, tolerances=_tolerances(evidence), truth=trial.truth,
+                                  noise_factor=self.reference_noise_factor)
             worst = max(worst, cmp.max_abs_err)
+            by_truth += cmp.by_truth
             if cmp.ok:
                 matched += 1
             else:
                 first_failure = first_failure or f"trial {i}: {cmp.detail}"
-        data = {"matched": matched, "trials": len(trials), "max_abs_err": worst}
+        data = {"matched": matched, "trials": len(trials), "max_abs_err": worst, "by_float64_truth": by_truth}
         if matched == len(trials):
-            return CheckResult(True, f"{matched}/{len(trials)} trials match the reference (max abs err {worst:.3g})", data=data)
+            judged = f"; {by_truth} output(s) judged against the float64 reference" if by_truth else ""
+            return CheckResult(True, f"{matched}/{len(trials)} trials match the reference (max abs err {worst:.3g}){judged}",
+                               data=data)
         return CheckResult(False, f"{matched}/{len(trials)} trials match; {first_failure}", data=data,
                            hack=mutated is not None)
 
@@ -153,7 +160,8 @@ class RaceCheck:
         for i, trial in enumerate(evidence.shuffled):
             if trial.observed.error:
                 return CheckResult(False, f"shuffled program order {i} raised {trial.observed.error}")
-            cmp = compare_outputs(trial.expected, trial.observed.output, tolerances=_tolerances(evidence))
+            cmp = compare_outputs(trial.expected, trial.observed.output, tolerances=_tolerances(evidence),
+                                  truth=trial.truth)
             if not cmp.ok:
                 return CheckResult(False, f"result depends on program order (a race between programs): "
                                    f"shuffled order {i}: {cmp.detail}")
@@ -166,7 +174,13 @@ class RaceCheck:
 @dataclass
 class StabilityCheck:
     """Numeric probes at extreme input magnitudes: wherever the reference stays finite, the
-    candidate must too, and agree to a looser, magnitude-relative tolerance."""
+    candidate must too, and agree to a looser, magnitude-relative tolerance.
+
+    Where the task also ran in float64 on the probe's inputs, an output that misses the fp32
+    reference passes when its error against that truth is within the tolerance or within
+    ``reference_noise_factor`` x the fp32 reference's own error against it: ill-conditioned
+    compositions (a normalisation after a bias, at x1e-5) amplify rounding noise, PyTorch's fp32
+    result carries it too, and a kernel that rounds differently is not less accurate for that."""
 
     name: str = "stability"
     stage: int = STABILITY
@@ -174,6 +188,7 @@ class StabilityCheck:
     where: str = "worker"
     needs: frozenset[str] = frozenset({"probes"})
     tolerance_factor: float = 10.0
+    reference_noise_factor: float = REFERENCE_NOISE_FACTOR
 
     def applies(self, backend: str, device: str) -> bool:
         return True
@@ -189,15 +204,24 @@ class StabilityCheck:
         tol = {k: (a * self.tolerance_factor, r * self.tolerance_factor)
                for k, (a, r) in {**{"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2),
                                      "float64": (1e-6, 1e-6)}, **_tolerances(evidence)}.items()}
+        by_truth: list[str] = []
+        noise_ratio = 0.0
         for t in usable:
             if t.observed.error:
                 return CheckResult(False, f"inputs x{t.scale:g}: raised {t.observed.error}")
-            cmp = compare_outputs(t.expected, t.observed.output, tolerances=tol, scale_aware=True)
+            cmp = compare_outputs(t.expected, t.observed.output, tolerances=tol, scale_aware=True, truth=t.truth,
+                                  noise_factor=self.reference_noise_factor)
             if not cmp.ok:
                 return CheckResult(False, f"inputs x{t.scale:g} (reference stays finite): {cmp.detail}",
-                                   data={"scale": t.scale})
-        return CheckResult(True, f"stable at input scales {', '.join(f'x{t.scale:g}' for t in usable)}",
-                           data={"probes": len(usable)})
+                                   data={"scale": t.scale, "noise_ratio": cmp.noise_ratio})
+            if cmp.by_truth:
+                by_truth.append(f"x{t.scale:g}")
+                noise_ratio = max(noise_ratio, cmp.noise_ratio)
+        judged = (f"; at {', '.join(by_truth)} as accurate as PyTorch fp32 against the float64 reference"
+                  if by_truth else "")
+        return CheckResult(True, f"stable at input scales {', '.join(f'x{t.scale:g}' for t in usable)}{judged}",
+                           data={"probes": len(usable), "by_float64_truth": by_truth,
+                                 "noise_ratio": round(noise_ratio, 3)})
 
 
 @dataclass
