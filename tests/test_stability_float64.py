@@ -50,8 +50,8 @@ def _softmax_layer_norm(rows: int, cols: int, scale: float, seed: int):
     return x, w, b, ref, truth
 
 
-conditioning = dict(rows=st.integers(1, 12), cols=st.sampled_from([8, 16, 33, 64, 200]),
-                    scale=st.sampled_from([1e-5, 1e-4, 1e-3]), seed=st.integers(0, 2**31 - 1))
+conditioning = {"rows": st.integers(1, 12), "cols": st.sampled_from([8, 16, 33, 64, 200]),
+                "scale": st.sampled_from([1e-5, 1e-4, 1e-3]), "seed": st.integers(0, 2**31 - 1)}
 
 
 def test_the_false_rejection_is_real_without_the_truth():
@@ -214,3 +214,80 @@ def test_a_layer_norm_that_rounds_to_fp16_inside_the_kernel_is_rejected(verifier
     verdict = verifier.verify(task, Candidate(source=source, backend="triton"))
     assert not verdict.accepted
     assert verdict.reason.startswith("correctness:"), verdict.reason
+
+
+# --------------------------------------------------------------------------- when there is no truth
+
+_SCALED_ADD = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scaled_add(a_ptr, b_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask)
+    b = tl.load(b_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, a * factor + b, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        out = torch.empty_like(a)
+        scaled_add[(triton.cdiv(a.numel(), 1024),)](a, b, out, a.numel(), FACTOR, BLOCK=1024)
+        return out
+'''
+
+
+def _scaled_add_task(body: str):
+    from core.task import Task
+
+    return Task(source=f'''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return {body}
+
+
+def get_inputs():
+    return [torch.randn(3001), torch.randn(3001)]
+
+
+def get_init_inputs():
+    return []
+''')
+
+
+def test_a_float64_run_that_is_another_function_is_not_used_as_truth(verifier):
+    """A dtype-dependent constant makes the float64 run a different function: the trials show it,
+    the truth is dropped, and a candidate that matches the float64 run instead is rejected."""
+    task = _scaled_add_task("a * (torch.finfo(a.dtype).eps * 1e6) + b")
+    fp32_factor = torch.finfo(torch.float32).eps * 1e6
+    honest = verifier.verify(task, Candidate(source=_SCALED_ADD.replace("FACTOR", repr(fp32_factor))))
+    assert honest.accepted, honest.reason
+    assert "disagrees with the fp32 reference" in honest.checks["correctness"].data["float64_reference"]
+    float64_factor = torch.finfo(torch.float64).eps * 1e6
+    other = verifier.verify(task, Candidate(source=_SCALED_ADD.replace("FACTOR", repr(float64_factor))))
+    assert not other.accepted and other.reason.startswith("correctness:"), other.reason
+
+
+def test_a_task_that_draws_random_numbers_gets_no_float64_truth(verifier):
+    task = _scaled_add_task("a * 2.0 + b + 0.0 * torch.rand_like(a)")
+    verdict = verifier.verify(task, Candidate(source=_SCALED_ADD.replace("FACTOR", "2.0")))
+    assert verdict.accepted, verdict.reason
+    assert "random numbers" in verdict.checks["correctness"].data["float64_reference"]
+
+
+def test_the_float64_reference_is_used_and_can_be_turned_off(verifier, catalog):
+    task = _task(ILL_CONDITIONED["softmax->layer_norm"], catalog)
+    verdict = verifier.verify(task, _expert(task))
+    assert verdict.checks["correctness"].data["float64_reference"] == "float64 reference in use"
+    with Verifier(backend="triton", device="cpu", workers=1, float64_max_elements=0) as off:
+        verdict = off.verify(task, _expert(task))
+    assert verdict.checks["correctness"].data["float64_reference"] == "float64 reference disabled"

@@ -8,8 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.evidence import (CORRECTNESS, DETERMINISM, INTEGRITY, MEMORY, RACES, REFERENCE_NOISE_FACTOR, STABILITY,
-                           Evidence, bitwise_equal, compare_outputs, same_inputs)
+from core.evidence import (
+    CORRECTNESS,
+    DETERMINISM,
+    INTEGRITY,
+    MEMORY,
+    RACES,
+    REFERENCE_NOISE_FACTOR,
+    STABILITY,
+    Evidence,
+    bitwise_equal,
+    compare_outputs,
+    same_inputs,
+)
 from core.verdict import CheckResult
 
 
@@ -58,7 +69,8 @@ class CorrectnessCheck:
                 matched += 1
             else:
                 first_failure = first_failure or f"trial {i}: {cmp.detail}"
-        data = {"matched": matched, "trials": len(trials), "max_abs_err": worst, "by_float64_truth": by_truth}
+        data = {"matched": matched, "trials": len(trials), "max_abs_err": worst, "by_float64_truth": by_truth,
+                "float64_reference": evidence.config.get("float64_truth_note", "not requested")}
         if matched == len(trials):
             judged = f"; {by_truth} output(s) judged against the float64 reference" if by_truth else ""
             return CheckResult(True, f"{matched}/{len(trials)} trials match the reference (max abs err {worst:.3g}){judged}",
