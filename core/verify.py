@@ -29,12 +29,11 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from core.evidence import OBSERVATIONS, Evidence, RunObservation, Trial, truth_agrees
+from core.evidence import Evidence, RunObservation, Trial, truth_agrees
 from core.sandbox import Limits, WorkerFailure, WorkerPool
 from core.task import Candidate, Task
 from core.verdict import CheckResult, Verdict

@@ -25,7 +25,7 @@ import resource
 import sys
 import time
 import traceback
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from core.contracts import CurriculumState
 from core.distill import Summary, builtin_format, distill, load_format

@@ -122,7 +122,7 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "mask = mask_m[:, None] & mask_n[None, :]",
     )
     if has_bias:
-        k(f"acc = acc + tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]")
+        k("acc = acc + tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]")
     from plugins.coders.expert_lowering.pointwise import round_to
 
     helpers: set[str] = set()
