@@ -98,6 +98,7 @@ class TrainSettings:
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     logging_steps: int = 1
     torch_threads: int | None = None  # intra-op threads of the training process (None: torch's default)
+    eval_each_phase: bool = False  # also evaluate the held-out tasks between phases (e.g. after SFT, before GRPO)
     grpo_kwargs: dict[str, Any] = field(default_factory=dict)  # any other GRPOConfig field
     sft_kwargs: dict[str, Any] = field(default_factory=dict)  # any other SFTConfig field
 
@@ -318,6 +319,7 @@ class Training:
             self.progress["eval_before"] = self.evaluate(eval_tasks, "before training")
             self._write_progress()
         exclude = {t.id for t in eval_tasks}
+        running = [p.name for p in self.settings.phases if p.steps > 0]
         for phase in self.settings.phases:
             if phase.name in self.progress["done"]:
                 continue
@@ -327,6 +329,9 @@ class Training:
                     self._run_sft(phase, exclude)
                 else:
                     self._run_grpo(phase, exclude)
+                if self.settings.eval_each_phase and phase.name != running[-1]:
+                    # the held-out pass rate between phases (the last phase's is the "after" evaluation)
+                    self.progress.setdefault("eval_phases", {})[phase.name] = self.evaluate(eval_tasks, f"after {phase.name}")
             self.progress["done"].append(phase.name)
             self._write_progress()
         after = self.evaluate(eval_tasks, "after training")
@@ -339,11 +344,13 @@ class Training:
         summary = {
             "pass_rate": after["pass_rate"], "pass_rate_before": before["pass_rate"],
             "compile_rate": after["compile_rate"], "compile_rate_before": before["compile_rate"],
+            "pass_rate_after_phase": {name: e["pass_rate"] for name, e in self.progress.get("eval_phases", {}).items()},
             "eval_tasks": len(eval_tasks), "steps": len(self.metrics.rows),
             "metrics": str(self.metrics.path), "plot": str(plot), "seconds": time.perf_counter() - start,
         }
         (self.out / "result.json").write_text(json.dumps(summary, indent=2))
-        self.console.print(f"held-out pass rate: before {before['pass_rate']:.3f} -> after {after['pass_rate']:.3f} "
+        between = "".join(f" -> after {name} {e['pass_rate']:.3f}" for name, e in self.progress.get("eval_phases", {}).items())
+        self.console.print(f"held-out pass rate: before {before['pass_rate']:.3f}{between} -> after {after['pass_rate']:.3f} "
                            f"({len(eval_tasks)} tasks); compile rate {before['compile_rate']:.3f} -> "
                            f"{after['compile_rate']:.3f}")
         return summary

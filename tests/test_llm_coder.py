@@ -146,6 +146,14 @@ def test_line_tokenizer_round_trips_any_code(lines):
     assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
 
 
+def test_lines_numbers_tokenizer_keeps_numbers_apart_but_not_digits_of_names():
+    line = "    v1 = tl.minimum(v0, -0.5)\n"
+    tok = train_tokenizer([line * 50 + "    return [torch.randn(8, 16, dtype=torch.float32)]\n" * 20] * 4, 400, "lines_numbers")
+    assert tok.tokenize(line) == ["ĠĠĠĠv1Ġ=Ġtl.minimum(v0,Ġ-", "0.5", ")Ċ"]
+    pieces = tok.tokenize("    return [torch.randn(8, 16, dtype=torch.float32)]\n")
+    assert pieces[1:4] == ["8", ",Ġ", "16"] and "float32" in pieces[-1]
+
+
 def test_line_tokenizer_merges_a_repeated_line_into_one_token_and_never_across_lines():
     line = "    offs = pid * BLOCK + tl.arange(0, BLOCK)\n"
     tok = train_tokenizer([line * 50 + "x = 1\n"] * 4, 400, "lines")
@@ -163,7 +171,7 @@ def test_embedded_tokenizer_loads_as_saved_after_a_model_save(tmp_path):
 
     from plugins.coders.llm.embedded import load_tokenizer
 
-    line = "    offs = pid * BLOCK + tl.arange(0, BLOCK)\n"
+    line = "    offs = pid * BLOCK + tl.arange(start, BLOCK)\n"  # no literal number: one token with either line split
     corpus = [line * 20 + render_completion(SOLUTION)] * 4
     path = build_embedded(corpus, EmbeddedSpec(**TINY), tmp_path / "cache")
     tok = load_tokenizer(str(path))

@@ -79,6 +79,15 @@ def test_distill_phase_trained_on_verified_teacher_pairs(fake_run):
     assert json.loads((out / "train_state.json").read_text())["done"] == ["distill", "correctness", "performance"]
 
 
+def test_held_out_evaluated_between_phases(fake_run):
+    out, training, summary, *_ = fake_run
+    # trainer=embedded sets eval_each_phase: the held-out set is scored after SFT too, not after the last phase twice
+    assert set(summary["pass_rate_after_phase"]) == {"distill"}
+    assert 0.0 <= summary["pass_rate_after_phase"]["distill"] <= 1.0
+    progress = json.loads((out / "train_state.json").read_text())
+    assert progress["eval_phases"]["distill"]["tasks"] == summary["eval_tasks"] == 2
+
+
 def test_feedback_curriculum_and_hooks_fire_every_step(fake_run):
     out, training, summary, observer, verifier = fake_run
     assert training.proposer.feedbacks == 3

@@ -27,9 +27,10 @@ ENV_CACHE = "KERNELZERO_CACHE"
 # must load exactly as written in tokenizer.json. AutoTokenizer would rebuild a Qwen2 model's
 # tokenizer as Qwen2Tokenizer, replacing our pre-tokenizer with Qwen2's regex (transformers 5).
 TOKENIZER_AS_SAVED = "kernelzero_tokenizer_as_saved"
-PRETOKENIZERS = ("lines", "words")
+PRETOKENIZERS = ("lines", "lines_numbers", "words")
 BUILD_FORMAT = 2  # part of the cache key: raise it when the build recipe changes
 LINE_PATTERN = r"[^\n]*\n?"  # one pre-token per line, its newline included
+NUMBER_PATTERN = r"(?<![A-Za-z_0-9.])[0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?"  # a literal number (not a digit of a name): its own pre-token
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class EmbeddedSpec:
     num_kv_heads: int = 2
     intermediate_size: int = 384
     max_positions: int = 4096
-    pretokenizer: str = "lines"  # lines: merges may span a whole line | words: GPT-2 style word split
+    pretokenizer: str = "lines_numbers"  # lines: merges may span a line | lines_numbers: also numbers apart | words: GPT-2
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -70,7 +71,7 @@ def corpus_hash(texts: Iterable[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def train_tokenizer(corpus: Sequence[str], vocab_size: int, pretokenizer: str = "lines"):
+def train_tokenizer(corpus: Sequence[str], vocab_size: int, pretokenizer: str = "lines_numbers"):
     """A byte-level BPE tokenizer trained on ``corpus``, as a ``PreTrainedTokenizerFast``.
 
     ``pretokenizer="lines"`` lets merges span a whole line (never a newline boundary);
@@ -84,10 +85,12 @@ def train_tokenizer(corpus: Sequence[str], vocab_size: int, pretokenizer: str = 
     if pretokenizer not in PRETOKENIZERS:
         raise ValueError(f"embedded tokenizer: pretokenizer must be one of {PRETOKENIZERS}, got {pretokenizer!r}")
     tok = Tokenizer(models.BPE())
-    if pretokenizer == "lines":
+    if pretokenizer.startswith("lines"):
+        splits = [pre_tokenizers.Split(Regex(LINE_PATTERN), behavior="isolated")]
+        if pretokenizer == "lines_numbers":
+            splits.append(pre_tokenizers.Split(Regex(NUMBER_PATTERN), behavior="isolated"))
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LINE_PATTERN), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            *splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
     else:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
