@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core.config import build, resolve_device
+from core.suites import HeldOut
 from core.contracts import CurriculumState
 from core.metrics import Attempt, MetricsLog, aggregate, latency_ratio, plot_summary, solve_rates, sparkline, step_metrics
 from core.plugins import notify, registry
@@ -95,6 +96,9 @@ class TrainSettings:
     steps_per_round: int = 5
     eval_tasks: int = 16
     eval_seed_offset: int = 1_000_003
+    # Share of the task-fingerprint space reserved for this run's held-out evaluation: training
+    # proposers never yield a task in it, the held-out tasks come only from it (core.suites.HeldOut).
+    eval_share: float = 0.2
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     logging_steps: int = 1
     torch_threads: int | None = None  # intra-op threads of the training process (None: torch's default)
@@ -279,7 +283,9 @@ class Training:
         self.backend = str(cfg.backend.name)
         self.seed = int(cfg.seed)
         self.device = resolve_device(str(cfg.device))
-        self.proposer = build("proposer", cfg.proposer, seed=self.seed)
+        # Evaluation tasks (core.eval's registry, and this run's eval bucket) never reach training.
+        self.heldout = HeldOut.load(eval_share=self.settings.eval_share)
+        self.proposer = self.heldout.guard(build("proposer", cfg.proposer, seed=self.seed))
         self.curriculum = build("curriculum", cfg.curriculum)
         self.coder = build("coder", cfg.coder)
         for attr in ("hf_model", "hf_tokenizer", "prompt", "to_candidate", "load"):
@@ -372,7 +378,7 @@ class Training:
     def _embedded_corpus(self) -> list[str]:
         """Tokenizer corpus: tasks from the configured proposer (its own seed) and the teacher's kernels."""
         n = int(getattr(self.coder, "corpus_tasks", 200))
-        proposer = build("proposer", self.cfg.proposer, seed=self.seed + 7919)
+        proposer = self.heldout.guard(build("proposer", self.cfg.proposer, seed=self.seed + 7919))
         tasks = list(proposer.propose(n, CurriculumState(max_tier=max(1, self.curriculum.state.max_tier))))
         solutions: list[str] = []
         teacher = self._teacher()
@@ -394,7 +400,18 @@ class Training:
         if n <= 0:
             return []
         proposer = build("proposer", self.cfg.proposer, seed=self.seed + self.settings.eval_seed_offset)
-        return list(proposer.propose(n, _copy_state(self.curriculum.state)))
+        if self.settings.eval_share <= 0:
+            return list(proposer.propose(n, _copy_state(self.curriculum.state)))
+        # Only tasks in the reserved eval bucket, which no training proposer can yield.
+        tasks: dict[str, Task] = {}
+        for _ in range(200):
+            for task in proposer.propose(n, _copy_state(self.curriculum.state)):
+                if self.heldout.in_eval_bucket(task):
+                    tasks.setdefault(task.id, task)
+            if len(tasks) >= n:
+                return list(tasks.values())[:n]
+        raise TrainingError(f"found only {len(tasks)} of {n} held-out tasks in the eval bucket "
+                            f"(eval_share={self.settings.eval_share}); raise trainer.eval_share or lower eval_tasks")
 
     # ------------------------------------------------------------------ evaluation
 
@@ -481,7 +498,7 @@ class Training:
                                 f"registered (known coders: {', '.join(registry('coder').names())}); set "
                                 f"trainer.phases.{phase.name}.teacher or .dataset (a core.distill JSONL)")
         t0 = time.perf_counter()
-        proposer = build("proposer", self.cfg.proposer, seed=self.seed + 104729)
+        proposer = self.heldout.guard(build("proposer", self.cfg.proposer, seed=self.seed + 104729))
         tasks = [t for t in proposer.propose(phase.tasks, _copy_state(self.curriculum.state)) if t.id not in exclude]
         answers = teacher.generate(tasks, self.backend, 1)
         pairs = [(t, c[0]) for t, c in zip(tasks, answers) if c and not c[0].declined]
