@@ -1,5 +1,5 @@
 # The two commands of the README. Both install what they need into .venv first.
-.PHONY: install run train test test-all lint
+.PHONY: install run selfplay test test-all lint
 
 install: .venv/.installed
 
@@ -7,11 +7,11 @@ install: .venv/.installed
 	bash scripts/install.sh
 	touch $@
 
-run: install  ## the main job on its embedded default
+run: install  ## the main job on its embedded default: tiny local model, SFT from the expert, GRPO self-play
 	.venv/bin/python -m core.run
 
-train: install  ## the embedded training run: tiny local model, SFT from the expert, GRPO self-play
-	.venv/bin/python -m core.run experiment=embedded
+selfplay: install  ## self-play rounds with the expert teacher, no learning (seconds)
+	.venv/bin/python -m core.run experiment=selfplay
 
 test: install  ## the default test run (no slow or GPU tests)
 	.venv/bin/python -m pytest -q -m "not slow and not gpu" -n 2

@@ -24,7 +24,8 @@ def test_installed_plugin_adds_reward_term_and_config_without_core_changes(tmp_p
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])
     run_dir = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "core.run", "reward=brevity", "rounds=1", "tasks_per_round=2", "device=cpu",
+        [sys.executable, "-m", "core.run", "experiment=selfplay", "reward=brevity", "rounds=1", "tasks_per_round=2",
+         "device=cpu",
          f"hydra.run.dir={run_dir}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -16,8 +18,8 @@ def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def test_default_run_reports_a_pass_rate_from_real_interpreter_runs(tmp_path):
-    proc = run("rounds=1", "tasks_per_round=3", "device=cpu", f"hydra.run.dir={tmp_path}")
+def test_selfplay_run_reports_a_pass_rate_from_real_interpreter_runs(tmp_path):
+    proc = run("experiment=selfplay", "rounds=1", "tasks_per_round=3", "device=cpu", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rates = [float(m) for m in re.findall(r"pass rate (\d+\.\d+)", proc.stdout)]
     assert rates and rates[-1] > 0.0
@@ -26,6 +28,16 @@ def test_default_run_reports_a_pass_rate_from_real_interpreter_runs(tmp_path):
     accepted = [v for v in verdicts if v["accepted"]]
     assert accepted and all(v["checks"]["correctness"]["passed"] and v["compiled"] for v in accepted)
     assert all(v["device"] == "cpu" for v in verdicts)
+
+
+@pytest.mark.slow
+def test_bare_default_run_trains_and_reports_a_held_out_pass_rate(tmp_path):
+    # The embedded default: tiny local model, SFT from the expert, GRPO; about 6 minutes on 2 cores.
+    proc = run(f"hydra.run.dir={tmp_path}", timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = re.findall(r"held-out eval after training: pass rate (\d+\.\d+)", proc.stdout)
+    assert after and float(after[-1]) > 0.0
+    assert (tmp_path / "metrics.jsonl").exists() and list(tmp_path.glob("*.png"))
 
 
 def test_unknown_group_option_lists_the_valid_backends(tmp_path):
@@ -46,7 +58,8 @@ def test_misspelled_key_fails(tmp_path):
 
 
 def test_multirun_sweeps_reward_weights(tmp_path):
-    proc = run("-m", "reward.weights.correctness=0.1,0.5", "rounds=1", "tasks_per_round=2", "device=cpu",
+    proc = run("-m", "experiment=selfplay", "reward.weights.correctness=0.1,0.5", "rounds=1", "tasks_per_round=2",
+               "device=cpu",
                f"hydra.sweep.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {}
