@@ -36,7 +36,8 @@ class RoundResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def attempts_of(tasks: Sequence[Task], candidates: Sequence[Sequence[Candidate]]) -> tuple[list[tuple[Task, Candidate]], int]:
+def attempts_of(tasks: Sequence[Task],
+                candidates: Sequence[Sequence[Candidate]]) -> tuple[list[tuple[Task, Candidate]], int]:
     """Pair every non-declined candidate with its task; count the declined ones."""
     pairs, declined = [], 0
     for task, cands in zip(tasks, candidates, strict=True):
@@ -69,7 +70,8 @@ def round_metrics(result: RoundResult, reward_terms: Sequence[str]) -> dict[str,
         "compile_rate": sum(v.compiled for v in result.verdicts) / n if n else 0.0,
         "mean_reward": sum(result.rewards) / n if n else 0.0,
         "hack_flag_rate": sum(bool(v.hack_flags) for v in result.verdicts) / n if n else 0.0,
-        "adversarial_share": sum(bool(t.adversarial) for t in result.tasks) / len(result.tasks) if result.tasks else 0.0,
+        "adversarial_share": (sum(bool(t.adversarial) for t in result.tasks) / len(result.tasks)
+                              if result.tasks else 0.0),
         "seconds": result.seconds,
     }
     for term in reward_terms:
@@ -79,7 +81,10 @@ def round_metrics(result: RoundResult, reward_terms: Sequence[str]) -> dict[str,
 
 
 class SelfPlay:
-    """Ties a proposer, a coder, a verifier, a reward mix and a curriculum into rounds."""
+    """Ties a proposer, a coder, a verifier, a reward mix and a curriculum into rounds.
+
+    ``verifier`` is a ``core.executor`` executor (``verify_many(pairs, on_verdicts=...)``).
+    """
 
     def __init__(self, *, proposer: Any, coder: Any, verifier: Any, reward: RewardMix, curriculum: Any,
                  backend: str, tasks_per_round: int, samples_per_task: int = 1,
@@ -104,13 +109,15 @@ class SelfPlay:
         candidates = self.coder.generate(tasks, self.backend, self.samples_per_task)
         pairs, declined = attempts_of(tasks, candidates)
         advance("verify", total=len(pairs), completed=0)
-        verdicts: list[Verdict] = []
-        # Verify in slices so the display moves; the verifier parallelises inside each slice.
-        width = max(1, getattr(self.verifier, "workers", 2))
-        for i in range(0, len(pairs), width):
-            chunk = pairs[i:i + width]
-            verdicts.extend(self.verifier.verify_many(chunk))
-            advance("verify", completed=len(verdicts))
+        done = 0
+
+        def landed(indices: list[int], _verdicts: list[Verdict]) -> None:
+            nonlocal done
+            done += len(indices)
+            advance("verify", completed=done)
+
+        # One batch over every worker (a lost worker's pairs are retried); progress as verdicts land.
+        verdicts: list[Verdict] = self.verifier.verify_many(pairs, on_verdicts=landed)
         for (task, cand), verdict in zip(pairs, verdicts):
             notify("on_verdict", task=task, candidate=cand, verdict=verdict)
         pair_tasks = [t for t, _ in pairs]
@@ -167,4 +174,5 @@ class SelfPlay:
         self.console.print(table)
         attempts = sum(m["attempts"] for m in self.history)
         passed = sum(m["pass_rate"] * m["attempts"] for m in self.history)
-        self.console.print(f"overall pass rate {passed / attempts if attempts else 0.0:.3f} over {attempts:.0f} attempts")
+        rate = passed / attempts if attempts else 0.0
+        self.console.print(f"overall pass rate {rate:.3f} over {attempts:.0f} attempts")
