@@ -5,6 +5,10 @@ against cuDNN through PyTorch. One call does the whole job.
     # on the H200, from the repo root (pluggy/torch/triton are there; nothing else is needed):
     PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT          # ~5-8 min
     PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --quick  # a smaller smoke run
+    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --budget-s 400 --families resnet50
+
+Cases are taken round-robin over the families, so a ``--budget-s`` cut (no case is started after
+it) still leaves every family measured; the JSON is rewritten after every case.
 
 Each case: the program is rendered as a KernelBench task, lowered by the expert, checked against the
 reference on fresh inputs (a wrong kernel is reported, never timed), then timed with
@@ -86,8 +90,8 @@ def resnet_cases(quick: bool):
     from core.program import TensorSpec as T
 
     out = []
-    for dt in ("float16", "bfloat16"):
-        for stage, c, oc, k, h in (RESNET50[:3] + RESNET50[-3:] if quick else RESNET50):
+    for stage, c, oc, k, h in (RESNET50[:3] + RESNET50[-3:] if quick else RESNET50):
+        for dt in ("float16", "bfloat16"):
             params = {"out_channels": oc, "kernel_size": k, "stride": 1, "padding": k // 2, "dilation": 1, "groups": 1}
             out.append(("resnet50", f"{stage} {k}x{k} {c}->{oc} {h}x{h} {dt}",
                         Program([T((32, c, h, h), dtype=dt)], [N("conv2d", (0,), params)])))
@@ -137,6 +141,31 @@ def run_case(family, label, program, cat, log):
     return row
 
 
+def round_robin(items):
+    """Cases interleaved family by family, each family keeping its own order."""
+    by_family: dict[str, list] = {}
+    for item in items:
+        by_family.setdefault(item[0], []).append(item)
+    queues = list(by_family.values())
+    out = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+def summarize(rows):
+    summary = {}
+    for family in dict.fromkeys(r["family"] for r in rows):
+        fam = [r for r in rows if r["family"] == family]
+        timed = [r for r in fam if "vs_eager" in r]
+        summary[family] = {"cases": len(fam), "correct": sum(bool(r.get("correct")) for r in fam),
+                           "geomean_vs_eager": geomean([r["vs_eager"] for r in timed]),
+                           "geomean_vs_compile": geomean([r["vs_compile"] for r in timed])}
+    return summary
+
+
 def geomean(values):
     values = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
@@ -146,6 +175,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "expert_gpu_out"))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=0.0, help="start no case after this many seconds (0: none)")
+    ap.add_argument("--families", default="", help="comma-separated families to run (default: all)")
     args = ap.parse_args(argv)
     import torch
 
@@ -168,22 +199,28 @@ def main(argv=None) -> int:
     cat = catalog()
     rows = []
     started = time.time()
-    for family, label, program in cases(args.quick) + resnet_cases(args.quick):
+    wanted = {f.strip() for f in args.families.split(",") if f.strip()}
+    todo = [c for c in round_robin(cases(args.quick) + resnet_cases(args.quick)) if not wanted or c[0] in wanted]
+    skipped = []
+    for n, (family, label, program) in enumerate(todo):
+        if args.budget_s and time.time() - started > args.budget_s:
+            skipped = [c[1] for c in todo[n:]]
+            log(f"budget of {args.budget_s:.0f} s spent: {len(skipped)} case(s) not started")
+            break
+        t_case = time.time()
         try:
             rows.append(run_case(family, label, program, cat, log))
+            rows[-1]["seconds"] = round(time.time() - t_case, 1)
         except Exception as exc:
             log(f"ERROR {label}: {type(exc).__name__}: {exc}")
             log(traceback.format_exc(limit=3))
             rows.append({"family": family, "case": label, "error": f"{type(exc).__name__}: {exc}"})
         torch.cuda.empty_cache()
-    summary = {}
-    for family in dict.fromkeys(r["family"] for r in rows):
-        fam = [r for r in rows if r["family"] == family]
-        timed = [r for r in fam if "vs_eager" in r]
-        summary[family] = {"cases": len(fam), "correct": sum(bool(r.get("correct")) for r in fam),
-                           "geomean_vs_eager": geomean([r["vs_eager"] for r in timed]),
-                           "geomean_vs_compile": geomean([r["vs_compile"] for r in timed])}
-    (out / "expert_gpu.json").write_text(json.dumps({"rows": rows, "summary": summary,
+        summary = summarize(rows)
+        (out / "expert_gpu.json").write_text(json.dumps({"rows": rows, "summary": summary, "not_started": skipped,
+                                                         "seconds": time.time() - started}, indent=2))
+    summary = summarize(rows)
+    (out / "expert_gpu.json").write_text(json.dumps({"rows": rows, "summary": summary, "not_started": skipped,
                                                      "seconds": time.time() - started}, indent=2))
     log("")
     log(f"{'family':10s} {'cases':>5s} {'correct':>7s} {'x eager':>8s} {'x compile':>9s}   (geomean speedup of the expert)")

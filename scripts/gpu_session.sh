@@ -1,26 +1,52 @@
 #!/usr/bin/env bash
-# Every GPU measurement of the project in ONE call on a 2-GPU H200 host (device kind nvidia-h200-x2),
-# highest priority first, each step under its own limit so the whole call ends inside 10 minutes:
-# the GPU suite, the red-team suite on the GPU, the expert's speedups, 1-vs-2-GPU verifier scaling,
-# and the KernelBench comparison. Logs under $OUT; a short table is printed last.
+# Every GPU measurement of the project in TWO calls of under 10 minutes on a 2-GPU H200 host
+# (device kind nvidia-h200-x2); a 1-GPU host works too, the lanes then share GPU 0.
 #
-#   bash scripts/gpu_session.sh          # ONLY="gpu_tests redteam_gpu" for a subset; carry: .whl (the wheels of ../shared/gpu-wheels) and .kb (KernelBench)
+#   bash scripts/gpu_session.sh 1   # lane A (GPU 0): GPU timing tests, timer repeatability, then the GPU
+#                                   #   suite and the red-team suite on the GPU (pytest -n 6);
+#                                   # lane B (last GPU): the expert's speedups and ResNet-50 convs vs cuDNN
+#   bash scripts/gpu_session.sh 2   # KernelBench vs ours, 1-vs-2-GPU verifier scaling, multi-GPU GRPO
+#   ONLY="kernelbench pool" bash scripts/gpu_session.sh 2    # a subset
+#
+# carry: .whl (the wheels of ../shared/gpu-wheels) and .kb (a KernelBench checkout). Each step has
+# its own limit. Step logs are packed into $OUT/steps.tgz (only 8 files come back from $OUT); the
+# JSON results are copied to $OUT; a short table is printed last.
 set -u
+PART=${1:-1}
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
-LOG="$OUT/session.log"
+LOG="$OUT/session$PART.log"
 : > "$LOG"
+STEP_DIR=$(mktemp -d /tmp/kz-steps.XXXX)
 . "$(dirname "$0")/gpu_lib.sh"
+NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+LAST=$(( NGPU > 1 ? NGPU - 1 : 0 ))
+echo "== part $PART on $NGPU GPU(s)" | tee -a "$LOG"
 
-step gpu_tests   140 python3 -m pytest -q -rfE -p no:cacheprovider tests/gpu tests/redteam_gpu/test_gpu_hacks.py
-step redteam_gpu 120 python3 -m pytest -q -rfE -p no:cacheprovider tests/redteam_gpu/test_redteam_on_gpu.py
-step expert_gpu  90  python3 benchmarks/expert_gpu.py --out "$OUT" --quick
-step pool        80  python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 24 --warm 4 --workers-per-gpu 4
-[ -d .kb ] && step kernelbench 60 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb --problems 19_ReLU \
-    --dim-scale 64 --out "$OUT/kernelbench_vs_ours.json"
+if [ "$PART" = 1 ]; then
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    step gpu_timing   100 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_timing_gpu.py
+    step repeatability 90 python3 -m benchmarks.timing_repeatability --out "$STEP_DIR/repeatability.json"
+    step gpu_suites   290 python3 -m pytest -q -rA -p no:cacheprovider -n 6 tests/gpu/test_cuda_gpu.py tests/redteam_gpu
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    step expert_gpu   470 python3 benchmarks/expert_gpu.py --out "$STEP_DIR" --budget-s 400
+  }
+  lane_a & lane_b & wait
+  TAILS="repeatability:8 expert_gpu:30"
+else
+  [ -d .kb ] && step kernelbench 160 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --out "$STEP_DIR/kernelbench_vs_ours.json"
+  step pool         140 python3 benchmarks/pool_scaling.py --out "$STEP_DIR" --tasks 32 --warm 6 --workers-per-gpu 4
+  step multigpu_grpo 250 env OUT="$STEP_DIR/grpo" STEPS=4 DISTILL_STEPS=20 bash scripts/multigpu_grpo.sh
+  TAILS="kernelbench:24 pool:6 multigpu_grpo:12"
+fi
+
+cp "$STEP_DIR"/*.json "$OUT"/ 2>/dev/null
+tar czf "$OUT/steps$PART.tgz" -C "$STEP_DIR" . 2>/dev/null
 {
-  echo; echo "== expert (tail)"; tail -25 "$OUT/expert_gpu.log" 2>/dev/null
-  echo "== pool (tail)"; tail -8 "$OUT/pool.log" 2>/dev/null
-  echo "== kernelbench (tail)"; tail -12 "$OUT/kernelbench.log" 2>/dev/null
-  echo "== summary"; printf '%s\n' "${ROWS[@]}"
+  for t in $TAILS; do echo; echo "== ${t%%:*} (tail)"; tail -n "${t##*:}" "$STEP_DIR/${t%%:*}.log" 2>/dev/null; done
+  echo; echo "== summary (part $PART)"; cat "$STEP_DIR/rows.txt" 2>/dev/null
 } | tee -a "$LOG"
