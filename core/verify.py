@@ -23,6 +23,7 @@ One verification, cheapest first, stopping at the first hard failure:
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import secrets
 import sys
@@ -33,6 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from core.devicelock import DeviceLock, DeviceLockTimeout
 from core.evidence import Evidence, RunObservation, Trial, truth_agrees
 from core.sandbox import Limits, WorkerFailure, WorkerPool
 from core.task import Candidate, Task
@@ -64,6 +66,22 @@ def _fresh_seed() -> int:
     return secrets.randbits(62)
 
 
+class _LockAsFailure(contextlib.AbstractContextManager):
+    """A device-lock context whose timeout is reported like any other worker failure."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def __enter__(self) -> None:
+        try:
+            self.inner.__enter__()
+        except DeviceLockTimeout as exc:
+            raise WorkerFailure("timeout", f"waited for the GPU past the deadline: {exc}") from exc
+
+    def __exit__(self, *exc: Any) -> None:
+        return self.inner.__exit__(*exc)
+
+
 def _task_dtype(task: Task) -> str:
     return (task.dtypes or ["float32"])[0].replace("torch.", "")
 
@@ -85,13 +103,17 @@ class Verifier:
     :param float64_max_elements: also run the task in float64 (the truth outputs are judged
         against, besides the fp32 reference) when a trial's inputs + outputs hold at most this many
         elements; 0 turns the float64 reference off.
+    :param share_gpu_fairly: on CUDA, hold the host-wide lock of core.devicelock: trials, references
+        and sanitizer runs share the GPU, a check with ``exclusive_device = True`` (the timed
+        performance stage) has it alone, so several workers per GPU keep timings honest.
     """
 
     def __init__(self, backend: str = "triton", device: str = "auto", checks: Sequence[str] | dict | None = None,
                  workers: int = 2, timeout_s: float = 120, trials: int = 5, *, tolerances: dict | None = None,
                  memory_mb: int = 8192, probe_scales: dict | None = None, isolate: bool = True,
                  reference_workers: int = 1, max_jobs_per_worker: int = 200, name: str | None = None,
-                 float64_max_elements: int = DEFAULT_FLOAT64_MAX_ELEMENTS, **check_options: Any):
+                 float64_max_elements: int = DEFAULT_FLOAT64_MAX_ELEMENTS, share_gpu_fairly: bool = True,
+                 **check_options: Any):
         from core.plugins import registry
 
         if trials < MIN_TRIALS:
@@ -119,6 +141,7 @@ class Verifier:
                                extra_env=env, max_jobs=max_jobs_per_worker)
         self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),
                                          limits=limits, extra_env=env, max_jobs=max_jobs_per_worker)
+        self.device_lock = DeviceLock.for_device("cuda") if self.device == "cuda" and share_gpu_fairly else None
         self._closed = False
 
     # -- set-up
@@ -226,10 +249,11 @@ class Verifier:
         probe_seeds = [_fresh_seed() for _ in scales]
         t = time.perf_counter()
         try:
-            ref = self._request(self.reference_pool, {
-                "op": "reference", "source": task.source, "init_seed": init_seed,
-                "seeds": trial_seeds + probe_seeds, "scales": [1.0] * len(trial_seeds) + list(scales),
-                "float64_max_elements": self.float64_max_elements}, deadline)
+            with self._gpu(deadline):
+                ref = self._request(self.reference_pool, {
+                    "op": "reference", "source": task.source, "init_seed": init_seed,
+                    "seeds": trial_seeds + probe_seeds, "scales": [1.0] * len(trial_seeds) + list(scales),
+                    "float64_max_elements": self.float64_max_elements}, deadline)
         except WorkerFailure as exc:
             verdict.status, verdict.reason = exc.status, f"the reference (task) failed: {exc.detail}"
             return
@@ -297,9 +321,10 @@ class Verifier:
 
         t = time.perf_counter()
         # The task travels as plain data: performance checks (collect hooks) time it beside the candidate.
-        loaded = worker.request({"op": "load", "source": evidence.candidate.source, "init_seed": init_seed,
-                                 "init_inputs": ref["init_inputs"], "task": evidence.task.to_dict()},
-                                timeout_s=left())
+        with self._gpu(deadline):
+            loaded = worker.request({"op": "load", "source": evidence.candidate.source, "init_seed": init_seed,
+                                     "init_inputs": ref["init_inputs"], "task": evidence.task.to_dict()},
+                                    timeout_s=left())
         evidence.load_sandbox = list(loaded.get("sandbox") or [])
         verdict.stage_s["load"] = time.perf_counter() - t
         if not loaded.get("ok"):
@@ -367,7 +392,9 @@ class Verifier:
             if hasattr(check, "collect"):
                 config = {k: v for k, v in asdict(check).items() if k not in ("name", "stage", "hard", "where", "needs")} \
                     if hasattr(check, "__dataclass_fields__") else {}
-                answer = worker.request({"op": "collect", "check": check.name, "config": config}, timeout_s=left())
+                with self._gpu(time.monotonic() + left(), exclusive=bool(getattr(check, "exclusive_device", False))):
+                    answer = worker.request({"op": "collect", "check": check.name, "config": config},
+                                            timeout_s=left())
                 evidence.extra[check.name] = answer.get("data") if answer.get("ok") else {"error": answer.get("error")}
         rest = [c for c in checks if c.name not in verdict.checks]
         return self._evaluate(rest, evidence, verdict, stop_at_first=False)
@@ -385,8 +412,15 @@ class Verifier:
         evidence.config["float64_truth"] = trusted
         evidence.config["float64_truth_note"] = note or "float64 reference in use"
 
+    def _gpu(self, deadline: float, exclusive: bool = False):
+        """Hold this GPU's host-wide lock (shared, or alone for timing) around one worker request."""
+        if self.device_lock is None:
+            return contextlib.nullcontext()
+        return _LockAsFailure(self.device_lock.exclusive(deadline) if exclusive else self.device_lock.shared(deadline))
+
     def _run(self, worker, runs: list[dict[str, Any]], timeout_s: float) -> list[RunObservation]:
-        answer = worker.request({"op": "run", "runs": runs}, timeout_s=timeout_s)
+        with self._gpu(time.monotonic() + timeout_s):
+            answer = worker.request({"op": "run", "runs": runs}, timeout_s=timeout_s)
         if not answer.get("ok"):
             raise WorkerFailure("error", f"worker could not run the candidate: {answer.get('error')}")
         return [RunObservation.from_dict(o) for o in answer["observations"]]

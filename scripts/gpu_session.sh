@@ -37,10 +37,10 @@ if [ "$PART" = 1 ]; then
   lane_a & lane_b & wait
   TAILS="repeatability:8 expert_gpu:30"
 else
-  [ -d .kb ] && step kernelbench 160 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
-      --out "$STEP_DIR/kernelbench_vs_ours.json"
-  step pool         140 python3 benchmarks/pool_scaling.py --out "$STEP_DIR" --tasks 32 --warm 6 --workers-per-gpu 4
-  step multigpu_grpo 250 env OUT="$STEP_DIR/grpo" STEPS=4 DISTILL_STEPS=20 bash scripts/multigpu_grpo.sh
+  [ -d .kb ] && step kernelbench 180 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --threads 256,512,1024 --workers 6 --out "$STEP_DIR/kernelbench_vs_ours.json"
+  step pool         120 python3 benchmarks/pool_scaling.py --out "$STEP_DIR" --tasks 24 --warm 4 --workers-per-gpu 4
+  step multigpu_grpo 240 env OUT="$STEP_DIR/grpo" STEPS=4 DISTILL_STEPS=20 bash scripts/multigpu_grpo.sh
   TAILS="kernelbench:24 pool:6 multigpu_grpo:12"
 fi
 

@@ -2,6 +2,7 @@
 # A short multi-GPU GRPO run under accelerate (TRL's own DDP path), one rank per GPU of the host.
 #
 #   bash scripts/multigpu_grpo.sh                 # on the 2-GPU H200 host; carry .whl (trl, datasets, hydra ...)
+#   (the embedded default job of python -m core.run, shortened, with its model and verifier on CUDA)
 #   NGPU=2 STEPS=6 bash scripts/multigpu_grpo.sh  # knobs: NGPU, STEPS, DISTILL_STEPS, RUN_DIR
 #
 # Every accelerate rank re-runs the Hydra main. Hydra's default output dir is a timestamp, which can
@@ -32,9 +33,9 @@ rm -rf "$RUN_DIR"
 t0=$(date +%s)
 python3 -m accelerate.commands.launch --num_processes "$NGPU" --num_machines 1 --mixed_precision no \
   --dynamo_backend no -m core.run \
-  coder=llm trainer=embedded device=cuda \
-  trainer.phases.distill.steps="$DISTILL_STEPS" trainer.phases.distill.tasks=32 \
-  trainer.phases.correctness.steps="$STEPS" trainer.eval_tasks=8 trainer.report_to=[] \
+  device=cuda \
+  trainer.phases.distill.steps="$DISTILL_STEPS" trainer.phases.distill.tasks=16 \
+  trainer.phases.correctness.steps="$STEPS" trainer.eval_tasks=4 trainer.eval_each_phase=false trainer.report_to=[] \
   "hydra.run.dir=$RUN_DIR" >>"$LOG" 2>&1
 rc=$?
 dt=$(( $(date +%s) - t0 ))

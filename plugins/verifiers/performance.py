@@ -32,7 +32,7 @@ import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from core import hookimpl
 from core.evidence import PERFORMANCE, Evidence, compare_outputs
@@ -184,6 +184,10 @@ class PerformanceCheck:
         the candidate fails (its output was not ready on the caller's stream).
     :param counters: take achieved DRAM bytes and SM throughput from Nsight Compute.
     """
+
+    # The judge gives this stage the GPU alone (core.devicelock): other workers' trials would
+    # otherwise run inside the timed window.
+    exclusive_device: ClassVar[bool] = True
 
     name: str = "performance"
     stage: int = PERFORMANCE

@@ -74,8 +74,13 @@ def test_half_written_output_is_rejected(verifier):
 
 def test_the_reuse_trick_is_real_in_a_same_process_harness():
     """What the hack exploits (so the test above is not vacuous): in one process, an empty tensor
-    allocated right after the reference's output was freed holds the reference's answer."""
-    x = torch.randn(2048, 1024, device="cuda")
+    allocated right after the reference's output was freed holds the reference's answer.
+
+    The cache is emptied and the size is one no other test uses, so a block freed earlier in this
+    process (under pytest-xdist a worker runs many tests) cannot be handed out instead."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    x = torch.randn(1531, 1047, device="cuda")
     ref = torch.relu(x)
     expected = ref.clone()
     del ref

@@ -1,0 +1,96 @@
+"""A fair reader-writer lock on one GPU, shared by every judging process of the host.
+
+Several sandbox workers share a GPU so that compiling, correctness trials and sanitizer runs
+overlap; a timed run must still see the GPU alone, or its time includes a neighbour's kernels.
+Work that merely uses the GPU holds the lock *shared*; a timed measurement (a check that declares
+``exclusive_device = True``) holds it *exclusive*. The lock lives in two files under the temp
+directory keyed by the physical GPU, so verifiers in different processes (LocalExecutor shards,
+Ray actors, several training ranks) on one GPU respect each other.
+
+``flock`` alone lets a stream of readers starve a writer; a second *gate* file makes it fair: every
+acquirer passes through the gate exclusively, and a writer keeps the gate closed until the readers
+already inside have left, so no new reader enters in front of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+
+class DeviceLockTimeout(TimeoutError):
+    """The GPU stayed busy past the caller's deadline."""
+
+
+def gpu_key(device: str = "cuda", environ: dict[str, str] | None = None) -> str:
+    """Which physical GPU a process's ``cuda:0`` is: the first entry of ``CUDA_VISIBLE_DEVICES``."""
+    env = os.environ if environ is None else environ
+    visible = (env.get("CUDA_VISIBLE_DEVICES") or "").split(",")[0].strip()
+    return f"{device}-{visible or '0'}"
+
+
+class DeviceLock:
+    """``with lock.shared(deadline): ...`` for GPU work, ``with lock.exclusive(deadline): ...`` for timing."""
+
+    def __init__(self, key: str, directory: str | os.PathLike | None = None, poll_s: float = 0.002):
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key)
+        root = Path(directory or tempfile.gettempdir()) / "kernelzero-device-locks"
+        root.mkdir(parents=True, exist_ok=True)
+        self.key = key
+        self.main_path = root / f"{safe}.lock"
+        self.gate_path = root / f"{safe}.gate"
+        self.poll_s = poll_s
+
+    @classmethod
+    def for_device(cls, device: str = "cuda", directory: str | os.PathLike | None = None) -> DeviceLock:
+        return cls(gpu_key(device), directory)
+
+    def _acquire(self, path: Path, mode: int, deadline: float | None) -> int:
+        # One open file description per acquisition: flock then arbitrates threads of one process too.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() > deadline:
+                    os.close(fd)
+                    raise DeviceLockTimeout(f"GPU {self.key} stayed busy past the deadline") from None
+                time.sleep(self.poll_s)
+
+    @staticmethod
+    def _release(fd: int) -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def shared(self, deadline: float | None = None) -> Iterator[None]:
+        gate = self._acquire(self.gate_path, fcntl.LOCK_EX, deadline)
+        try:
+            main = self._acquire(self.main_path, fcntl.LOCK_SH, deadline)
+        finally:
+            self._release(gate)
+        try:
+            yield
+        finally:
+            self._release(main)
+
+    @contextlib.contextmanager
+    def exclusive(self, deadline: float | None = None) -> Iterator[None]:
+        gate = self._acquire(self.gate_path, fcntl.LOCK_EX, deadline)
+        try:
+            main = self._acquire(self.main_path, fcntl.LOCK_EX, deadline)
+        finally:
+            self._release(gate)
+        try:
+            yield
+        finally:
+            self._release(main)

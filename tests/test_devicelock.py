@@ -1,0 +1,100 @@
+"""The host-wide GPU lock: timing has the GPU alone, other work shares it, and no reader starves it."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+from dataclasses import asdict
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core.devicelock import DeviceLock, DeviceLockTimeout, gpu_key
+
+
+def _hold_shared(directory: str, key: str, held: mp.Event, release: mp.Event) -> None:
+    lock = DeviceLock(key, directory)
+    with lock.shared():
+        held.set()
+        release.wait(10)
+
+
+def test_exclusive_waits_for_a_shared_holder_in_another_process(tmp_path):
+    ctx = mp.get_context("spawn")
+    held, release = ctx.Event(), ctx.Event()
+    other = ctx.Process(target=_hold_shared, args=(str(tmp_path), "cuda-0", held, release))
+    other.start()
+    try:
+        assert held.wait(30)
+        lock = DeviceLock("cuda-0", tmp_path)
+        with pytest.raises(DeviceLockTimeout), lock.exclusive(deadline=time.monotonic() + 0.3):
+            pass
+        release.set()
+        with lock.exclusive(deadline=time.monotonic() + 10):
+            pass
+    finally:
+        release.set()
+        other.join(10)
+
+
+def test_shared_holders_overlap_and_other_gpus_are_independent(tmp_path):
+    a, b = DeviceLock("cuda-0", tmp_path), DeviceLock("cuda-1", tmp_path)
+    with a.shared(time.monotonic() + 1), a.shared(time.monotonic() + 1):
+        with b.exclusive(time.monotonic() + 1):  # another GPU: not blocked
+            pass
+        with pytest.raises(DeviceLockTimeout), a.exclusive(time.monotonic() + 0.2):
+            pass
+
+
+def test_a_stream_of_readers_does_not_starve_the_timer(tmp_path):
+    lock = DeviceLock("cuda-0", tmp_path, poll_s=0.001)
+    stop = threading.Event()
+    inside = []
+
+    def reader():
+        while not stop.is_set():
+            with lock.shared():
+                inside.append(1)
+                time.sleep(0.02)
+
+    readers = [threading.Thread(target=reader) for _ in range(4)]
+    for t in readers:
+        t.start()
+    try:
+        time.sleep(0.1)  # readers overlap continuously from here on
+        t0 = time.monotonic()
+        with lock.exclusive(deadline=t0 + 5):
+            seen = len(inside)
+            time.sleep(0.05)
+            assert len(inside) == seen, "a reader ran while the exclusive holder had the GPU"
+        assert time.monotonic() - t0 < 5
+    finally:
+        stop.set()
+        for t in readers:
+            t.join(5)
+
+
+@given(st.lists(st.integers(0, 15), min_size=1, max_size=4))
+def test_gpu_key_is_the_first_visible_device(ids):
+    assert gpu_key("cuda", {"CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}) == f"cuda-{ids[0]}"
+
+
+def test_gpu_key_defaults_to_device_zero():
+    assert gpu_key("cuda", {}) == gpu_key("cuda", {"CUDA_VISIBLE_DEVICES": ""}) == "cuda-0"
+
+
+def test_the_performance_stage_asks_for_the_gpu_alone_and_the_flag_is_not_config():
+    from plugins.verifiers.performance import PerformanceCheck
+
+    check = PerformanceCheck()
+    assert check.exclusive_device is True
+    assert "exclusive_device" not in asdict(check)
+
+
+def test_a_cpu_verifier_takes_no_gpu_lock():
+    from core.verify import Verifier
+
+    with Verifier(backend="triton", device="cpu", workers=1, checks=["static"]) as v:
+        assert v.device_lock is None
