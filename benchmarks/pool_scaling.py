@@ -40,6 +40,10 @@ def measure(label: str, device: str, shards: int, args, warm, pairs) -> dict:
     from core.executor import LocalExecutor
 
     verifier = {"timeout_s": args.timeout_s, "trials": 5}
+    if not args.full_checks:  # every check but the two slow sanitizer race tools, as in the GPU suites
+        from core.plugins import registry
+
+        verifier["checks"] = [n for n in registry("verifier").names() if n not in ("gpu_racecheck", "gpu_synccheck")]
     kwargs = ({"gpus": list(range(shards)), "workers_per_gpu": args.workers_per_gpu} if device == "cuda"
               else {"cpu_shards": shards, "cpu_workers": args.workers_per_gpu})
     t0 = time.perf_counter()
@@ -47,7 +51,13 @@ def measure(label: str, device: str, shards: int, args, warm, pairs) -> dict:
         started = time.perf_counter() - t0
         ex.verify_many(warm)
         t1 = time.perf_counter()
-        verdicts = ex.verify_many(pairs)
+
+        def progress(indices, landed):
+            for v in landed:
+                print(f"  {label}: {v.status:<9} {v.elapsed_s:6.1f} s  at {time.perf_counter() - t1:6.1f} s  "
+                      f"stages {dict((k, round(x, 1)) for k, x in v.stage_s.items())}", flush=True)
+
+        verdicts = ex.verify_many(pairs, on_verdicts=progress)
         seconds = time.perf_counter() - t1
         describe = ex.describe()
     statuses: dict[str, int] = {}
@@ -72,6 +82,8 @@ def main() -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--shards", type=int, default=0, help="shards of the larger run (0: every GPU)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--full-checks", action="store_true",
+                        help="also run compute-sanitizer racecheck/synccheck (several seconds per candidate each)")
     args = parser.parse_args()
     import torch
 

@@ -5,8 +5,9 @@
 #   bash scripts/gpu_session.sh 1   # lane A (GPU 0): GPU timing tests, timer repeatability, then the GPU
 #                                   #   suite and the red-team suite on the GPU (pytest -n 6);
 #                                   # lane B (last GPU): the expert's speedups and ResNet-50 convs vs cuDNN
-#   bash scripts/gpu_session.sh 2   # KernelBench vs ours, 1-vs-2-GPU verifier scaling, multi-GPU GRPO
-#   ONLY="kernelbench pool" bash scripts/gpu_session.sh 2    # a subset
+#   bash scripts/gpu_session.sh 2   # timer repeatability alone on a quiet host, KernelBench vs ours,
+#                                   # 1-vs-2-GPU verifier scaling, multi-GPU GRPO
+#   ONLY="repeatability kernelbench pool" bash scripts/gpu_session.sh 2    # a subset
 #
 # carry: .whl (the wheels of ../shared/gpu-wheels) and .kb (a KernelBench checkout). Each step has
 # its own limit. Step logs are packed into $OUT/steps.tgz (only 8 files come back from $OUT); the
@@ -37,15 +38,18 @@ if [ "$PART" = 1 ]; then
   lane_a & lane_b & wait
   TAILS="repeatability:8 expert_gpu:30"
 else
+  export CUDA_VISIBLE_DEVICES=0
+  step repeatability  60 python3 -m benchmarks.timing_repeatability --out "$STEP_DIR/repeatability.json"
   [ -d .kb ] && step kernelbench 180 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
-      --threads 256,512,1024 --workers 6 --out "$STEP_DIR/kernelbench_vs_ours.json"
-  step pool         120 python3 benchmarks/pool_scaling.py --out "$STEP_DIR" --tasks 24 --warm 4 --workers-per-gpu 4
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --out "$STEP_DIR/kernelbench_vs_ours.json"
+  unset CUDA_VISIBLE_DEVICES
+  step pool         220 python3 benchmarks/pool_scaling.py --out "$STEP_DIR" --tasks 16 --warm 4 --workers-per-gpu 4
   step multigpu_grpo 240 env OUT="$STEP_DIR/grpo" STEPS=4 DISTILL_STEPS=20 bash scripts/multigpu_grpo.sh
-  TAILS="kernelbench:24 pool:6 multigpu_grpo:12"
+  TAILS="repeatability:6 kernelbench:40 pool:30 multigpu_grpo:12"
 fi
 
 cp "$STEP_DIR"/*.json "$OUT"/ 2>/dev/null
-tar czf "$OUT/steps$PART.tgz" -C "$STEP_DIR" . 2>/dev/null
+tar czf "$OUT/steps$PART.tgz" --exclude=models --exclude=checkpoints -C "$STEP_DIR" . 2>/dev/null
 {
   for t in $TAILS; do echo; echo "== ${t%%:*} (tail)"; tail -n "${t##*:}" "$STEP_DIR/${t%%:*}.log" 2>/dev/null; done
   echo; echo "== summary (part $PART)"; cat "$STEP_DIR/rows.txt" 2>/dev/null
