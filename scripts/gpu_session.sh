@@ -40,7 +40,7 @@ if [ "$PART" = 1 ]; then
 else
   export CUDA_VISIBLE_DEVICES=0
   step repeatability  60 python3 -m benchmarks.timing_repeatability --out "$STEP_DIR/repeatability.json"
-  [ -d .kb ] && step kernelbench 180 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+  [ -d .kb ] && step kernelbench 200 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
       --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --out "$STEP_DIR/kernelbench_vs_ours.json"
   unset CUDA_VISIBLE_DEVICES
   step pool         220 python3 benchmarks/pool_scaling.py --out "$STEP_DIR" --tasks 16 --warm 4 --workers-per-gpu 4
