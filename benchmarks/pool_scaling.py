@@ -39,7 +39,8 @@ def workload(n: int, seed: int, max_numel: int):
 def measure(label: str, device: str, shards: int, args, warm, pairs) -> dict:
     from core.executor import LocalExecutor
 
-    verifier = {"timeout_s": args.timeout_s, "trials": 5}
+    verifier = {"timeout_s": args.timeout_s, "trials": 5,
+                "performance": {"compare_compile": bool(args.compare_compile)}}
     if not args.full_checks:  # every check but the two slow sanitizer race tools, as in the GPU suites
         from core.plugins import registry
 
@@ -55,7 +56,8 @@ def measure(label: str, device: str, shards: int, args, warm, pairs) -> dict:
         def progress(indices, landed):
             for v in landed:
                 print(f"  {label}: {v.status:<9} {v.elapsed_s:6.1f} s  at {time.perf_counter() - t1:6.1f} s  "
-                      f"stages {dict((k, round(x, 1)) for k, x in v.stage_s.items())}", flush=True)
+                      f"stages {dict((k, round(x, 1)) for k, x in v.stage_s.items())}"
+                      + ("" if v.accepted else f"  reason: {v.reason[:300]}"), flush=True)
 
         verdicts = ex.verify_many(pairs, on_verdicts=progress)
         seconds = time.perf_counter() - t1
@@ -82,6 +84,8 @@ def main() -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--shards", type=int, default=0, help="shards of the larger run (0: every GPU)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compare-compile", action="store_true",
+                        help="also time torch.compile in the performance stage (compiles every task; eval does this)")
     parser.add_argument("--full-checks", action="store_true",
                         help="also run compute-sanitizer racecheck/synccheck (several seconds per candidate each)")
     args = parser.parse_args()

@@ -37,6 +37,19 @@ if [ "$PART" = 1 ]; then
   }
   lane_a & lane_b & wait
   TAILS="repeatability:8 expert_gpu:30"
+elif [ "$PART" = 3 ]; then  # a short call: why the verifier rejects expert candidates on the GPU; expert re-run
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    step pool_reasons 110 python3 benchmarks/pool_scaling.py --out "$STEP_DIR" --tasks 16 --warm 0 --shards 1 \
+        --workers-per-gpu 8
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    step expert_fusion 80 python3 benchmarks/expert_gpu.py --out "$STEP_DIR" --families fusion,pool
+    step reuse_demo    30 python3 -m pytest -q -p no:cacheprovider tests/redteam_gpu/test_gpu_hacks.py -k "reuse_trick"
+  }
+  lane_a & lane_b & wait
+  TAILS="pool_reasons:40 expert_fusion:14"
 else
   export CUDA_VISIBLE_DEVICES=0
   step repeatability  60 python3 -m benchmarks.timing_repeatability --out "$STEP_DIR/repeatability.json"

@@ -193,3 +193,51 @@ def test_random_proposer_tasks_are_all_answered_and_correct(catalog):
         result = compare(task.source, cand.source)
         assert result.ok, f"{task.ops} {task.adversarial}: {result.detail}"
     assert math.isclose(sum(bool(t.adversarial) for t in tasks) / len(tasks), 0.12, abs_tol=0.1)
+
+
+class _FakeView:
+    """Only what the index-width rule reads: a view's extent without allocating it."""
+
+    def __init__(self, shape, stride, offset=0):
+        self.shape, self._stride, self._offset = shape, stride, offset
+
+    def numel(self):
+        return math.prod(self.shape)
+
+    def stride(self):
+        return self._stride
+
+    def storage_offset(self):
+        return self._offset
+
+
+def _idx64_rule():
+    from plugins.coders.expert_lowering import module
+
+    namespace: dict = {}
+    exec(module._PRELUDE.format(summary="test"), namespace)
+    return namespace["_idx64"]
+
+
+@given(st.lists(st.integers(1, 64), min_size=1, max_size=4))
+def test_index_math_stays_32_bit_for_ordinary_tensors(shape):
+    import torch
+
+    assert not _idx64_rule()(torch.empty(shape), torch.empty(shape).transpose(0, -1))
+
+
+def test_index_math_is_64_bit_when_a_reachable_offset_passes_2_31():
+    rule = _idx64_rule()
+    assert rule(_FakeView((1 << 31,), (1,)))                    # many elements
+    assert rule(_FakeView((3, 1024), (1 << 30, 1)))             # few elements, far apart
+    assert rule(_FakeView((4,), (1,), offset=(1 << 31) - 2))    # a view deep into its storage
+    assert not rule(_FakeView((2, 1024), (1 << 20, 1)))
+
+
+def test_pointwise_and_pool_kernels_choose_their_index_width_at_launch(catalog):
+    cat = catalog
+    chain = Program([TensorSpec((8, 32))], [Node("relu", (0,)), Node("sigmoid", (1,))])
+    pool = Program([TensorSpec((2, 3, 8, 8))], [Node("max_pool2d", (0,), {"kernel_size": 3, "stride": 2, "padding": 1})])
+    for program in (chain, pool):
+        source = lower_program(program, cat)
+        assert "IDX64: tl.constexpr" in source and "IDX64=_idx64(" in source

@@ -193,13 +193,16 @@ def pool_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     for r in ext:
         params += [f"v{r}_s{d}" for d in range(4)]
     params += ["ON_CPU: tl.constexpr", "KS: tl.constexpr", "STRIDE: tl.constexpr", "PAD: tl.constexpr",
-               "BLOCK: tl.constexpr"]
+               "BLOCK: tl.constexpr", "IDX64: tl.constexpr"]
     k = Lines()
     k("@triton.jit", f"def {name}({', '.join(params)}):")
     k.indent = 1
     k(
         f"DT = v{outs[0]}_ptr.dtype.element_ty",
-        "offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+        "pid = tl.program_id(0)",
+        "if IDX64:",
+        "    pid = pid.to(tl.int64)",
+        "offs = pid * BLOCK + tl.arange(0, BLOCK)",
         "mask = offs < numel",
         "ow = offs % OW",
         "oh = (offs // OW) % OH",
@@ -241,7 +244,8 @@ def pool_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     call += [f"{first}.numel()", f"{x}.shape[2]", f"{x}.shape[3]", f"{x}.shape[1]", f"s{i}[2]", f"s{i}[3]",
              f"*{x}.stride()"]
     call += [f"*{value_name(r, n_in)}.stride()" for r in ext]
-    call += [f"ON_CPU=not {x}.is_cuda", f"KS={p['kernel_size']}", f"STRIDE={p['stride']}", f"PAD={p['padding']}"]
+    call += [f"ON_CPU=not {x}.is_cuda", f"KS={p['kernel_size']}", f"STRIDE={p['stride']}", f"PAD={p['padding']}",
+             f"IDX64=_idx64({', '.join([x] + [value_name(r, n_in) for r in ext] + [value_name(o, n_in) for o in outs])})"]
     launch = [
         f"_block = 1024 if {x}.is_cuda else 16384",
         f"{name}[(max(1, triton.cdiv({first}.numel(), _block)),)]({', '.join(call)}, BLOCK=_block)",

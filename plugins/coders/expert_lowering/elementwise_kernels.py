@@ -127,13 +127,15 @@ def pointwise_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     params += [f"D{d}" for d in range(rank)]
     for r in reads:
         params += [f"v{r}_s{d}" for d in range(rank)]
-    params += ["CONTIG: tl.constexpr", "ON_CPU: tl.constexpr", "BLOCK: tl.constexpr"]
+    params += ["CONTIG: tl.constexpr", "ON_CPU: tl.constexpr", "BLOCK: tl.constexpr", "IDX64: tl.constexpr"]
     k = Lines()
     k("@triton.jit", f"def {name}({', '.join(params)}):")
     k.indent = 1
     k(
         f"DT = v{outs[0]}_ptr.dtype.element_ty",
-        "pid = tl.program_id(0).to(tl.int64)",
+        "pid = tl.program_id(0)",
+        "if IDX64:",
+        "    pid = pid.to(tl.int64)",
         "offs = pid * BLOCK + tl.arange(0, BLOCK)",
         "mask = offs < numel",
     )
@@ -171,7 +173,8 @@ def pointwise_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     first = value_name(outs[0], n_in)
     launch_args = args + [expr for _, expr in tensors] + [f"{first}.numel()"] + ([f"*{shape}"] if rank else [])
     launch_args += [f"*{value_name(r, n_in)}.stride()" for r in reads if rank]
-    launch_args += [f"CONTIG={contig}", f"ON_CPU=not {first}.is_cuda"]
+    launch_args += [f"CONTIG={contig}", f"ON_CPU=not {first}.is_cuda",
+                    f"IDX64=_idx64({', '.join(args)})"]
     launch = [
         f"_block = 1024 if {first}.is_cuda else 16384",
         f"{name}[(max(1, triton.cdiv({first}.numel(), _block)),)]({', '.join(launch_args)}, BLOCK=_block)",

@@ -70,6 +70,14 @@ def _numel(shape):
     for d in shape:
         n *= d
     return n
+
+
+def _idx64(*tensors):
+    # 64-bit index math only when an element offset may pass 2**31 - 1 (it costs a lot of issue slots)
+    reach = 0
+    for t in tensors:
+        reach = max(reach, t.numel(), t.storage_offset() + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) + 1)
+    return reach + 4096 >= 2 ** 31
 '''
 
 
