@@ -360,7 +360,7 @@ class Verifier:
             passed = self._extra_observations(worker, evidence, verdict, checks, needs, trial_seeds, ref_trials,
                                               probes, left)
         self._finish(verdict, None)
-        return bool(verdict.hack_flags)
+        return bool(verdict.hack_flags) or bool(evidence.config.get("worker_dirty"))
 
     def _extra_observations(self, worker, evidence: Evidence, verdict: Verdict, checks: list[Any], needs: set[str],
                             trial_seeds: list[int], ref_trials: list[dict], probes: list[tuple[float, int, dict]],
@@ -395,6 +395,8 @@ class Verifier:
                 with self._gpu(time.monotonic() + left(), exclusive=bool(getattr(check, "exclusive_device", False))):
                     answer = worker.request({"op": "collect", "check": check.name, "config": config},
                                             timeout_s=left())
+                if getattr(check, "dirties_worker", lambda: False)():  # the next candidate gets a fresh worker
+                    evidence.config["worker_dirty"] = True
                 evidence.extra[check.name] = answer.get("data") if answer.get("ok") else {"error": answer.get("error")}
         rest = [c for c in checks if c.name not in verdict.checks]
         return self._evaluate(rest, evidence, verdict, stop_at_first=False)

@@ -98,3 +98,4 @@ def test_a_cpu_verifier_takes_no_gpu_lock():
 
     with Verifier(backend="triton", device="cpu", workers=1, checks=["static"]) as v:
         assert v.device_lock is None
+

@@ -127,3 +127,10 @@ def test_task_source_lookup_accepts_either_session_shape():
 
     assert task_source_of(S1()) == "x = 1" and task_source_of(S2()) == "y = 2" and task_source_of(object()) is None
     assert task_source_of(S3()) == "z = 3"
+
+
+def test_a_worker_that_ran_the_torch_compile_baseline_is_replaced_after_the_verdict():
+    from plugins.verifiers.performance import PerformanceCheck
+
+    assert PerformanceCheck(compare_compile=True).dirties_worker()
+    assert not PerformanceCheck(compare_compile=False).dirties_worker()

@@ -208,6 +208,13 @@ class PerformanceCheck:
     def applies(self, backend: str, device: str) -> bool:
         return device == "cuda"
 
+    def dirties_worker(self) -> bool:
+        """True when the worker must not judge another candidate after this stage: torch.compile
+        leaves compile threads, patched frames and caches behind in the process. (On the H200 a pool
+        whose workers had run the baseline rejected 8 of 16 expert candidates, several within 0.2 s
+        of trials; with the baseline off, 16 of 16 were accepted. The cause was not isolated.)"""
+        return bool(self.compare_compile)
+
     # ----------------------------------------------------------- worker side
     def collect(self, session: Any) -> dict[str, Any]:
         import torch
