@@ -9,6 +9,7 @@ process by a :class:`core.contracts.Check` reading an :class:`Evidence`, so a ca
 from __future__ import annotations
 
 import ast
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,9 @@ class RunObservation:
     name: str
     output: list[Any] | None = None  # tensors (or plain values) the forward returned, flattened
     inputs_after: list[Any] | None = None  # the inputs as they were after the call
+    # Inputs regenerated from the trial's seed in the worker: digests instead of tensors
+    inputs_digest_before: list[str] | None = None
+    inputs_digest_after: list[str] | None = None
     error: str | None = None  # "ExcType: message" when forward raised
     launches: int = 0  # launches of the backend's kernels during the call
     kernels: list[str] = field(default_factory=list)  # names of the kernels launched
@@ -69,6 +73,7 @@ class Trial:
     observed: RunObservation
     scale: float = 1.0  # stability probes: the factor floating inputs were multiplied by
     truth: list[Any] | None = None  # the task run in float64 on the same inputs (None: unavailable)
+    inputs_digest: list[str] | None = None  # the reference's inputs as digests (inputs may then be None)
 
 
 @dataclass
@@ -255,6 +260,41 @@ def bitwise_equal(a: Any, b: Any) -> bool:
         return False
     return torch.equal(a.detach().reshape(-1).contiguous().view(torch.uint8),
                        b.detach().reshape(-1).contiguous().view(torch.uint8))
+
+
+def input_digests(values: list[Any]) -> list[str]:
+    """One digest per input: dtype, shape, strides, offset and every element's bytes (tensors), or
+    the repr of a plain value. Two workers that drew the same inputs report the same digests."""
+    import torch
+
+    out = []
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            out.append(f"py:{type(v).__name__}:{v!r}")
+            continue
+        h = hashlib.blake2b(digest_size=20)
+        h.update(f"{v.dtype}|{tuple(v.shape)}|{v.stride()}|{v.storage_offset()}".encode())
+        flat = v.detach().to("cpu").contiguous().reshape(-1)
+        if flat.numel():
+            h.update(memoryview(flat.view(torch.uint8).numpy()))
+        out.append(h.hexdigest())
+    return out
+
+
+def inputs_intact(trial: Trial) -> tuple[bool, str]:
+    """Were the inputs the reference's, and unchanged by forward? (digests or tensors, as observed)."""
+    obs = trial.observed
+    if obs.inputs_digest_after is not None:
+        if trial.inputs_digest is not None and obs.inputs_digest_before != trial.inputs_digest:
+            return False, ("the inputs drawn in the candidate's process differ from the reference's "
+                           "(its random number generator or the task's get_inputs was tampered with)")
+        for i, (b, a) in enumerate(zip(obs.inputs_digest_before or [], obs.inputs_digest_after)):
+            if a != b:
+                return False, f"input {i} was modified by forward"
+        return True, ""
+    if trial.inputs is None:
+        return True, ""
+    return same_inputs(trial.inputs, obs.inputs_after)
 
 
 def same_inputs(before: list[Any], after: list[Any] | None) -> tuple[bool, str]:

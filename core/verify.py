@@ -66,6 +66,13 @@ def _fresh_seed() -> int:
     return secrets.randbits(62)
 
 
+def _inputs_of(ref_trial: dict[str, Any], seed: int, scale: float = 1.0) -> dict[str, Any]:
+    """What a run request carries: the seed to draw the inputs from, or the reference's inputs."""
+    if "inputs" in ref_trial:
+        return {"inputs": ref_trial["inputs"]}
+    return {"seed": seed, "scale": scale}
+
+
 class _LockAsFailure(contextlib.AbstractContextManager):
     """A device-lock context whose timeout is reported like any other worker failure."""
 
@@ -103,6 +110,9 @@ class Verifier:
     :param float64_max_elements: also run the task in float64 (the truth outputs are judged
         against, besides the fp32 reference) when a trial's inputs + outputs hold at most this many
         elements; 0 turns the float64 reference off.
+    :param inputs_by_seed: let the candidate worker draw each trial's inputs from its seed (when the
+        reference worker finds the task's get_inputs reproducible) and report digests, so input
+        tensors never cross the process boundary; off: inputs travel as bytes.
     :param share_gpu_fairly: on CUDA, hold the host-wide lock of core.devicelock: trials, references
         and sanitizer runs share the GPU, a check with ``exclusive_device = True`` (the timed
         performance stage) has it alone, so several workers per GPU keep timings honest.
@@ -113,6 +123,7 @@ class Verifier:
                  memory_mb: int = 8192, probe_scales: dict | None = None, isolate: bool = True,
                  reference_workers: int = 1, max_jobs_per_worker: int = 200, name: str | None = None,
                  float64_max_elements: int = DEFAULT_FLOAT64_MAX_ELEMENTS, share_gpu_fairly: bool = True,
+                 inputs_by_seed: bool = True,
                  **check_options: Any):
         from core.plugins import registry
 
@@ -142,6 +153,7 @@ class Verifier:
         self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),
                                          limits=limits, extra_env=env, max_jobs=max_jobs_per_worker)
         self.device_lock = DeviceLock.for_device("cuda") if self.device == "cuda" and share_gpu_fairly else None
+        self.inputs_by_seed = bool(inputs_by_seed)
         self._closed = False
 
     # -- set-up
@@ -253,7 +265,8 @@ class Verifier:
                 ref = self._request(self.reference_pool, {
                     "op": "reference", "source": task.source, "init_seed": init_seed,
                     "seeds": trial_seeds + probe_seeds, "scales": [1.0] * len(trial_seeds) + list(scales),
-                    "float64_max_elements": self.float64_max_elements}, deadline)
+                    "float64_max_elements": self.float64_max_elements,
+                    "inputs_mode": "digest" if self.inputs_by_seed else "tensors"}, deadline)
         except WorkerFailure as exc:
             verdict.status, verdict.reason = exc.status, f"the reference (task) failed: {exc.detail}"
             return
@@ -338,10 +351,11 @@ class Verifier:
 
         # Correctness trials (the first call is also where Triton compiles the kernels).
         t = time.perf_counter()
-        runs = [{"name": f"trial{i}", "inputs": r["inputs"]} for i, r in enumerate(ref_trials)]
+        runs = [{"name": f"trial{i}", **_inputs_of(r, seed)} for i, (seed, r) in enumerate(zip(trial_seeds, ref_trials))]
         observed = self._run(worker, runs, left())
         verdict.stage_s["trials"] = time.perf_counter() - t
-        evidence.trials = [Trial(seed, r["inputs"], r["output"], o, truth=r.get("truth"))
+        evidence.trials = [Trial(seed, r.get("inputs"), r["output"], o, truth=r.get("truth"),
+                                 inputs_digest=r.get("inputs_digest"))
                            for seed, r, o in zip(trial_seeds, ref_trials, observed)]
         self._vet_truth(evidence, ref)
         first_error = observed[0].error if observed else "no trial ran"
@@ -370,22 +384,24 @@ class Verifier:
         base = ref_trials[0]
         runs: list[dict[str, Any]] = []
         if "shuffled" in needs:
-            runs += [{"name": f"shuffled{i}", "inputs": base["inputs"], "order_seed": _fresh_seed()}
+            runs += [{"name": f"shuffled{i}", **_inputs_of(base, trial_seeds[0]), "order_seed": _fresh_seed()}
                      for i in range(race_orders)]
         if "repeat" in needs:
-            runs.append({"name": "repeat0", "inputs": base["inputs"]})
+            runs.append({"name": "repeat0", **_inputs_of(base, trial_seeds[0])})
         if "probes" in needs:
-            runs += [{"name": f"probe{i}", "inputs": r["inputs"]} for i, (_, _, r) in enumerate(probes)]
+            runs += [{"name": f"probe{i}", **_inputs_of(r, seed, scale)} for i, (scale, seed, r) in enumerate(probes)]
         observed = self._run(worker, runs, left()) if runs else []
         for run, obs in zip(runs, observed):
             kind = run["name"].rstrip("0123456789")
             if kind == "probe":
                 scale, seed, r = probes[int(run["name"][5:])]
                 truth = r.get("truth") if evidence.config.get("float64_truth") else None
-                evidence.probes.append(Trial(seed, r["inputs"], r["output"], obs, scale=scale, truth=truth))
+                evidence.probes.append(Trial(seed, r.get("inputs"), r["output"], obs, scale=scale, truth=truth,
+                                             inputs_digest=r.get("inputs_digest")))
             else:
                 target = evidence.shuffled if kind == "shuffled" else evidence.repeat
-                target.append(Trial(trial_seeds[0], base["inputs"], base["output"], obs,
+                target.append(Trial(trial_seeds[0], base.get("inputs"), base["output"], obs,
+                                    inputs_digest=base.get("inputs_digest"),
                                     truth=evidence.trials[0].truth if evidence.trials else None))
         verdict.stage_s["extra"] = time.perf_counter() - t
         for check in checks:

@@ -29,6 +29,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from core.evidence import input_digests
 from core.sandbox import read_frame, to_device, write_frame
 
 CANDIDATE_MODULE = "kz_candidate"
@@ -270,6 +271,33 @@ def flatten_outputs(out: Any) -> list[Any]:
     return [out]
 
 
+def seed_everything(seed: int) -> None:
+    """Seed every generator a task's get_inputs may draw from, so two workers draw the same inputs."""
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed % (1 << 32))
+    except ImportError:
+        pass
+
+
+def draw_inputs(module: Any, seed: int, scale: float) -> list[Any]:
+    """The task's inputs for one trial: ``get_inputs()`` under ``seed``, floating tensors times ``scale``."""
+    import torch
+
+    seed_everything(int(seed))
+    inputs = list(module.get_inputs())
+    if scale != 1.0:
+        inputs = [x * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    return inputs
+
+
 def cpu_copy(values: list[Any]) -> list[Any]:
     import torch
 
@@ -378,6 +406,7 @@ class Session:
         self.worker, self.module, self.model = worker, module, model
         self.backend, self.device = worker.backend, worker.device
         self.task: dict[str, Any] | None = None
+        self.task_module: Any = None  # imported on demand to draw inputs from a seed
         self.init_seed: int = 0
         self._held: list[Any] = []  # outputs of earlier calls stay alive, so addresses are unique
         self._held_ptrs: set[int] = set()
@@ -392,7 +421,7 @@ class Session:
                 junk = torch.full((x.numel(),), float("nan"), dtype=dtype, device=x.device)
                 del junk
 
-    def call(self, inputs: list[Any], order_seed: int | None = None) -> dict[str, Any]:
+    def call(self, inputs: list[Any], order_seed: int | None = None, inputs_as_digest: bool = False) -> dict[str, Any]:
         """Run ``forward`` once under launch counting, the ATen audit and the backend's checks."""
         import torch
 
@@ -431,7 +460,10 @@ class Session:
             self._held_ptrs |= ptrs
             self._held.append(outputs)
             obs["output"] = cpu_copy(outputs)
-        obs["inputs_after"] = cpu_copy(inputs)
+        if inputs_as_digest:
+            obs["inputs_digest_after"] = input_digests(inputs)
+        else:
+            obs["inputs_after"] = cpu_copy(inputs)
         obs["sandbox"] = self.worker.guard.take()
         return obs
 
@@ -499,11 +531,14 @@ class WorkerMain:
             model = module.Model(*init_inputs).to(device).eval()
             truth = Float64Truth(model, device, int(req.get("float64_max_elements", 0)))
             trials = []
+            # "digest" mode: the candidate worker draws the inputs itself from the seed, so only
+            # digests travel, when get_inputs is reproducible under a seed (checked here, once).
+            by_seed = False
+            if req.get("inputs_mode") == "digest" and req["seeds"]:
+                first = input_digests(draw_inputs(module, req["seeds"][0], req["scales"][0]))
+                by_seed = first == input_digests(draw_inputs(module, req["seeds"][0], req["scales"][0]))
             for seed, scale in zip(req["seeds"], req["scales"]):
-                torch.manual_seed(int(seed))
-                inputs = list(module.get_inputs())
-                if scale != 1.0:
-                    inputs = [x * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+                inputs = draw_inputs(module, seed, scale)
                 dev_inputs = to_device(inputs, device)
                 rng_before = truth.rng_state()
                 with torch.no_grad():
@@ -511,9 +546,14 @@ class WorkerMain:
                 synchronize(device)
                 if truth.rng_state() != rng_before:
                     truth.refuse("the task's forward draws random numbers")
-                trials.append({"inputs": cpu_copy(inputs), "output": cpu_copy(out),
-                               "truth": truth.outputs(dev_inputs, out)})
-            return {"ok": True, "init_inputs": init_inputs, "trials": trials, "truth_note": truth.note}
+                trial = {"output": cpu_copy(out), "truth": truth.outputs(dev_inputs, out)}
+                if by_seed:
+                    trial["inputs_digest"] = input_digests(inputs)
+                else:
+                    trial["inputs"] = cpu_copy(inputs)
+                trials.append(trial)
+            return {"ok": True, "init_inputs": init_inputs, "trials": trials, "truth_note": truth.note,
+                    "inputs_by_seed": by_seed}
         except MemoryError:
             raise
         except Exception as exc:
@@ -560,8 +600,20 @@ class WorkerMain:
             return {"ok": False, "error": "no candidate is loaded"}
         observations = []
         for item in req["runs"]:
-            inputs = to_device(list(item["inputs"]), self.device)
-            obs = self.session.call(inputs, order_seed=item.get("order_seed"))
+            if "seed" in item:  # draw the task's inputs here, outside the guard: task code is trusted
+                try:
+                    inputs = to_device(draw_inputs(self.task_module(), item["seed"], item.get("scale", 1.0)),
+                                       self.device)
+                except MemoryError:
+                    raise
+                except Exception as exc:
+                    return {"ok": False, "error": f"drawing the task's inputs failed: {describe(exc)}"}
+                before = input_digests(inputs)
+                obs = self.session.call(inputs, order_seed=item.get("order_seed"), inputs_as_digest=True)
+                obs["inputs_digest_before"] = before
+            else:
+                inputs = to_device(list(item["inputs"]), self.device)
+                obs = self.session.call(inputs, order_seed=item.get("order_seed"))
             obs["name"] = item["name"]
             observations.append(obs)
         return {"ok": True, "observations": observations}
@@ -579,7 +631,24 @@ class WorkerMain:
         except Exception as exc:
             return {"ok": False, "error": describe(exc)}
 
+    def task_module(self) -> Any:
+        """The loaded session's task, imported once (only its ``get_inputs`` is called here)."""
+        session = self.session
+        if getattr(session, "task_module", None) is None:
+            task = session.task or {}
+            if not task.get("source"):
+                raise ValueError("the verifier sent no task source to draw inputs from")
+            path = Path(self.scratch) / f"task_inputs_{self.loaded}.py"
+            path.write_text(task["source"])
+            try:
+                session.task_module = load_module(path, f"kz_task_inputs_{self.loaded}")
+            finally:
+                path.unlink(missing_ok=True)
+        return session.task_module
+
     def unload(self) -> None:
+        if self.session is not None and getattr(self.session, "task_module", None) is not None:
+            sys.modules.pop(self.session.task_module.__name__, None)
         self.session = None
         sys.modules.pop(CANDIDATE_MODULE, None)
         gc.collect()

@@ -19,7 +19,7 @@ from core.evidence import (
     Evidence,
     bitwise_equal,
     compare_outputs,
-    same_inputs,
+    inputs_intact,
 )
 from core.verdict import CheckResult
 
@@ -56,7 +56,7 @@ class CorrectnessCheck:
             if obs.error:
                 first_failure = first_failure or f"trial {i} raised {obs.error}"
                 continue
-            unchanged, why = same_inputs(trial.inputs, obs.inputs_after)
+            unchanged, why = inputs_intact(trial)
             if not unchanged:
                 mutated = mutated or f"trial {i}: {why}"
                 first_failure = first_failure or mutated

@@ -1,0 +1,102 @@
+"""Inputs drawn from the seed in the candidate worker: only digests cross the process boundary.
+
+The reference worker checks that the task's get_inputs is reproducible under a seed; then the
+candidate worker draws the same inputs itself, and the judge compares digests (the inputs were the
+reference's, and forward left them unchanged). A task that is not reproducible falls back to
+sending the tensors.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.evidence import RunObservation, Trial, input_digests, inputs_intact
+from core.task import Candidate, Task
+
+RED = Path(__file__).resolve().parent / "redteam"
+VECTOR_ADD = (RED / "tasks" / "vector_add.py").read_text()
+HONEST = (RED / "candidates" / "honest_vector_add.py").read_text()
+MUTATES = (RED / "candidates" / "input_mutation.py").read_text()
+# get_inputs that draws from the OS, not from torch's seeded generator
+UNREPRODUCIBLE = VECTOR_ADD.replace(
+    "def get_inputs():\n    return [torch.randn(3001), torch.randn(3001)]",
+    "def get_inputs():\n    import os\n    noise = torch.tensor(list(os.urandom(8)), dtype=torch.float32).sum()\n"
+    "    return [torch.randn(3001) + noise, torch.randn(3001)]",
+)
+CHECKS = ["static", "static_integrity", "correctness", "integrity"]
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["by_seed", "tensors"])
+def verifier(request):
+    from core.verify import Verifier
+
+    with Verifier(backend="triton", device="cpu", workers=1, checks=CHECKS, inputs_by_seed=request.param) as v:
+        yield v
+
+
+def _reference(verifier, source: str, mode: str) -> dict:
+    return verifier._request(verifier.reference_pool, {
+        "op": "reference", "source": source, "init_seed": 1, "seeds": [11, 12], "scales": [1.0, 1e3],
+        "float64_max_elements": 0, "inputs_mode": mode}, time.monotonic() + 120)
+
+
+def test_a_reproducible_task_sends_digests_not_tensors(verifier):
+    ref = _reference(verifier, VECTOR_ADD, "digest")
+    assert ref["ok"] and ref["inputs_by_seed"] is True
+    for trial in ref["trials"]:
+        assert "inputs" not in trial and len(trial["inputs_digest"]) == 2
+    assert ref["trials"][0]["inputs_digest"] != ref["trials"][1]["inputs_digest"]  # other seed, other scale
+
+
+def test_an_unreproducible_task_falls_back_to_tensors(verifier):
+    ref = _reference(verifier, UNREPRODUCIBLE, "digest")
+    assert ref["ok"] and ref["inputs_by_seed"] is False
+    assert all("inputs" in t for t in ref["trials"])
+
+
+def test_honest_kernel_accepted_either_way(verifier):
+    for task in (VECTOR_ADD, UNREPRODUCIBLE):
+        verdict = verifier.verify(Task(source=task), Candidate(source=HONEST))
+        assert verdict.accepted, verdict.reason
+
+
+def test_input_mutation_is_caught_either_way(verifier):
+    verdict = verifier.verify(Task(source=VECTOR_ADD), Candidate(source=MUTATES))
+    assert not verdict.accepted
+    assert verdict.reason.startswith("correctness:") and "modified by forward" in verdict.reason
+    assert verdict.checks["correctness"].hack
+
+
+def _trial(expected_digest, before, after) -> Trial:
+    obs = RunObservation(name="trial0", output=[], inputs_digest_before=before, inputs_digest_after=after)
+    return Trial(seed=1, inputs=None, expected=[], observed=obs, inputs_digest=expected_digest)
+
+
+def test_inputs_drawn_differently_in_the_candidates_process_are_a_finding():
+    ok, why = inputs_intact(_trial(["a", "b"], ["a", "zeros"], ["a", "zeros"]))
+    assert not ok and "tampered" in why
+    ok, why = inputs_intact(_trial(["a", "b"], ["a", "b"], ["a", "changed"]))
+    assert not ok and "input 1 was modified" in why
+    assert inputs_intact(_trial(["a", "b"], ["a", "b"], ["a", "b"])) == (True, "")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.sampled_from([torch.float32, torch.bfloat16,
+                                                                              torch.int64, torch.bool]),
+       st.integers(0, 10_000))
+def test_digests_see_every_element_and_the_layout(shape, dtype, position):
+    x = (torch.randn(shape) * 3).to(dtype)
+    assert input_digests([x]) == input_digests([x.clone()])
+    y = x.clone().reshape(-1)
+    i = position % y.numel()
+    y[i] = (~y[i]) if dtype == torch.bool else y[i] + 1
+    assert input_digests([y.reshape(shape)]) != input_digests([x])
+    if x.dim() >= 2 and x.shape[0] > 1 and x.shape[-1] > 1:  # same values, other strides
+        assert input_digests([x.transpose(0, -1).contiguous().transpose(0, -1)]) != input_digests([x])
+    assert input_digests([3, 0.5]) == ["py:int:3", "py:float:0.5"]
