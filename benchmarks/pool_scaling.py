@@ -39,7 +39,7 @@ def workload(n: int, seed: int, max_numel: int):
 def measure(label: str, device: str, shards: int, args, warm, pairs) -> dict:
     from core.executor import LocalExecutor
 
-    verifier = {"timeout_s": args.timeout_s, "trials": 5,
+    verifier = {"timeout_s": args.timeout_s, "trials": 5, "reference_workers": args.reference_workers,
                 "performance": {"compare_compile": bool(args.compare_compile)}}
     if not args.full_checks:  # every check but the two slow sanitizer race tools, as in the GPU suites
         from core.plugins import registry
@@ -84,6 +84,7 @@ def main() -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--shards", type=int, default=0, help="shards of the larger run (0: every GPU)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reference-workers", type=int, default=2, help="reference workers per shard")
     parser.add_argument("--compare-compile", action="store_true",
                         help="also time torch.compile in the performance stage (compiles every task; eval does this)")
     parser.add_argument("--full-checks", action="store_true",
@@ -99,12 +100,19 @@ def main() -> int:
     pairs = workload(args.tasks, args.seed, args.max_numel)
     print(f"{len(pairs)} expert candidates ({len(warm)} for warm-up) on {device}; "
           f"{torch.cuda.get_device_name(0) if device == 'cuda' else 'cpu'} x {most}", flush=True)
-    rows = [measure("1 shard", device, 1, args, warm, pairs)]
+    rows: list[dict] = []
+
+    def save() -> float:  # after each configuration, so a run cut short keeps what it measured
+        speedup = rows[-1]["verdicts_per_minute"] / rows[0]["verdicts_per_minute"] if len(rows) > 1 else 1.0
+        (out / "pool_scaling.json").write_text(json.dumps({"device": device, "rows": rows, "speedup": speedup,
+                                                            "args": vars(args)}, indent=1))
+        return speedup
+
+    rows.append(measure("1 shard", device, 1, args, warm, pairs))
+    speedup = save()
     if most > 1:
         rows.append(measure(f"{most} shards", device, most, args, warm, pairs))
-    speedup = rows[-1]["verdicts_per_minute"] / rows[0]["verdicts_per_minute"] if len(rows) > 1 else 1.0
-    (out / "pool_scaling.json").write_text(json.dumps({"device": device, "rows": rows, "speedup": speedup,
-                                                        "args": vars(args)}, indent=1))
+        speedup = save()
     print()
     print(f"{'config':<10} {'verdicts':>8} {'seconds':>8} {'verdicts/min':>12} {'timed':>6}  statuses")
     for r in rows:

@@ -56,7 +56,7 @@ else
   [ -d .kb ] && step kernelbench 200 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
       --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --out "$STEP_DIR/kernelbench_vs_ours.json"
   unset CUDA_VISIBLE_DEVICES
-  step pool         220 python3 benchmarks/pool_scaling.py --out "$STEP_DIR" --tasks 16 --warm 4 --workers-per-gpu 4
+  step pool         220 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 32 --warm 2 --workers-per-gpu 8
   step multigpu_grpo 240 env OUT="$STEP_DIR/grpo" STEPS=4 DISTILL_STEPS=20 bash scripts/multigpu_grpo.sh
   TAILS="repeatability:6 kernelbench:40 pool:30 multigpu_grpo:12"
 fi
