@@ -408,9 +408,11 @@ class Verifier:
             if hasattr(check, "collect"):
                 config = {k: v for k, v in asdict(check).items() if k not in ("name", "stage", "hard", "where", "needs")} \
                     if hasattr(check, "__dataclass_fields__") else {}
+                t_check = time.perf_counter()
                 with self._gpu(time.monotonic() + left(), exclusive=bool(getattr(check, "exclusive_device", False))):
                     answer = worker.request({"op": "collect", "check": check.name, "config": config},
                                             timeout_s=left())
+                verdict.stage_s[check.name] = time.perf_counter() - t_check  # lock wait included
                 if getattr(check, "dirties_worker", lambda: False)():  # the next candidate gets a fresh worker
                     evidence.config["worker_dirty"] = True
                 evidence.extra[check.name] = answer.get("data") if answer.get("ok") else {"error": answer.get("error")}
