@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HEADER = struct.Struct("<Q")
+FRAME = struct.Struct("<QQ")  # pickle length, number of out-of-band buffers
+MAX_FRAME_BUFFERS = 1 << 20
 # One message carries every trial's inputs and outputs (reference) or outputs (candidate): a 256 MiB
 # task with five trials and the stability probes is ~4 GiB. The cap only stops a runaway worker.
 MAX_FRAME_BYTES = 1 << 36
@@ -100,7 +101,8 @@ def _encode_tensor(t: Any) -> dict[str, Any]:
     if t.device.type != "cpu":
         t = t.cpu() if t.is_contiguous() else _copy_strided(t, "cpu")
     storage = t.untyped_storage()
-    raw = torch.empty(0, dtype=torch.uint8).set_(storage).numpy().tobytes() if storage.nbytes() else b""
+    # A view of the tensor's own memory: write_frame sends it out of band, with no copy in Python.
+    raw = pickle.PickleBuffer(torch.empty(0, dtype=torch.uint8).set_(storage).numpy()) if storage.nbytes() else b""
     return {TENSOR_TAG: [str(t.dtype).replace("torch.", ""), list(t.shape), list(t.stride()),
                          int(t.storage_offset()), raw]}
 
@@ -146,7 +148,9 @@ def _decode_tensor(dtype: str, shape: list[int], stride: list[int], offset: int,
     if not isinstance(torch_dtype, torch.dtype):
         raise ProtocolError(f"unknown tensor dtype {dtype!r} in a worker message")
     if raw:
-        base = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(torch_dtype)
+        # A bytearray read off the channel is ours alone: wrap it without copying.
+        buf = raw if isinstance(raw, bytearray) else bytearray(raw)
+        base = torch.frombuffer(buf, dtype=torch.uint8).view(torch_dtype)
     else:
         base = torch.empty(0, dtype=torch_dtype)
     return torch.as_strided(base, tuple(shape), tuple(stride), offset)
@@ -170,38 +174,63 @@ def loads(data: bytes) -> Any:
         raise ProtocolError(f"malformed worker message: {exc}") from exc
 
 
-def write_frame(fd: int, obj: Any) -> None:
-    payload = dumps(obj)
-    data = HEADER.pack(len(payload)) + payload
-    view = memoryview(data)
+def _write_all(fd: int, data: Any) -> None:
+    view = memoryview(data).cast("B")
     while view:
         n = os.write(fd, view)
         view = view[n:]
 
 
-def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
-    chunks, got = [], 0
+def write_frame(fd: int, obj: Any) -> None:
+    """One message: a header (pickle length, buffer count, buffer lengths), the pickle, then every
+    tensor's bytes straight from its memory (pickle protocol 5, out-of-band buffers)."""
+    buffers: list[pickle.PickleBuffer] = []
+    payload = pickle.dumps(encode(obj), protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    _write_all(fd, FRAME.pack(len(payload), len(raws)) + struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws)))
+    _write_all(fd, payload)
+    for raw in raws:
+        _write_all(fd, raw)
+
+
+def _wait_readable(fd: int, deadline: float | None) -> None:
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            raise TimeoutError
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytearray:
+    """Exactly ``n`` bytes, read straight into one buffer."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
     while got < n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
-                raise TimeoutError
-        chunk = os.read(fd, min(n - got, 1 << 20))
-        if not chunk:
+        _wait_readable(fd, deadline)
+        k = os.readv(fd, [view[got:got + (1 << 24)]])
+        if not k:
             raise EOFError
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+        got += k
+    return buf
 
 
 def read_frame(fd: int, deadline: float | None = None) -> Any:
-    (size,) = HEADER.unpack(_read_exact(fd, HEADER.size, deadline))
-    if size > MAX_FRAME_BYTES:
-        raise ProtocolError(f"worker message of {size} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
-    return loads(_read_exact(fd, size, deadline))
+    size, count = FRAME.unpack(_read_exact(fd, FRAME.size, deadline))
+    if count > MAX_FRAME_BUFFERS:
+        raise ProtocolError(f"worker message with {count} buffers exceeds the limit of {MAX_FRAME_BUFFERS}")
+    sizes = struct.unpack(f"<{count}Q", _read_exact(fd, 8 * count, deadline)) if count else ()
+    if size + sum(sizes) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"worker message of {size + sum(sizes)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    payload = _read_exact(fd, size, deadline)
+    buffers = [_read_exact(fd, n, deadline) for n in sizes]
+    try:
+        return decode(_NoGlobalsUnpickler(io.BytesIO(payload), buffers=buffers).load())
+    except ProtocolError:
+        raise
+    except Exception as exc:  # truncated or malformed frame
+        raise ProtocolError(f"malformed worker message: {exc}") from exc
 
 
 # --------------------------------------------------------------------------- limits
