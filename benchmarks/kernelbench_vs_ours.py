@@ -130,6 +130,16 @@ def import_kernelbench(path: Path) -> Any:
     return eval_kernel_against_ref
 
 
+def _record(row: dict[str, Any], verdict: Any) -> float | None:
+    """Our verdict's figures into the pair's row; returns our median time (ms) or None."""
+    perf = verdict.checks.get("performance")
+    timing = (perf.data or {}).get("timing") if perf is not None else None
+    row.update({"ours_seconds": verdict.elapsed_s, "ours_accepted": verdict.accepted,
+                "ours_reason": verdict.reason, "ours_median_ms": (timing or {}).get("median_ms"),
+                "ours_speedup_eager": (timing or {}).get("speedup_eager"), "ours_stage_s": verdict.stage_s})
+    return row["ours_median_ms"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernelbench", type=Path, required=True, help="path of a KernelBench checkout")
@@ -196,19 +206,20 @@ def main(argv: list[str] | None = None) -> int:
 
         def progress(i, verdict):
             stages = {k: round(x, 1) for k, x in verdict.stage_s.items()}
+            median = _record(rows[i], verdict)
             print(f"ours {rows[i]['pair']}: {verdict.status} in {verdict.elapsed_s:.1f} s "
-                  f"(at {time.perf_counter() - t0:.1f} s); stages {stages}", flush=True)
+                  f"(at {time.perf_counter() - t0:.1f} s); median {median} ms, KernelBench "
+                  f"{rows[i]['kb_runtime_ms']:.4f} ms; stages {stages}", flush=True)
+            if args.out:  # a run cut short keeps every pair judged so far
+                args.out.write_text(json.dumps({"partial": True, "kb_seconds": kb_total, "rows": rows},
+                                               indent=1, default=str))
 
         verdicts = v.verify_many([(Task(source=ref, name=name), Candidate(source=sol, backend="cuda"))
                                   for name, ref, sol, _ in pairs + hack_pairs], progress=progress)
         ours_total = time.perf_counter() - t0
     print(f"ours: {len(verdicts)} verdicts in {ours_total:.1f} s with {args.workers} workers", flush=True)
     for row, verdict in zip(rows, verdicts):
-        perf = verdict.checks.get("performance")
-        timing = (perf.data or {}).get("timing") if perf is not None else None
-        row.update({"ours_seconds": verdict.elapsed_s, "ours_accepted": verdict.accepted,
-                    "ours_reason": verdict.reason, "ours_median_ms": (timing or {}).get("median_ms"),
-                    "ours_speedup_eager": (timing or {}).get("speedup_eager"), "ours_stage_s": verdict.stage_s})
+        _record(row, verdict)
 
     honest = rows[: len(pairs)]
     agree = [r["ours_median_ms"] / r["kb_runtime_ms"] for r in honest
