@@ -15,7 +15,8 @@ process from ``exec``, never a ``fork`` of a process that imported torch) with:
   refuses writes outside scratch, sockets, subprocesses and signals to other processes;
 * a private **message channel** (length-prefixed frames on pipes, not stdout); messages are
   pickles of plain containers, decoded with an unpickler that refuses every global, so a
-  compromised worker cannot make the judge run code. Tensors travel as raw bytes + dtype/shape.
+  compromised worker cannot make the judge run code. Tensors travel as raw bytes + dtype/shape,
+  out of band after the pickle (protocol 5), so neither side copies them in Python.
 
 A worker that hangs, segfaults, calls ``os._exit`` or runs out of memory raises
 :class:`WorkerFailure` (status ``timeout``/``crashed``/``oom``) in the judge and is replaced by
