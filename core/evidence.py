@@ -284,6 +284,9 @@ def input_digests(values: list[Any]) -> list[str]:
 def inputs_intact(trial: Trial) -> tuple[bool, str]:
     """Were the inputs the reference's, and unchanged by forward? (digests or tensors, as observed)."""
     obs = trial.observed
+    if trial.inputs_digest is not None and (obs.inputs_digest_after is None or obs.inputs_digest_before is None):
+        # the worker drew the inputs itself, so it must say what they were, before and after
+        return False, "the candidate's process reported no digests of the inputs it drew"
     if obs.inputs_digest_after is not None:
         if trial.inputs_digest is not None and obs.inputs_digest_before != trial.inputs_digest:
             return False, ("the inputs drawn in the candidate's process differ from the reference's "

@@ -84,6 +84,8 @@ def test_inputs_drawn_differently_in_the_candidates_process_are_a_finding():
     ok, why = inputs_intact(_trial(["a", "b"], ["a", "b"], ["a", "changed"]))
     assert not ok and "input 1 was modified" in why
     assert inputs_intact(_trial(["a", "b"], ["a", "b"], ["a", "b"])) == (True, "")
+    ok, why = inputs_intact(_trial(["a", "b"], None, None))  # a harness patched to report nothing
+    assert not ok and "no digests" in why
 
 
 @settings(max_examples=40, deadline=None)
