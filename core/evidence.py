@@ -258,8 +258,18 @@ def bitwise_equal(a: Any, b: Any) -> bool:
         return a == b
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return torch.equal(a.detach().reshape(-1).contiguous().view(torch.uint8),
-                       b.detach().reshape(-1).contiguous().view(torch.uint8))
+    return torch.equal(element_bytes(a), element_bytes(b.to(a.device)))
+
+
+def element_bytes(t: Any) -> Any:
+    """Every element's bytes in logical order, as a 1-D uint8 tensor. A fresh standard layout first:
+    ``contiguous()`` keeps odd strides on size-1 dims, which a byte view refuses."""
+    import torch
+
+    flat = t.detach().reshape(-1)
+    if flat.stride() != (1,):
+        flat = torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t.detach()).reshape(-1)
+    return flat.view(torch.uint8)
 
 
 def input_digests(values: list[Any]) -> list[str]:
@@ -274,9 +284,8 @@ def input_digests(values: list[Any]) -> list[str]:
             continue
         h = hashlib.blake2b(digest_size=20)
         h.update(f"{v.dtype}|{tuple(v.shape)}|{v.stride()}|{v.storage_offset()}".encode())
-        flat = v.detach().to("cpu").contiguous().reshape(-1)
-        if flat.numel():
-            h.update(memoryview(flat.view(torch.uint8).numpy()))
+        if v.numel():
+            h.update(memoryview(element_bytes(v.detach().to("cpu")).numpy()))
         out.append(h.hexdigest())
     return out
 

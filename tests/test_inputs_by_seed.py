@@ -102,3 +102,13 @@ def test_digests_see_every_element_and_the_layout(shape, dtype, position):
     if x.dim() >= 2 and x.shape[0] > 1 and x.shape[-1] > 1:  # same values, other strides
         assert input_digests([x.transpose(0, -1).contiguous().transpose(0, -1)]) != input_digests([x])
     assert input_digests([3, 0.5]) == ["py:int:3", "py:float:0.5"]
+
+
+def test_digests_and_bitwise_equality_take_any_layout():
+    from core.evidence import bitwise_equal
+
+    odd = torch.tensor([[29.24]]).as_strided((1, 1), (1, 3))  # contiguous() keeps the stride 3
+    assert bitwise_equal(odd, odd.clone()) and not bitwise_equal(odd, odd + 1)
+    assert len(input_digests([odd])) == 1
+    assert input_digests([torch.tensor(2.0)]) != input_digests([torch.tensor(3.0)])  # 0-d
+

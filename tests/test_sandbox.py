@@ -45,6 +45,13 @@ def strided_tensors(draw):
     return base
 
 
+def _bits(x):
+    """Every element's bytes, in logical order (a fresh standard layout, so any stride views as bytes)."""
+    if not x.numel():
+        return x
+    return torch.empty(x.shape, dtype=x.dtype).copy_(x).reshape(-1).view(torch.uint8)
+
+
 @settings(max_examples=60, deadline=None)
 @given(strided_tensors())
 def test_tensors_round_trip_with_layout_and_bits(t):
@@ -52,8 +59,7 @@ def test_tensors_round_trip_with_layout_and_bits(t):
     x = back["x"]
     assert x.dtype == t.dtype and x.shape == t.shape and x.stride() == t.stride()
     assert x.storage_offset() == t.storage_offset()
-    assert torch.equal(x.reshape(-1).contiguous().view(torch.uint8) if x.numel() else x,
-                       t.reshape(-1).contiguous().view(torch.uint8) if t.numel() else t)
+    assert torch.equal(_bits(x), _bits(t))
     assert back["nested"][1] == (1, 2.5, "s")
 
 
@@ -72,8 +78,7 @@ def test_tensors_cross_a_real_pipe_out_of_band_with_layout_and_bits(t):
     for x in (back["x"], back["again"][0]):
         assert x.dtype == t.dtype and x.shape == t.shape and x.stride() == t.stride()
         assert x.storage_offset() == t.storage_offset()
-        assert torch.equal(x.reshape(-1).contiguous().view(torch.uint8) if x.numel() else x,
-                           t.reshape(-1).contiguous().view(torch.uint8) if t.numel() else t)
+        assert torch.equal(_bits(x), _bits(t))
     assert back["n"] == 3
     back["x"].reshape(-1)[:1] = 0  # the judge owns what it read: writable, no copy of the sender's memory
 
