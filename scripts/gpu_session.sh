@@ -8,6 +8,8 @@
 #   bash scripts/gpu_session.sh 2   # timer repeatability alone on a quiet host, KernelBench vs ours,
 #                                   # 1-vs-2-GPU verifier scaling, multi-GPU GRPO
 #   ONLY="repeatability kernelbench pool" bash scripts/gpu_session.sh 2    # a subset
+#   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
+#                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
 # carry: .whl (the wheels of ../shared/gpu-wheels) and .kb (a KernelBench checkout). Each step has
 # its own limit. Step logs are packed into $OUT/steps.tgz (only 8 files come back from $OUT); the
@@ -37,6 +39,20 @@ if [ "$PART" = 1 ]; then
   }
   lane_a & lane_b & wait
   TAILS="repeatability:8 expert_gpu:30"
+elif [ "$PART" = 4 ]; then  # what the 2026-11-29 session left to re-measure, in one call
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    step repeatability  60 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability.json"
+    [ -d .kb ] && step kernelbench 380 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+        --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --out "$OUT/kernelbench_vs_ours.json"
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    step inductor_gpu 150 python3 -m pytest -q -rA -p no:cacheprovider -m gpu tests/test_inductor.py
+    step expert_fusion 90 python3 benchmarks/expert_gpu.py --out "$STEP_DIR" --families fusion
+  }
+  lane_a & lane_b & wait
+  TAILS="repeatability:8 kernelbench:30 inductor_gpu:10 expert_fusion:12"
 elif [ "$PART" = 3 ]; then  # a short call: why the verifier rejects expert candidates on the GPU; expert re-run
   lane_a() {
     export CUDA_VISIBLE_DEVICES=0
