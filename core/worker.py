@@ -533,12 +533,13 @@ class WorkerMain:
             trials = []
             # "digest" mode: the candidate worker draws the inputs itself from the seed, so only
             # digests travel, when get_inputs is reproducible under a seed (checked here, once).
-            by_seed = False
+            by_seed, redrawn = False, None
             if req.get("inputs_mode") == "digest" and req["seeds"]:
                 first = input_digests(draw_inputs(module, req["seeds"][0], req["scales"][0]))
-                by_seed = first == input_digests(draw_inputs(module, req["seeds"][0], req["scales"][0]))
-            for seed, scale in zip(req["seeds"], req["scales"]):
-                inputs = draw_inputs(module, seed, scale)
+                redrawn = draw_inputs(module, req["seeds"][0], req["scales"][0])
+                by_seed = first == input_digests(redrawn)
+            for i, (seed, scale) in enumerate(zip(req["seeds"], req["scales"])):
+                inputs = redrawn if i == 0 and redrawn is not None else draw_inputs(module, seed, scale)
                 dev_inputs = to_device(inputs, device)
                 rng_before = truth.rng_state()
                 with torch.no_grad():
