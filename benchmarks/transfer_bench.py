@@ -43,26 +43,6 @@ class ModelNew(nn.Module):
 '''
 
 
-def task_source(rows: int, cols: int) -> str:
-    return f'''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn({rows}, {cols})]
-
-
-def get_init_inputs():
-    return []
-'''
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2048)
@@ -74,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     from core.plugins import registry
     from core.task import Candidate, Task
     from core.verify import Verifier
+    from tests.gpu.gpu_helpers import relu_task
 
     checks = [n for n in registry("verifier").names() if n not in ("gpu_racecheck", "gpu_synccheck", "races")]
-    task, cand = Task(source=task_source(args.rows, args.cols)), Candidate(source=CANDIDATE)
+    task, cand = Task(source=relu_task(args.rows, args.cols)), Candidate(source=CANDIDATE)
     results = {}
     verifiers = {mode: Verifier(backend="triton", device=args.device, workers=1, checks=checks,
                                 inputs_by_seed=(mode == "by seed"), float64_max_elements=0,

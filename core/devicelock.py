@@ -72,10 +72,11 @@ class DeviceLock:
             os.close(fd)
 
     @contextlib.contextmanager
-    def shared(self, deadline: float | None = None) -> Iterator[None]:
+    def _hold(self, mode: int, deadline: float | None) -> Iterator[None]:
+        # Through the gate first: a writer waiting inside it keeps new readers out until it is served.
         gate = self._acquire(self.gate_path, fcntl.LOCK_EX, deadline)
         try:
-            main = self._acquire(self.main_path, fcntl.LOCK_SH, deadline)
+            main = self._acquire(self.main_path, mode, deadline)
         finally:
             self._release(gate)
         try:
@@ -83,14 +84,10 @@ class DeviceLock:
         finally:
             self._release(main)
 
-    @contextlib.contextmanager
-    def exclusive(self, deadline: float | None = None) -> Iterator[None]:
-        gate = self._acquire(self.gate_path, fcntl.LOCK_EX, deadline)
-        try:
-            main = self._acquire(self.main_path, fcntl.LOCK_EX, deadline)
-        finally:
-            self._release(gate)
-        try:
-            yield
-        finally:
-            self._release(main)
+    def shared(self, deadline: float | None = None) -> contextlib.AbstractContextManager[None]:
+        """Use the GPU beside other shared holders."""
+        return self._hold(fcntl.LOCK_SH, deadline)
+
+    def exclusive(self, deadline: float | None = None) -> contextlib.AbstractContextManager[None]:
+        """Have the GPU alone (timing)."""
+        return self._hold(fcntl.LOCK_EX, deadline)

@@ -533,11 +533,12 @@ class WorkerMain:
             trials = []
             # "digest" mode: the candidate worker draws the inputs itself from the seed, so only
             # digests travel, when get_inputs is reproducible under a seed (checked here, once).
-            by_seed, redrawn = False, None
+            by_seed, redrawn, redrawn_digest = False, None, None
             if req.get("inputs_mode") == "digest" and req["seeds"]:
                 first = input_digests(draw_inputs(module, req["seeds"][0], req["scales"][0]))
                 redrawn = draw_inputs(module, req["seeds"][0], req["scales"][0])
-                by_seed = first == input_digests(redrawn)
+                redrawn_digest = input_digests(redrawn)
+                by_seed = first == redrawn_digest
             for i, (seed, scale) in enumerate(zip(req["seeds"], req["scales"])):
                 inputs = redrawn if i == 0 and redrawn is not None else draw_inputs(module, seed, scale)
                 dev_inputs = to_device(inputs, device)
@@ -549,7 +550,7 @@ class WorkerMain:
                     truth.refuse("the task's forward draws random numbers")
                 trial = {"output": cpu_copy(out), "truth": truth.outputs(dev_inputs, out)}
                 if by_seed:
-                    trial["inputs_digest"] = input_digests(inputs)
+                    trial["inputs_digest"] = redrawn_digest if i == 0 else input_digests(inputs)
                 else:
                     trial["inputs"] = cpu_copy(inputs)
                 trials.append(trial)
@@ -635,7 +636,7 @@ class WorkerMain:
     def task_module(self) -> Any:
         """The loaded session's task, imported once (only its ``get_inputs`` is called here)."""
         session = self.session
-        if getattr(session, "task_module", None) is None:
+        if session.task_module is None:
             task = session.task or {}
             if not task.get("source"):
                 raise ValueError("the verifier sent no task source to draw inputs from")
@@ -648,7 +649,7 @@ class WorkerMain:
         return session.task_module
 
     def unload(self) -> None:
-        if self.session is not None and getattr(self.session, "task_module", None) is not None:
+        if self.session is not None and self.session.task_module is not None:
             sys.modules.pop(self.session.task_module.__name__, None)
         self.session = None
         sys.modules.pop(CANDIDATE_MODULE, None)
