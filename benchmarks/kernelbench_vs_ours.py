@@ -4,9 +4,12 @@ Run on a GPU machine (the H200), in one process, side by side:
 
 * **throughput**: verdicts per minute with full correctness and timing (KernelBench: its default 5
   correctness trials and 100 timed trials, one pair after another, as its script runs them; ours:
-  every check that applies on the GPU, timing included, ``--workers`` sandboxed workers sharing the
-  GPU: trials, references and compute-sanitizer overlap, while the timed stage holds the GPU alone
-  through core.devicelock so timings do not interfere);
+  ``--workers`` sandboxed workers sharing the GPU: trials, references and compute-sanitizer overlap,
+  while the timed stage holds the GPU alone through core.devicelock so timings do not interfere).
+  Ours runs once per ``--ours-configs`` entry: ``kb_scope`` is every check of ours except
+  compute-sanitizer (a superset of KernelBench's: fresh seeds per trial, poisoned allocations,
+  input-mutation and launch-integrity checks), ``memcheck`` adds compute-sanitizer memcheck, which
+  KernelBench has no counterpart for;
 * **timing agreement**: our median against KernelBench's mean runtime, per pair;
 * **strictness**: two GPU hacks (an output left uninitialised that the caching allocator fills with
   the reference's freed answer; an output only half written) judged by both.
@@ -130,14 +133,33 @@ def import_kernelbench(path: Path) -> Any:
     return eval_kernel_against_ref
 
 
-def _record(row: dict[str, Any], verdict: Any) -> float | None:
-    """Our verdict's figures into the pair's row; returns our median time (ms) or None."""
+def _without_sanitizers(names: list[str]) -> tuple[list[str], dict]:
+    """KernelBench's scope (compile, correctness on several trials, timing) and every other check
+    of ours that is not compute-sanitizer: fresh inputs and seeds per trial, poisoned allocations,
+    input-mutation and launch-integrity checks, stability, determinism."""
+    return [n for n in names if not n.startswith("gpu_")], {"performance": {"compare_compile": False}}
+
+
+def _with_memcheck(names: list[str]) -> tuple[list[str], dict]:
+    return [n for n in names if n not in ("gpu_racecheck", "gpu_synccheck")], {"performance": {"compare_compile": False}}
+
+
+def _everything(names: list[str]) -> tuple[None, dict]:
+    return None, {}
+
+
+OUR_CONFIGS = {"kb_scope": _without_sanitizers, "memcheck": _with_memcheck, "full": _everything}
+
+
+def _record(row: dict[str, Any], verdict: Any, config: str) -> float | None:
+    """Our verdict's figures into the pair's row under ``config``; returns our median time (ms) or None."""
     perf = verdict.checks.get("performance")
     timing = (perf.data or {}).get("timing") if perf is not None else None
-    row.update({"ours_seconds": verdict.elapsed_s, "ours_accepted": verdict.accepted,
-                "ours_reason": verdict.reason, "ours_median_ms": (timing or {}).get("median_ms"),
-                "ours_speedup_eager": (timing or {}).get("speedup_eager"), "ours_stage_s": verdict.stage_s})
-    return row["ours_median_ms"]
+    row.update({f"{config}_seconds": verdict.elapsed_s, f"{config}_accepted": verdict.accepted,
+                f"{config}_reason": verdict.reason, f"{config}_median_ms": (timing or {}).get("median_ms"),
+                f"{config}_speedup_eager": (timing or {}).get("speedup_eager"),
+                f"{config}_stage_s": verdict.stage_s})
+    return row[f"{config}_median_ms"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,9 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim-scale", type=float, default=1 / 16)
     parser.add_argument("--kb-correct-trials", type=int, default=5)
     parser.add_argument("--kb-perf-trials", type=int, default=100)
-    parser.add_argument("--full-checks", action="store_true",
-                        help="also run compute-sanitizer racecheck/synccheck and the torch.compile baseline "
-                             "(KernelBench runs neither); default: every other check, memcheck included")
+    parser.add_argument("--ours-configs", default="kb_scope,memcheck",
+                        help="our check sets, each run in turn: kb_scope (every check but compute-sanitizer: "
+                             "KernelBench's scope and more), memcheck (plus compute-sanitizer memcheck), full "
+                             "(every check, racecheck/synccheck and the torch.compile baseline too)")
     parser.add_argument("--threads", default="128,256,512,1024",
                         help="block sizes: one honest solution per problem and block size")
     parser.add_argument("--workers", type=int, default=6, help="our sandboxed candidate workers on the GPU")
@@ -195,51 +218,61 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.plugins import registry
 
-    checks = None if args.full_checks else [n for n in registry("verifier").names()
-                                            if n not in ("gpu_racecheck", "gpu_synccheck")]
-    options = {} if args.full_checks else {"performance": {"compare_compile": False}}
-    with Verifier(backend="cuda", device="cuda", workers=args.workers, reference_workers=args.workers,
-                  timeout_s=600, checks=checks, **options) as v:
-        v.pool.wait_ready()
-        v.reference_pool.wait_ready()
-        t0 = time.perf_counter()
-
-        def progress(i, verdict):
-            stages = {k: round(x, 1) for k, x in verdict.stage_s.items()}
-            median = _record(rows[i], verdict)
-            print(f"ours {rows[i]['pair']}: {verdict.status} in {verdict.elapsed_s:.1f} s "
-                  f"(at {time.perf_counter() - t0:.1f} s); median {median} ms, KernelBench "
-                  f"{rows[i]['kb_runtime_ms']:.4f} ms; stages {stages}", flush=True)
-            if args.out:  # a run cut short keeps every pair judged so far
-                args.out.write_text(json.dumps({"partial": True, "kb_seconds": kb_total, "rows": rows},
-                                               indent=1, default=str))
-
-        verdicts = v.verify_many([(Task(source=ref, name=name), Candidate(source=sol, backend="cuda"))
-                                  for name, ref, sol, _ in pairs + hack_pairs], progress=progress)
-        ours_total = time.perf_counter() - t0
-    print(f"ours: {len(verdicts)} verdicts in {ours_total:.1f} s with {args.workers} workers", flush=True)
-    for row, verdict in zip(rows, verdicts):
-        _record(row, verdict)
-
+    summary: dict[str, Any] = {"device": torch.cuda.get_device_name(), "pairs": len(rows),
+                               "our_workers": args.workers, "kb_seconds": kb_total,
+                               "kb_verdicts_per_min": 60 * len(rows) / kb_total, "ours": {}}
     honest = rows[: len(pairs)]
-    agree = [r["ours_median_ms"] / r["kb_runtime_ms"] for r in honest
-             if r.get("ours_median_ms") and r["kb_runtime_ms"] > 0]
-    summary = {
-        "device": torch.cuda.get_device_name(), "pairs": len(rows), "our_workers": args.workers,
-        "kb_seconds": kb_total, "ours_seconds": ours_total,
-        "kb_verdicts_per_min": 60 * len(rows) / kb_total, "ours_verdicts_per_min": 60 * len(rows) / ours_total,
-        "throughput_ratio": kb_total / ours_total,
-        "timing_ratio_ours_over_kb": {"median": statistics.median(agree) if agree else None,
-                                      "min": min(agree) if agree else None, "max": max(agree) if agree else None},
-        "hacks_accepted_by_kb": [r["pair"] for r in rows[len(pairs):] if r["kb_correct"]],
-        "hacks_accepted_by_ours": [r["pair"] for r in rows[len(pairs):] if r["ours_accepted"]],
-    }
-    print(f"{'pair':<34} {'sizes':<28} {'KB s':>6} {'KB ok':>5} {'KB ms':>8} {'our s':>6} {'ours':>5} {'our ms':>8}")
+    for config in [c.strip() for c in args.ours_configs.split(",") if c.strip()]:
+        checks, options = OUR_CONFIGS[config](registry("verifier").names())
+        with Verifier(backend="cuda", device="cuda", workers=args.workers, reference_workers=args.workers,
+                      timeout_s=600, checks=checks, **options) as v:
+            v.pool.wait_ready()
+            v.reference_pool.wait_ready()
+            t0 = time.perf_counter()
+
+            def progress(i, verdict, config=config, t0=t0):
+                stages = {k: round(x, 1) for k, x in verdict.stage_s.items()}
+                median = _record(rows[i], verdict, config)
+                print(f"ours[{config}] {rows[i]['pair']}: {verdict.status} in {verdict.elapsed_s:.1f} s "
+                      f"(at {time.perf_counter() - t0:.1f} s); median {median} ms, KernelBench "
+                      f"{rows[i]['kb_runtime_ms']:.4f} ms; stages {stages}", flush=True)
+                if args.out:  # a run cut short keeps every pair judged so far
+                    args.out.write_text(json.dumps({"partial": True, "summary": summary, "rows": rows},
+                                                   indent=1, default=str))
+
+            verdicts = v.verify_many([(Task(source=ref, name=name), Candidate(source=sol, backend="cuda"))
+                                      for name, ref, sol, _ in pairs + hack_pairs], progress=progress)
+            ours_total = time.perf_counter() - t0
+        print(f"ours[{config}]: {len(verdicts)} verdicts in {ours_total:.1f} s with {args.workers} workers",
+              flush=True)
+        for row, verdict in zip(rows, verdicts):
+            _record(row, verdict, config)
+        agree = [r[f"{config}_median_ms"] / r["kb_runtime_ms"] for r in honest
+                 if r.get(f"{config}_median_ms") and r["kb_runtime_ms"] > 0]
+        summary["ours"][config] = {
+            "checks": checks or "all", "options": options, "seconds": ours_total,
+            "verdicts_per_min": 60 * len(rows) / ours_total, "throughput_ratio": kb_total / ours_total,
+            "honest_accepted": sum(bool(r.get(f"{config}_accepted")) for r in honest),
+            "timing_ratio_ours_over_kb": {"median": statistics.median(agree) if agree else None,
+                                          "min": min(agree) if agree else None,
+                                          "max": max(agree) if agree else None},
+            "hacks_accepted": [r["pair"] for r in rows[len(pairs):] if r.get(f"{config}_accepted")],
+        }
+    summary["hacks_accepted_by_kb"] = [r["pair"] for r in rows[len(pairs):] if r["kb_correct"]]
+    configs = list(summary["ours"])
+    head = "".join(f" {c[:10] + ' s':>12} {'ok':>5} {'ms':>8}" for c in configs)
+    print(f"{'pair':<34} {'KB s':>6} {'KB ok':>5} {'KB ms':>8}{head}")
     for r in rows:
-        print(f"{r['pair']:<34} {r['sizes']:<28} {r['kb_seconds']:>6.1f} {r['kb_correct']!s:>5} "
-              f"{r['kb_runtime_ms']:>8.4f} {r['ours_seconds']:>6.1f} {r['ours_accepted']!s:>5} "
-              f"{(r['ours_median_ms'] or float('nan')):>8.4f}")
-    print(json.dumps(summary, indent=1))
+        cells = "".join(f" {r.get(f'{c}_seconds') or float('nan'):>12.1f} {r.get(f'{c}_accepted')!s:>5} "
+                        f"{(r.get(f'{c}_median_ms') or float('nan')):>8.4f}" for c in configs)
+        print(f"{r['pair']:<34} {r['kb_seconds']:>6.1f} {r['kb_correct']!s:>5} {r['kb_runtime_ms']:>8.4f}{cells}")
+    print(f"KernelBench: {summary['kb_verdicts_per_min']:.1f} verdicts/min; sizes: {rows[0]['sizes']}")
+    for c, o in summary["ours"].items():
+        t = o["timing_ratio_ours_over_kb"]
+        print(f"ours[{c}]: {o['verdicts_per_min']:.1f} verdicts/min = {o['throughput_ratio']:.2f}x KernelBench; "
+              f"honest accepted {o['honest_accepted']}/{len(honest)}; our median / KB mean "
+              f"{t['median']} (min {t['min']}, max {t['max']}); hacks accepted {o['hacks_accepted']}")
+    print(f"hacks accepted by KernelBench: {summary['hacks_accepted_by_kb']}")
     if args.out:
         args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1, default=str))
     return 0

@@ -41,10 +41,11 @@ def measure(label: str, device: str, shards: int, args, warm, pairs) -> dict:
 
     verifier = {"timeout_s": args.timeout_s, "trials": 5, "reference_workers": args.reference_workers,
                 "performance": {"compare_compile": bool(args.compare_compile)}}
-    if not args.full_checks:  # every check but the two slow sanitizer race tools, as in the GPU suites
+    if args.sanitizers != "all":
         from core.plugins import registry
 
-        verifier["checks"] = [n for n in registry("verifier").names() if n not in ("gpu_racecheck", "gpu_synccheck")]
+        skip = ("gpu_racecheck", "gpu_synccheck") + (("gpu_memcheck",) if args.sanitizers == "none" else ())
+        verifier["checks"] = [n for n in registry("verifier").names() if n not in skip]
     kwargs = ({"gpus": list(range(shards)), "workers_per_gpu": args.workers_per_gpu} if device == "cuda"
               else {"cpu_shards": shards, "cpu_workers": args.workers_per_gpu})
     t0 = time.perf_counter()
@@ -87,8 +88,10 @@ def main() -> int:
     parser.add_argument("--reference-workers", type=int, default=2, help="reference workers per shard")
     parser.add_argument("--compare-compile", action="store_true",
                         help="also time torch.compile in the performance stage (compiles every task; eval does this)")
-    parser.add_argument("--full-checks", action="store_true",
-                        help="also run compute-sanitizer racecheck/synccheck (several seconds per candidate each)")
+    parser.add_argument("--sanitizers", choices=("none", "memcheck", "all"), default="memcheck",
+                        help="compute-sanitizer tools run per candidate (each a fresh sanitized process of "
+                             "several CPU-seconds): none, memcheck (default, as in the GPU suites), or all "
+                             "three (memcheck, racecheck, synccheck)")
     args = parser.parse_args()
     import torch
 

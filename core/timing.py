@@ -13,6 +13,13 @@ Per timed run (:func:`time_gpu`):
    synchronise-and-record step is calibrated on an empty call. For an honest kernel both agree;
    for a side-stream trick the second is the real cost, and ``side_stream_ms`` records the gap.
 
+With ``hide_launch_us`` > 0 the host's launch latency (Python, the Triton launcher, the driver:
+tens of microseconds, and jittery) is kept out of the window: a filler kernel that takes every
+thread slot of every SM runs for that long on the current stream just before the start event, so
+the candidate's launches are queued while it runs and start the moment the event is recorded.
+Because the filler holds the whole GPU, work a candidate puts on a side stream cannot run in that
+unseen window either; it waits, and lands after the start event where step 3 sees it.
+
 Warm-up runs until ``warmup_ms`` of kernel time has passed (at least ``min_warmup`` runs); the
 number of timed runs is then adapted to the kernel's length (:func:`plan_runs`): many for short
 kernels, at least ``min_runs`` for long ones. The median is reported with the spread.
@@ -43,12 +50,15 @@ class TimingPolicy:
     flush_l2: bool = True
     fresh_inputs: bool = True
     l2_flush_bytes: int = 256 * MiB
+    hide_launch_us: float = 0.0  # >0: fill the GPU this long before the start event (module docstring)
 
     def __post_init__(self) -> None:
         if self.min_runs < 1 or self.max_runs < self.min_runs:
             raise ValueError(f"need 1 <= min_runs <= max_runs, got {self.min_runs}, {self.max_runs}")
         if self.min_warmup < 1 or self.max_warmup < self.min_warmup:
             raise ValueError(f"need 1 <= min_warmup <= max_warmup, got {self.min_warmup}, {self.max_warmup}")
+        if not 0.0 <= self.hide_launch_us <= 10_000.0:
+            raise ValueError(f"hide_launch_us must be in [0, 10000], got {self.hide_launch_us}")
 
 
 def plan_runs(estimate_ms: float, policy: TimingPolicy = TimingPolicy()) -> int:
@@ -159,6 +169,8 @@ class TimingResult:
     flush_bytes: int
     fresh_inputs: bool
     method: str = "cuda-events; device-wide sync before the end event; L2 flush; fresh inputs; median"
+    launch_hidden_us: float = 0.0  # length of the GPU filler before the start event (0: launch latency timed)
+    filler_fills_gpu: bool | None = None  # whether the filler held every thread slot (None: no filler)
     samples_ms: list[float] = field(default_factory=list)
 
     @property
@@ -175,6 +187,8 @@ class TimingResult:
             "l2_flush_bytes": self.flush_bytes,
             "fresh_inputs": self.fresh_inputs,
             "method": self.method,
+            "launch_hidden_us": self.launch_hidden_us,
+            "filler_fills_gpu": self.filler_fills_gpu,
         }
         if keep_samples:
             d["samples_ms"] = list(self.samples_ms)
@@ -240,6 +254,61 @@ def fresh_like(base: Sequence[Any], generator: Any, profiles: list[_Profile | No
     return out
 
 
+class GpuFiller:
+    """A kernel that holds every thread slot of every SM for a set time (``hide_launch_us``).
+
+    Blocks of 1024 threads, as many per SM as the SM has thread slots; a block fits that often only
+    if it needs few enough registers, which :attr:`fills_gpu` reports after compilation. The loop
+    is a chain of dependent multiply-adds whose result is stored, so it cannot be optimised away;
+    its trip count is calibrated once with CUDA events.
+    """
+
+    THREADS = 1024
+
+    def __init__(self, micros: float):
+        import torch
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _fill(out_ptr, iters, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = offs.to(tl.float32)
+            for _ in range(iters):
+                x = x * 0.999 + 0.5
+            tl.store(out_ptr + offs, x)
+
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        self.blocks_per_sm = max(1, props.max_threads_per_multi_processor // self.THREADS)
+        self.grid = (props.multi_processor_count * self.blocks_per_sm,)
+        self._kernel = _fill
+        self._out = torch.empty(self.grid[0] * self.THREADS, dtype=torch.float32, device="cuda")
+        self.iters = self._calibrate(micros)
+        regs = getattr(self._compiled, "n_regs", None)
+        limit = props.regs_per_multiprocessor if hasattr(props, "regs_per_multiprocessor") else 65536
+        self.fills_gpu = regs is not None and regs * self.THREADS * self.blocks_per_sm <= limit
+
+    def __call__(self, iters: int | None = None) -> None:
+        self._compiled = self._kernel[self.grid](self._out, self.iters if iters is None else iters,
+                                                 BLOCK=self.THREADS, num_warps=self.THREADS // 32)
+
+    def _calibrate(self, micros: float) -> int:
+        import torch
+
+        probe = 4096
+        self(probe)  # compile
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(5):
+            start.record()
+            self(probe)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        per_iter_us = 1000.0 * statistics.median(times) / probe
+        return max(1, int(micros / per_iter_us)) if per_iter_us > 0 else probe
+
+
 class GpuTimer:
     """Times callables on the current CUDA device with the protocol in the module docstring."""
 
@@ -254,6 +323,7 @@ class GpuTimer:
         self.flush_bytes = nbytes
         self._flush = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda") if nbytes else None
         self._overhead_ms: float | None = None
+        self._filler = GpuFiller(policy.hide_launch_us) if policy.hide_launch_us > 0 else None
 
     def flush(self) -> None:
         if self._flush is not None:
@@ -264,6 +334,8 @@ class GpuTimer:
         start, end_stream, end_device = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         self.flush()
         torch.cuda.synchronize()
+        if self._filler is not None:
+            self._filler()  # holds the whole GPU while the host launches fn (module docstring)
         start.record()
         out = fn(*args)
         end_stream.record()
@@ -326,6 +398,8 @@ class GpuTimer:
             stream_median_ms=statistics.median(stream),
             flush_bytes=self.flush_bytes,
             fresh_inputs=policy.fresh_inputs,
+            launch_hidden_us=policy.hide_launch_us if self._filler is not None else 0.0,
+            filler_fills_gpu=self._filler.fills_gpu if self._filler is not None else None,
             samples_ms=samples,
         )
 

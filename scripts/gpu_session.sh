@@ -8,6 +8,10 @@
 #   bash scripts/gpu_session.sh 2   # timer repeatability alone on a quiet host, KernelBench vs ours,
 #                                   # 1-vs-2-GPU verifier scaling, multi-GPU GRPO
 #   ONLY="repeatability kernelbench pool" bash scripts/gpu_session.sh 2    # a subset
+#   bash scripts/gpu_session.sh 5   # timer policies side by side on a quiet host (launch filler, longer
+#                                   # warm-up); then lane A (GPU 0): KernelBench vs ours without and with
+#                                   # memcheck; lane B (last GPU): the timer's GPU tests, the inductor
+#                                   # teacher's GPU test, elementwise fusion
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -39,6 +43,24 @@ if [ "$PART" = 1 ]; then
   }
   lane_a & lane_b & wait
   TAILS="repeatability:8 expert_gpu:30"
+elif [ "$PART" = 5 ]; then
+  export CUDA_VISIBLE_DEVICES=0  # alone on the host: nothing else runs while the timer is compared
+  step repeatability 150 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability.json" \
+      --sizes-mib 32,128,2048 --repeats 8 --variants default,filler,filler_warm200
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    [ -d .kb ] && step kernelbench 330 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+        --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --ours-configs kb_scope,memcheck \
+        --out "$OUT/kernelbench_vs_ours.json"
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    step gpu_timing    90 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_timing_gpu.py
+    step inductor_gpu 150 python3 -m pytest -q -rA -p no:cacheprovider -m gpu tests/test_inductor.py
+    step expert_fusion 90 python3 benchmarks/expert_gpu.py --out "$STEP_DIR" --families fusion
+  }
+  lane_a & lane_b & wait
+  TAILS="repeatability:14 kernelbench:20 gpu_timing:12 inductor_gpu:10 expert_fusion:12"
 elif [ "$PART" = 4 ]; then  # what the 2026-11-29 session left to re-measure, in one call
   lane_a() {
     export CUDA_VISIBLE_DEVICES=0

@@ -56,6 +56,9 @@ def test_run_plan_examples_and_degenerate_estimates():
     assert plan_warmup(0.01, p) == p.max_warmup and plan_warmup(100.0, p) == p.min_warmup
     with pytest.raises(ValueError):
         TimingPolicy(min_runs=5, max_runs=2)
+    for bad in (-1.0, 20_000.0):  # a negative filler, or one longer than any kernel we time
+        with pytest.raises(ValueError, match="hide_launch_us"):
+            TimingPolicy(hide_launch_us=bad)
 
 
 def test_quantile_and_spread():
