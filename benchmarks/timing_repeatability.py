@@ -16,10 +16,10 @@ import json
 import sys
 
 VARIANTS = {  # name -> TimingPolicy overrides
-    "default": {},
+    "default": {},  # the GPU filler hides the host's launch latency (core.timing)
+    "launch_timed": {"hide_launch_us": 0.0},  # the policy before 2026-11-30: launch latency in the window
     "warm200": {"warmup_ms": 200.0},
-    "filler": {"hide_launch_us": 100.0},
-    "filler_warm200": {"hide_launch_us": 100.0, "warmup_ms": 200.0},
+    "launch_timed_warm200": {"hide_launch_us": 0.0, "warmup_ms": 200.0},
 }
 
 

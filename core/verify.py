@@ -409,7 +409,13 @@ class Verifier:
                 config = {k: v for k, v in asdict(check).items() if k not in ("name", "stage", "hard", "where", "needs")} \
                     if hasattr(check, "__dataclass_fields__") else {}
                 t_check = time.perf_counter()
-                with self._gpu(time.monotonic() + left(), exclusive=bool(getattr(check, "exclusive_device", False))):
+                lock = self._gpu(time.monotonic() + left(), exclusive=bool(getattr(check, "exclusive_device", False)))
+                if getattr(check, "locks_device_itself", False) and self.device_lock is not None:
+                    # e.g. a sanitizer run: seconds of CPU start-up around a moment of GPU work, which
+                    # takes the shared lock itself so a timed stage need not wait through the start-up.
+                    config["device_lock"] = self.device_lock.describe()
+                    lock = contextlib.nullcontext()
+                with lock:
                     answer = worker.request({"op": "collect", "check": check.name, "config": config},
                                             timeout_s=left())
                 verdict.stage_s[check.name] = time.perf_counter() - t_check  # lock wait included

@@ -134,3 +134,82 @@ def test_a_worker_that_ran_the_torch_compile_baseline_is_replaced_after_the_verd
 
     assert PerformanceCheck(compare_compile=True).dirties_worker()
     assert not PerformanceCheck(compare_compile=False).dirties_worker()
+
+
+# A stand-in for compute-sanitizer: drops the tool's own options and runs the program, then prints
+# the summary line the real tool prints; lets the driver's GPU-lock protocol run on CPU.
+FAKE_SANITIZER = """#!/bin/sh
+while [ "$#" -gt 0 ]; do case "$1" in --tool|--print-limit|--leak-check) shift 2;; *) break;; esac; done
+"$@"; rc=$?
+echo "========= ERROR SUMMARY: 0 errors"
+exit $rc
+"""
+
+RELU_TASK = '''
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+def get_inputs():
+    return [torch.randn(64)]
+def get_init_inputs():
+    return []
+'''
+
+RELU_CANDIDATE = '''
+import torch
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return x.clamp_min(0)
+'''
+
+
+def _held_by_another(path) -> bool:
+    import fcntl
+    import os
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def test_the_sanitizer_driver_waits_for_the_gpu_lock_only_around_its_gpu_work(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from core.devicelock import DeviceLock
+    from plugins.verifiers.sanitizer import run_sanitizer
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "compute-sanitizer"
+    fake.write_text(FAKE_SANITIZER)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    cand = tmp_path / "cand.py"
+    cand.write_text(RELU_CANDIDATE)
+    lock = DeviceLock("cuda-test-sanitizer", tmp_path / "locks")
+    results = []
+    with lock.exclusive():  # a timed stage holds the GPU: the driver must wait for it
+        worker = threading.Thread(target=lambda: results.append(run_sanitizer(
+            "memcheck", RELU_TASK, str(cand), tmp_path, timeout_s=60, device_lock=lock.describe(), device="cpu")))
+        worker.start()
+        # start-up (python + torch) happens unlocked; then the driver waits inside the lock's gate
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _held_by_another(lock.gate_path):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert not results
+    worker.join(60)
+    [report] = results
+    assert report["completed"] and report["errors"] == 0, report
+    assert report["gpu_lock_wait_s"] > 0.4 and report["gpu_held_s"] < 10
+    # without a lock description the driver runs at once
+    free = run_sanitizer("memcheck", RELU_TASK, str(cand), tmp_path, timeout_s=60, device="cpu")
+    assert free["completed"] and free["gpu_lock_wait_s"] < 0.3

@@ -10,7 +10,7 @@ import torch
 from core.program import Node, Program, TensorSpec
 from plugins.coders.expert_lowering.selfcheck import compare
 from plugins.coders.inductor import (
-    NO_GPU, Declined, InductorCoder, build_candidate_source, parse_kernels, wrapper_parts,
+    NO_GPU, Declined, InductorCoder, build_candidate_source, forbidden_calls, parse_kernels, wrapper_parts,
 )
 from plugins.proposers.common import program_to_task
 
@@ -81,6 +81,7 @@ def call(args):
     arg0_1, arg1_1 = args
     args.clear()
     buf0 = empty_strided_cpu((6, 20), (20, 1), torch.float32)
+    # Topologically Sorted Source Nodes: [add, relu], Original ATen: [aten.add, aten.relu]
     triton_poi_fused_add_relu_0.run(arg0_1, arg1_1, buf0, 120, stream=0)
     del arg0_1
     buf1 = empty_strided_cpu((6, ), (1, ), torch.float32)
@@ -119,6 +120,15 @@ def test_assembly_of_an_inductor_module_runs_and_matches():
     assert source.count("@triton.jit") == 2 and "triton_heuristics" not in source
     result = compare(task.source, source)
     assert result.ok, result.detail + "\n" + source
+
+
+def test_only_real_aten_and_extern_calls_count_not_inductor_comments():
+    # Inductor names the ATen ops each Triton kernel replaced in a comment; those are not calls.
+    assert forbidden_calls(INDUCTOR_STYLE) == []
+    with_extern = INDUCTOR_STYLE.replace("    del arg0_1\n", "    extern_kernels.mm(arg0_1, arg1_1, out=buf0)\n"
+                                                            "    buf2 = torch.ops.aten.gelu.default(buf0)  # aten.x\n")
+    assert forbidden_calls(with_extern) == ["extern_kernels.mm", "torch.ops.aten"]
+    assert forbidden_calls(INDUCTOR_STYLE.replace("args.clear()", "args.clear(); 'aten.relu'")) == []
 
 
 def test_templates_and_missing_call_are_declined():

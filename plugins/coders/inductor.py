@@ -20,8 +20,10 @@ On a machine without CUDA every task is declined with a message saying a GPU is 
 from __future__ import annotations
 
 import ast
+import io
 import re
 import textwrap
+import tokenize
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -77,6 +79,25 @@ def parse_kernels(code: str) -> list[KernelInfo]:
                 raise Declined(f"kernel {match.group('name')}: cannot read its launch grid from program_id use")
         kernels.append(KernelInfo(match.group("var"), jit_name, "@triton.jit\n" + body, axes))
     return kernels
+
+
+def forbidden_calls(code: str) -> list[str]:
+    """The extern (cuBLAS/cuDNN) and ATen calls of the module's ``call`` function, sorted.
+
+    Comments and strings are left out: Inductor annotates every kernel launch with a comment such
+    as ``# Original ATen: [aten.gelu, aten._softmax]`` naming the ops the Triton kernel replaced.
+    """
+    body = code[code.find("def call("):]
+    lines = body.splitlines(keepends=True)
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(body).readline):
+            if tok.type in (tokenize.COMMENT, tokenize.STRING) and tok.start[0] == tok.end[0]:
+                row, (c0, c1) = tok.start[0] - 1, (tok.start[1], tok.end[1])
+                lines[row] = lines[row][:c0] + " " * (c1 - c0) + lines[row][c1:]
+    except (tokenize.TokenError, IndentationError, SyntaxError):  # a partial body: drop comments by line
+        lines = [re.sub(r"#.*", "", line) for line in lines]
+    body = "".join(lines)
+    return sorted(set(_FORBIDDEN_CALLS.findall(body)))
 
 
 def kernel_imports(code: str) -> list[str]:
@@ -218,8 +239,7 @@ class InductorCoder:
         if len(codes) != 1:
             raise Declined(f"torch.compile produced {len(codes)} output modules (expected 1)")
         code = codes[0]
-        call_body = code[code.find("def call("):]
-        forbidden = sorted(set(_FORBIDDEN_CALLS.findall(call_body)))
+        forbidden = forbidden_calls(code)
         if forbidden:
             raise Declined(f"Inductor used non-Triton kernels: {', '.join(forbidden[:5])}")
         kernels = parse_kernels(code)

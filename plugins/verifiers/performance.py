@@ -206,7 +206,7 @@ class PerformanceCheck:
     side_stream_ms: float = 0.05
     side_stream_fraction: float = 0.10
     counters: bool = False
-    hide_launch_us: float = 0.0
+    hide_launch_us: float = 100.0
 
     def applies(self, backend: str, device: str) -> bool:
         return device == "cuda"

@@ -18,6 +18,7 @@ error summary. A run that could not happen (no sanitizer, timeout) is recorded a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -25,7 +26,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from core import hookimpl
 from core.evidence import MEMORY, RACES, Evidence
@@ -37,22 +38,35 @@ _FINDING_RE = re.compile(r"^=+\s+((?:Invalid|Misaligned|Out of range|Program hit
                          r"Uninitialized|Malloc|Free|Leaked|Warning|.*hazard).*)$", re.M | re.I)
 
 _DRIVER = r'''
-import sys, torch, importlib.util
+import contextlib, json, sys, time, torch, importlib.util
 task_path, cand_path, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+lock_desc, project, timeout_s = json.loads(sys.argv[4]), sys.argv[5], float(sys.argv[6])
+dev = sys.argv[7] if len(sys.argv) > 7 else "cuda"  # "cpu" only in the CPU tests of this protocol
 def load(path, name):
     spec = importlib.util.spec_from_file_location(name, path); m = importlib.util.module_from_spec(spec)
     sys.modules[name] = m; spec.loader.exec_module(m); return m
+torch.empty(1, device=dev)  # the CUDA context (slow under the sanitizer) before the GPU lock
 task, cand = load(task_path, "kz_task"), load(cand_path, "kz_candidate")
-torch.manual_seed(seed)
-model = cand.ModelNew(*task.get_init_inputs())
-model = model.cuda().eval() if isinstance(model, torch.nn.Module) else model
-for i in range(2):
-    torch.manual_seed(seed + 1 + i)
-    with torch.device("cuda"):
-        inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
-    with torch.no_grad():
-        model(*inputs)
-    torch.cuda.synchronize()
+lock = contextlib.nullcontext()
+if lock_desc:  # share the GPU fairly with the judge's other workers (core/devicelock.py)
+    sys.path.insert(0, project)
+    from core.devicelock import DeviceLock
+    lock = DeviceLock.from_description(lock_desc).shared(time.monotonic() + timeout_s)
+t0 = time.monotonic()
+with lock:
+    t1 = time.monotonic()
+    torch.manual_seed(seed)
+    model = cand.ModelNew(*task.get_init_inputs())
+    model = model.to(dev).eval() if isinstance(model, torch.nn.Module) else model
+    for i in range(2):
+        torch.manual_seed(seed + 1 + i)
+        with torch.device(dev):
+            inputs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
+        with torch.no_grad():
+            model(*inputs)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+print(f"KZ_GPU_LOCK wait={t1 - t0:.3f} held={time.monotonic() - t1:.3f}")
 print("KZ_DRIVER_DONE")
 '''
 
@@ -68,11 +82,19 @@ def parse_sanitizer_output(text: str) -> dict[str, Any]:
         f = f.strip()
         if f and f not in findings and not f.upper().startswith("ERROR SUMMARY"):
             findings.append(f)
-    return {"errors": errors, "findings": findings[:16], "completed": "KZ_DRIVER_DONE" in text}
+    parsed: dict[str, Any] = {"errors": errors, "findings": findings[:16], "completed": "KZ_DRIVER_DONE" in text}
+    held = re.search(r"KZ_GPU_LOCK wait=([\d.]+) held=([\d.]+)", text)
+    if held:
+        parsed["gpu_lock_wait_s"], parsed["gpu_held_s"] = float(held.group(1)), float(held.group(2))
+    return parsed
 
 
 def run_sanitizer(tool: str, task_source: str, candidate_path: str, scratch: Path, *, timeout_s: float,
-                  extra: tuple[str, ...] = ()) -> dict[str, Any]:
+                  extra: tuple[str, ...] = (), device_lock: dict[str, str] | None = None,
+                  device: str = "cuda") -> dict[str, Any]:
+    """Run the driver under ``compute-sanitizer --tool <tool>``; with ``device_lock`` (a
+    :meth:`core.devicelock.DeviceLock.describe`) the driver holds that GPU lock shared around its GPU
+    work only, not around the sanitizer's and Python's start-up."""
     exe = shutil.which("compute-sanitizer")
     if exe is None:
         for guess in ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer"):
@@ -85,8 +107,10 @@ def run_sanitizer(tool: str, task_source: str, candidate_path: str, scratch: Pat
     task_path.write_text(task_source)
     driver.write_text(_DRIVER)
     env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+    project = str(Path(__file__).resolve().parents[2])
     cmd = [exe, "--tool", tool, "--print-limit", "20", *extra, sys.executable, str(driver), str(task_path),
-           candidate_path, str(int.from_bytes(os.urandom(3), "little"))]
+           candidate_path, str(int.from_bytes(os.urandom(3), "little")), json.dumps(device_lock or {}), project,
+           str(timeout_s), device]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=scratch, env=env)
     except subprocess.TimeoutExpired:
@@ -111,6 +135,11 @@ class _SanitizerCheck:
     tool: str = "memcheck"
     timeout_s: float = 300.0
     what: str = "out-of-bounds or misaligned memory access"
+    device_lock: dict[str, str] | None = None  # set by the judge (locks_device_itself)
+
+    # The judge does not hold the GPU lock around this stage: the driver takes it, shared, around its
+    # GPU work only, so a timed stage waits for a moment of GPU work, not seconds of start-up.
+    locks_device_itself: ClassVar[bool] = True
 
     def applies(self, backend: str, device: str) -> bool:
         return device == "cuda"
@@ -126,7 +155,8 @@ class _SanitizerCheck:
         if source is None or not path or not os.path.exists(path):
             return {"skipped": "the worker session exposes no task source or candidate file to sanitize"}
         scratch = Path(getattr(getattr(session, "worker", None), "scratch", None) or os.path.dirname(path))
-        return run_sanitizer(self.tool, source, path, scratch, timeout_s=self.timeout_s, extra=self._extra_args())
+        return run_sanitizer(self.tool, source, path, scratch, timeout_s=self.timeout_s, extra=self._extra_args(),
+                             device_lock=self.device_lock)
 
     def evaluate(self, evidence: Evidence) -> CheckResult:
         data = evidence.extra.get(self.name) or {}
