@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 # Stage numbers: checks run cheapest first, and the verdict's reason names the earliest hard failure
 # (integrity findings, which explain the others, come first).
@@ -94,9 +94,23 @@ class Evidence:
     probes: list[Trial] = field(default_factory=list)  # stability probes (scaled inputs)
     extra: dict[str, Any] = field(default_factory=dict)  # data from checks' worker-side ``collect``
     config: dict[str, Any] = field(default_factory=dict)  # verifier settings (trials, tolerances ...)
+    # Fills every run's float64 truth (and vets it) the first time a comparison needs one; None once
+    # done or when the truth came with the reference (core.verify: ``float64_on_demand``).
+    truth_loader: Callable[[], None] | None = None
 
     def all_runs(self) -> list[Trial]:
         return [*self.trials, *self.shuffled, *self.repeat, *self.probes]
+
+    def truth_of(self, trial: Trial) -> Callable[[], list[Any] | None]:
+        """``trial``'s float64 truth as :func:`compare_outputs` takes it: fetched on first need."""
+
+        def get() -> list[Any] | None:
+            if self.truth_loader is not None:
+                load, self.truth_loader = self.truth_loader, None
+                load()
+            return trial.truth
+
+        return get
 
 
 def tolerance(dtype_name: str, overrides: dict[str, tuple[float, float]] | None = None) -> tuple[float, float]:
@@ -128,7 +142,7 @@ class Comparison:
 
 
 def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: dict | None = None,
-                    scale_aware: bool = False, truth: list[Any] | None = None,
+                    scale_aware: bool = False, truth: list[Any] | Callable[[], list[Any] | None] | None = None,
                     noise_factor: float = REFERENCE_NOISE_FACTOR) -> Comparison:
     """Compare a candidate's outputs with the reference's, in the judging process.
 
@@ -136,10 +150,15 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     must match in sign. With ``scale_aware`` the absolute tolerance is relative to the reference's
     largest finite magnitude (stability probes run at extreme input scales).
 
-    ``truth`` (float64 outputs of the task on the same inputs, None entries where unknown) only
-    ever widens acceptance: elements that miss the fp32 reference pass when their error against the
-    truth is within the tolerance or within ``noise_factor`` x the fp32 reference's own largest
-    error against the truth (:data:`REFERENCE_NOISE_FACTOR`). NaN/Inf rules stay those above.
+    ``truth`` (float64 outputs of the task on the same inputs, None entries where unknown; or a
+    function returning them, called only when an output misses the fp32 reference) only ever widens
+    acceptance: elements that miss the fp32 reference pass when their error against the truth is
+    within the tolerance or within ``noise_factor`` x the fp32 reference's own largest error
+    against the truth (:data:`REFERENCE_NOISE_FACTOR`). NaN/Inf rules stay those above.
+
+    Outputs identical to the reference bit for bit are accepted without arithmetic; otherwise the
+    errors are computed in float32 for tensors of 32 bits or fewer (float64 for float64 and
+    integers): a rounding of 2^-24 relative is far below every tolerance, and half the traffic.
     """
     import torch
 
@@ -149,6 +168,7 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
         return Comparison(False, f"returned {len(got)} outputs, expected {len(expected)}")
     worst_abs = worst_rel = 0.0
     by_truth, noise_ratio = 0, 0.0
+    truths: list[Any] | None = None
     for i, (e, g) in enumerate(zip(expected, got)):
         where = f"output {i}" if len(expected) > 1 else "output"
         if not isinstance(e, torch.Tensor):
@@ -162,44 +182,48 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
         if g.dtype != e.dtype:
             return Comparison(False, f"{where} has dtype {g.dtype}, expected {e.dtype}")
         atol, rtol = tolerance(str(e.dtype), tolerances)
-        if e.numel() == 0:
+        if e.numel() == 0 or bitwise_equal(e, g):
             continue
-        e64, g64 = e.to(torch.float64), g.to(torch.float64)
-        e_nan, g_nan = torch.isnan(e64), torch.isnan(g64)
+        work = torch.float32 if e.is_floating_point() and e.element_size() <= 4 else torch.float64
+        ew, gw = e.detach().to(work), g.detach().to(work)
+        e_nan, g_nan = torch.isnan(ew), torch.isnan(gw)
         if not torch.equal(e_nan, g_nan):
             bad = int((e_nan != g_nan).sum())
             kind = "NaN where the reference is a number" if bool((g_nan & ~e_nan).any()) else "a number where the reference is NaN"
             return Comparison(False, f"{where}: {bad} element(s) hold {kind}")
-        finite = torch.isfinite(e64) & torch.isfinite(g64)
-        inf_mismatch = (~torch.isnan(e64)) & (~finite) & (e64 != g64)
-        if bool(inf_mismatch.any()):
-            n = int(inf_mismatch.sum())
-            return Comparison(False, f"{where}: {n} element(s) are infinite where the reference is not (or vice versa)")
+        finite = torch.isfinite(ew) & torch.isfinite(gw)
+        all_finite = bool(finite.all())
+        if not all_finite:
+            inf_mismatch = (~e_nan) & (~finite) & (ew != gw)
+            if bool(inf_mismatch.any()):
+                n = int(inf_mismatch.sum())
+                return Comparison(False, f"{where}: {n} element(s) are infinite where the reference is not (or vice versa)")
+        ref = ew.abs()
+        diff = (ew - gw).abs()
+        if not all_finite:
+            ref, diff = ref.masked_fill(~finite, 0.0), diff.masked_fill(~finite, 0.0)
         if scale_aware:
-            mag = float(e64[finite].abs().max()) if bool(finite.any()) else 0.0
-            atol = atol * max(mag, 1e-30)
-        diff = (e64 - g64).abs()[finite]
-        if diff.numel():
-            ref = e64.abs()[finite]
-            max_abs = float(diff.max())
-            rel = diff / ref.clamp_min(1e-30)
-            max_rel = float(rel[ref > 0].max()) if bool((ref > 0).any()) else 0.0
-            worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
-            bad = diff > atol + rtol * ref
-            if bool(bad.any()):
-                t = truth[i] if truth is not None and i < len(truth) else None
-                judged = _against_truth(t, e64, g64, finite, atol, rtol, noise_factor)
-                if judged is not None:
-                    noise_ratio = max(noise_ratio, judged.noise_ratio)
-                if judged is not None and judged.ok:
-                    by_truth += 1
-                    continue
-                n = int(bad.sum())
-                detail = (f"{where}: {n}/{e.numel()} elements differ beyond atol={atol:.3g} "
-                          f"rtol={rtol:.3g} (max abs err {max_abs:.3g})")
-                if judged is not None:
-                    detail += f"; {judged.detail}"
-                return Comparison(False, detail, max_abs, max_rel, noise_ratio=noise_ratio)
+            atol = atol * max(float(ref.max()), 1e-30)
+        max_abs = float(diff.max())
+        max_rel = float((diff / ref.clamp_min(1e-30)).masked_fill_(ref == 0, 0.0).max())
+        worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
+        bad = diff > atol + rtol * ref
+        if bool(bad.any()):
+            if truths is None:
+                truths = (truth() if callable(truth) else truth) or []
+            t = truths[i] if i < len(truths) else None
+            judged = _against_truth(t, e, g, finite, atol, rtol, noise_factor)
+            if judged is not None:
+                noise_ratio = max(noise_ratio, judged.noise_ratio)
+            if judged is not None and judged.ok:
+                by_truth += 1
+                continue
+            n = int(bad.sum())
+            detail = (f"{where}: {n}/{e.numel()} elements differ beyond atol={atol:.3g} "
+                      f"rtol={rtol:.3g} (max abs err {max_abs:.3g})")
+            if judged is not None:
+                detail += f"; {judged.detail}"
+            return Comparison(False, detail, max_abs, max_rel, noise_ratio=noise_ratio)
     detail = f"matches (max abs err {worst_abs:.3g})"
     if by_truth:
         detail += (f"; {by_truth} output(s) as accurate as the fp32 reference against a float64 reference "
@@ -207,21 +231,22 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     return Comparison(True, detail, worst_abs, worst_rel, by_truth=by_truth, noise_ratio=noise_ratio)
 
 
-def _against_truth(truth: Any, e64: Any, g64: Any, finite: Any, atol: float, rtol: float,
+def _against_truth(truth: Any, e: Any, g: Any, finite: Any, atol: float, rtol: float,
                    noise_factor: float) -> Comparison | None:
     """Judge one output against the float64 truth (None when the truth cannot be used here)."""
     import torch
 
-    if not isinstance(truth, torch.Tensor) or truth.dtype != torch.float64 or truth.shape != e64.shape:
+    if not isinstance(truth, torch.Tensor) or truth.dtype != torch.float64 or truth.shape != e.shape:
         return None
+    truth = truth.to(e.device)
     t_finite = torch.isfinite(truth)
     # Only where reference, candidate and truth are all finite; elsewhere the candidate had to match
     # the reference exactly (NaN/Inf positions), which it did to get here, or fails the plain test.
     if not bool(t_finite[finite].all()):
         return None
     t = truth[finite]
-    ref_err = float((e64[finite] - t).abs().max())
-    cand_err = (g64[finite] - t).abs()
+    ref_err = float((e.to(torch.float64)[finite] - t).abs().max())
+    cand_err = (g.to(torch.float64)[finite] - t).abs()
     allowed = torch.clamp(atol + rtol * t.abs(), min=noise_factor * ref_err)
     over = cand_err > allowed
     worst = float(cand_err.max())

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import json
 import secrets
 import sys
@@ -113,6 +114,9 @@ class Verifier:
     :param inputs_by_seed: let the candidate worker draw each trial's inputs from its seed (when the
         reference worker finds the task's get_inputs reproducible) and report digests, so input
         tensors never cross the process boundary; off: inputs travel as bytes.
+    :param float64_on_demand: run the task in float64 only when a comparison needs the truth (an
+        output missed the fp32 reference): a second reference request on the same seeds. Off: every
+        reference request runs it and the truth travels with the outputs.
     :param share_gpu_fairly: on CUDA, hold the host-wide lock of core.devicelock: trials, references
         and sanitizer runs share the GPU, a check with ``exclusive_device = True`` (the timed
         performance stage) has it alone, so several workers per GPU keep timings honest.
@@ -123,7 +127,7 @@ class Verifier:
                  memory_mb: int = 8192, probe_scales: dict | None = None, isolate: bool = True,
                  reference_workers: int = 1, max_jobs_per_worker: int = 200, name: str | None = None,
                  float64_max_elements: int = DEFAULT_FLOAT64_MAX_ELEMENTS, share_gpu_fairly: bool = True,
-                 inputs_by_seed: bool = True,
+                 inputs_by_seed: bool = True, float64_on_demand: bool = True,
                  **check_options: Any):
         from core.plugins import registry
 
@@ -154,6 +158,7 @@ class Verifier:
                                          limits=limits, extra_env=env, max_jobs=max_jobs_per_worker)
         self.device_lock = DeviceLock.for_device("cuda") if self.device == "cuda" and share_gpu_fairly else None
         self.inputs_by_seed = bool(inputs_by_seed)
+        self.float64_on_demand = bool(float64_on_demand)
         self._closed = False
 
     # -- set-up
@@ -260,13 +265,14 @@ class Verifier:
         scales = self.probe_scales.get(_task_dtype(task), []) if "probes" in needs else []
         probe_seeds = [_fresh_seed() for _ in scales]
         t = time.perf_counter()
+        reference_request = {
+            "op": "reference", "source": task.source, "init_seed": init_seed,
+            "seeds": trial_seeds + probe_seeds, "scales": [1.0] * len(trial_seeds) + list(scales),
+            "float64_max_elements": self.float64_max_elements, "float64_later": self.float64_on_demand,
+            "inputs_mode": "digest" if self.inputs_by_seed else "tensors"}
         try:
             with self._gpu(deadline):
-                ref = self._request(self.reference_pool, {
-                    "op": "reference", "source": task.source, "init_seed": init_seed,
-                    "seeds": trial_seeds + probe_seeds, "scales": [1.0] * len(trial_seeds) + list(scales),
-                    "float64_max_elements": self.float64_max_elements,
-                    "inputs_mode": "digest" if self.inputs_by_seed else "tensors"}, deadline)
+                ref = self._request(self.reference_pool, reference_request, deadline)
         except WorkerFailure as exc:
             verdict.status, verdict.reason = exc.status, f"the reference (task) failed: {exc.detail}"
             return
@@ -275,6 +281,8 @@ class Verifier:
             verdict.status, verdict.reason = "error", f"the reference (task) failed: {ref.get('error')}"
             return
         ref_trials, ref_probes = ref["trials"][:len(trial_seeds)], ref["trials"][len(trial_seeds):]
+        if ref.get("float64_pending"):
+            evidence.truth_loader = functools.partial(self._load_truth, evidence, reference_request, deadline)
 
         worker = self.pool.acquire()
         discard = False
@@ -357,7 +365,10 @@ class Verifier:
         evidence.trials = [Trial(seed, r.get("inputs"), r["output"], o, truth=r.get("truth"),
                                  inputs_digest=r.get("inputs_digest"))
                            for seed, r, o in zip(trial_seeds, ref_trials, observed)]
-        self._vet_truth(evidence, ref)
+        if evidence.truth_loader is None:
+            self._vet_truth(evidence, ref)
+        else:
+            evidence.config["float64_truth_note"] = "float64 reference on demand: no output needed it"
         first_error = observed[0].error if observed else "no trial ran"
         evidence.compiled = not (first_error and all(o.error for o in observed))
         verdict.compiled = evidence.compiled
@@ -395,7 +406,7 @@ class Verifier:
             kind = run["name"].rstrip("0123456789")
             if kind == "probe":
                 scale, seed, r = probes[int(run["name"][5:])]
-                truth = r.get("truth") if evidence.config.get("float64_truth") else None
+                truth = r.get("truth") if evidence.config.get("float64_truth") else None  # None: on demand
                 evidence.probes.append(Trial(seed, r.get("inputs"), r["output"], obs, scale=scale, truth=truth,
                                              inputs_digest=r.get("inputs_digest")))
             else:
@@ -425,15 +436,37 @@ class Verifier:
         rest = [c for c in checks if c.name not in verdict.checks]
         return self._evaluate(rest, evidence, verdict, stop_at_first=False)
 
+    def _load_truth(self, evidence: Evidence, reference_request: dict[str, Any], deadline: float) -> None:
+        """The float64 truth of every run, asked of a reference worker when a comparison first needs it
+        (``float64_on_demand``): the same task, init seed and input seeds, so the same inputs."""
+        try:
+            with self._gpu(deadline):
+                ref = self._request(self.reference_pool, {**reference_request, "float64_later": False}, deadline)
+        except WorkerFailure as exc:
+            ref = {"ok": False, "error": exc.detail}
+        if not ref.get("ok"):
+            evidence.config["float64_truth"] = False
+            evidence.config["float64_truth_note"] = f"float64 reference failed: {ref.get('error')}"[:300]
+            return
+        runs = ref["trials"]
+        for trial, r in zip(evidence.trials, runs):
+            trial.truth = r.get("truth")
+        first = evidence.trials[0].truth if evidence.trials else None
+        for trial in [*evidence.shuffled, *evidence.repeat]:
+            trial.truth = first
+        for probe, r in zip(evidence.probes, runs[len(evidence.trials):]):
+            probe.truth = r.get("truth")
+        self._vet_truth(evidence, ref)
+
     def _vet_truth(self, evidence: Evidence, ref: dict[str, Any]) -> None:
         """Keep the float64 truth only if it is the task's own function: on the ordinary trials the
-        fp32 reference must match it within the plain tolerance (else every trial loses it)."""
+        fp32 reference must match it within the plain tolerance (else every run loses it)."""
         note = ref.get("truth_note") or ""
         trusted = False
         if not note:
             trusted, note = truth_agrees(evidence.trials, evidence.config.get("tolerances"))
         if not trusted:
-            for trial in evidence.trials:
+            for trial in evidence.all_runs():
                 trial.truth = None
         evidence.config["float64_truth"] = trusted
         evidence.config["float64_truth_note"] = note or "float64 reference in use"

@@ -287,12 +287,26 @@ def seed_everything(seed: int) -> None:
         pass
 
 
-def draw_inputs(module: Any, seed: int, scale: float) -> list[Any]:
-    """The task's inputs for one trial: ``get_inputs()`` under ``seed``, floating tensors times ``scale``."""
+def draw_inputs(module: Any, seed: int, scale: float, device: str = "cpu") -> list[Any]:
+    """The task's inputs for one trial: ``get_inputs()`` under ``seed``, floating tensors times ``scale``.
+
+    On ``cuda`` the tensors ``get_inputs`` creates without naming a device are drawn on the GPU
+    (``torch.device`` as the default): drawing 100 MB on the CPU and copying it over takes longer
+    than the kernel's whole trial. A ``get_inputs`` that cannot run so (a CPU generator, numpy) is
+    drawn on the CPU. Every worker draws the same way, so equal seeds still give equal inputs.
+    """
     import torch
 
     seed_everything(int(seed))
-    inputs = list(module.get_inputs())
+    if device == "cpu":
+        inputs = list(module.get_inputs())
+    else:
+        try:
+            with torch.device(device):
+                inputs = list(module.get_inputs())
+        except Exception:
+            seed_everything(int(seed))
+            inputs = list(module.get_inputs())
     if scale != 1.0:
         inputs = [x * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     return inputs
@@ -349,21 +363,29 @@ class Float64Truth:
             states.append(torch.cuda.get_rng_state())
         return [bytes(s.numpy().tobytes()) for s in states]
 
+    def possible(self, inputs: list[Any], reference: list[Any]) -> bool:
+        """Whether a float64 run can be made and used here (else ``note`` says why)."""
+        import torch
+
+        if self.note:
+            return False
+        floating = [e for e in reference if isinstance(e, torch.Tensor) and e.is_floating_point()]
+        if not floating or all(e.dtype == torch.float64 for e in floating):
+            self.note = "no output narrower than float64: the reference is its own float64 run"
+            return False
+        size = sum(x.numel() for x in [*inputs, *reference] if isinstance(x, torch.Tensor))
+        if size > self.max_elements:
+            self.note = f"float64 reference skipped: {size} elements > float64_max_elements={self.max_elements}"
+            return False
+        return True
+
     def outputs(self, inputs: list[Any], reference: list[Any]) -> list[Any] | None:
         """float64 outputs aligned with ``reference`` (None where an output has no float64 truth)."""
         import copy
 
         import torch
 
-        if self.note:
-            return None
-        floating = [e for e in reference if isinstance(e, torch.Tensor) and e.is_floating_point()]
-        if not floating or all(e.dtype == torch.float64 for e in floating):
-            self.note = "no output narrower than float64: the reference is its own float64 run"
-            return None
-        size = sum(x.numel() for x in [*inputs, *reference] if isinstance(x, torch.Tensor))
-        if size > self.max_elements:
-            self.note = f"float64 reference skipped: {size} elements > float64_max_elements={self.max_elements}"
+        if not self.possible(inputs, reference):
             return None
         try:
             if self.model is None:
@@ -530,17 +552,18 @@ class WorkerMain:
             torch.manual_seed(int(req["init_seed"]))
             model = module.Model(*init_inputs).to(device).eval()
             truth = Float64Truth(model, device, int(req.get("float64_max_elements", 0)))
+            later = bool(req.get("float64_later"))
             trials = []
             # "digest" mode: the candidate worker draws the inputs itself from the seed, so only
             # digests travel, when get_inputs is reproducible under a seed (checked here, once).
             by_seed, redrawn, redrawn_digest = False, None, None
             if req.get("inputs_mode") == "digest" and req["seeds"]:
-                first = input_digests(draw_inputs(module, req["seeds"][0], req["scales"][0]))
-                redrawn = draw_inputs(module, req["seeds"][0], req["scales"][0])
+                first = input_digests(draw_inputs(module, req["seeds"][0], req["scales"][0], device))
+                redrawn = draw_inputs(module, req["seeds"][0], req["scales"][0], device)
                 redrawn_digest = input_digests(redrawn)
                 by_seed = first == redrawn_digest
             for i, (seed, scale) in enumerate(zip(req["seeds"], req["scales"])):
-                inputs = redrawn if i == 0 and redrawn is not None else draw_inputs(module, seed, scale)
+                inputs = redrawn if i == 0 and redrawn is not None else draw_inputs(module, seed, scale, device)
                 dev_inputs = to_device(inputs, device)
                 rng_before = truth.rng_state()
                 with torch.no_grad():
@@ -548,14 +571,18 @@ class WorkerMain:
                 synchronize(device)
                 if truth.rng_state() != rng_before:
                     truth.refuse("the task's forward draws random numbers")
-                trial = {"output": cpu_copy(out), "truth": truth.outputs(dev_inputs, out)}
+                trial = {"output": cpu_copy(out)}
+                if later:  # the judge asks again, with the truth, only if a comparison needs it
+                    truth.possible(dev_inputs, out)
+                else:
+                    trial["truth"] = truth.outputs(dev_inputs, out)
                 if by_seed:
                     trial["inputs_digest"] = redrawn_digest if i == 0 else input_digests(inputs)
                 else:
                     trial["inputs"] = cpu_copy(inputs)
                 trials.append(trial)
             return {"ok": True, "init_inputs": init_inputs, "trials": trials, "truth_note": truth.note,
-                    "inputs_by_seed": by_seed}
+                    "inputs_by_seed": by_seed, "float64_pending": later and not truth.note}
         except MemoryError:
             raise
         except Exception as exc:
@@ -604,8 +631,8 @@ class WorkerMain:
         for item in req["runs"]:
             if "seed" in item:  # draw the task's inputs here, outside the guard: task code is trusted
                 try:
-                    inputs = to_device(draw_inputs(self.task_module(), item["seed"], item.get("scale", 1.0)),
-                                       self.device)
+                    inputs = to_device(draw_inputs(self.task_module(), item["seed"], item.get("scale", 1.0),
+                                                   self.device), self.device)
                 except MemoryError:
                     raise
                 except Exception as exc:

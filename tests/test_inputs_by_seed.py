@@ -112,3 +112,23 @@ def test_digests_and_bitwise_equality_take_any_layout():
     assert len(input_digests([odd])) == 1
     assert input_digests([torch.tensor(2.0)]) != input_digests([torch.tensor(3.0)])  # 0-d
 
+
+
+def test_inputs_are_drawn_on_the_workers_device_unless_get_inputs_cannot_be():
+    import types
+
+    from core.worker import draw_inputs
+
+    task = types.ModuleType("kz_task_draw")
+    exec("import torch\ndef get_inputs():\n    return [torch.randn(4, 3), torch.randint(0, 5, (7,))]\n", task.__dict__)
+    # "meta" stands in for "cuda" here: any device other than the CPU takes the device-default path
+    on_device = draw_inputs(task, 11, 1.0, "meta")
+    assert [x.device.type for x in on_device] == ["meta", "meta"]
+    pinned = types.ModuleType("kz_task_pinned")
+    exec("import torch\ndef get_inputs():\n    return [torch.from_numpy(torch.randn(4, 3).numpy() * 2)]\n",
+         pinned.__dict__)
+    [x] = draw_inputs(pinned, 11, 1.0, "meta")  # goes through numpy, so it cannot draw elsewhere: the CPU
+    assert x.device.type == "cpu"
+    assert torch.equal(x, draw_inputs(pinned, 11, 1.0, "cpu")[0])
+    a, b = draw_inputs(task, 5, 2.0, "cpu"), draw_inputs(task, 5, 2.0, "cpu")
+    assert torch.equal(a[0], b[0]) and a[1].dtype == torch.int64

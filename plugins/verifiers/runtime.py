@@ -61,7 +61,7 @@ class CorrectnessCheck:
                 mutated = mutated or f"trial {i}: {why}"
                 first_failure = first_failure or mutated
                 continue
-            cmp = compare_outputs(trial.expected, obs.output, tolerances=_tolerances(evidence), truth=trial.truth,
+            cmp = compare_outputs(trial.expected, obs.output, tolerances=_tolerances(evidence), truth=evidence.truth_of(trial),
                                   noise_factor=self.reference_noise_factor)
             worst = max(worst, cmp.max_abs_err)
             by_truth += cmp.by_truth
@@ -173,7 +173,7 @@ class RaceCheck:
             if trial.observed.error:
                 return CheckResult(False, f"shuffled program order {i} raised {trial.observed.error}")
             cmp = compare_outputs(trial.expected, trial.observed.output, tolerances=_tolerances(evidence),
-                                  truth=trial.truth)
+                                  truth=evidence.truth_of(trial))
             if not cmp.ok:
                 return CheckResult(False, f"result depends on program order (a race between programs): "
                                    f"shuffled order {i}: {cmp.detail}")
@@ -221,7 +221,7 @@ class StabilityCheck:
         for t in usable:
             if t.observed.error:
                 return CheckResult(False, f"inputs x{t.scale:g}: raised {t.observed.error}")
-            cmp = compare_outputs(t.expected, t.observed.output, tolerances=tol, scale_aware=True, truth=t.truth,
+            cmp = compare_outputs(t.expected, t.observed.output, tolerances=tol, scale_aware=True, truth=evidence.truth_of(t),
                                   noise_factor=self.reference_noise_factor)
             if not cmp.ok:
                 return CheckResult(False, f"inputs x{t.scale:g} (reference stays finite): {cmp.detail}",
