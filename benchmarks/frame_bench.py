@@ -34,7 +34,7 @@ def _writer(module, fd: int, messages: int, mib: int) -> None:
 
 
 def throughput(module, messages: int = 6, mib: int = 64) -> float:
-    r, w = os.pipe()
+    r, w = module.channel_pipe() if hasattr(module, "channel_pipe") else os.pipe()
     proc = mp.get_context("fork").Process(target=_writer, args=(module, w, messages, mib))
     proc.start()
     os.close(w)

@@ -10,8 +10,21 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+# CPython 3.11 keeps the AST converter's recursion depth in interpreter-wide state, so two threads
+# parsing at once can fail with "SystemError: AST constructor recursion depth mismatch"
+# (python/cpython#106905); the judge parses candidates from verify_many's threads.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_python(source: str) -> ast.Module:
+    """``ast.parse`` that is safe to call from several threads of the judge."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
 
 # Stage numbers: checks run cheapest first, and the verdict's reason names the earliest hard failure
 # (integrity findings, which explain the others, come first).

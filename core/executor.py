@@ -503,7 +503,11 @@ class LocalExecutor(BaseExecutor):
         gpu_ids = _visible_gpus(device, gpus)
         self._serial = 0
         if gpu_ids:
-            specs = [(f"gpu{g}", "cuda", workers_per_gpu, {"CUDA_VISIBLE_DEVICES": str(g)}) for g in gpu_ids]
+            env: dict[str, str] = {}
+            if "OMP_NUM_THREADS" not in os.environ:  # the host's cores shared by every shard's workers
+                per_shard = workers_per_gpu + int(self.verifier_kwargs.get("reference_workers", 1))
+                env["OMP_NUM_THREADS"] = str(max(1, _cores() // max(1, len(gpu_ids) * per_shard)))
+            specs = [(f"gpu{g}", "cuda", workers_per_gpu, {"CUDA_VISIBLE_DEVICES": str(g), **env}) for g in gpu_ids]
         else:
             workers = cpu_workers or max(1, _cores() // max(1, cpu_shards))
             specs = [(f"cpu{k}", "cpu", int(workers), {}) for k in range(max(1, cpu_shards))]

@@ -25,6 +25,7 @@ the pool; the rest of the batch goes on.
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import pickle
@@ -194,6 +195,18 @@ def write_frame(fd: int, obj: Any) -> None:
         _write_all(fd, raw)
 
 
+def channel_pipe() -> tuple[int, int]:
+    """A pipe for the message channel, its buffer raised to 1 MiB where Linux allows (64 KiB by
+    default): a 100 MB output then crosses in ~100 reads instead of ~1600."""
+    r, w = os.pipe()
+    try:
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, min(1 << 20, limit))
+    except (OSError, ValueError, AttributeError):  # not Linux, or a lower limit: the default size works
+        pass
+    return r, w
+
+
 def _wait_readable(fd: int, deadline: float | None) -> None:
     if deadline is not None:
         left = deadline - time.monotonic()
@@ -270,8 +283,8 @@ class Worker:
 
     def start(self) -> "Worker":
         self.scratch = Path(tempfile.mkdtemp(prefix=f"kz-{self.role}-"))
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
+        to_child_r, to_child_w = channel_pipe()
+        from_child_r, from_child_w = channel_pipe()
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         scratch = str(self.scratch)
         env.update({

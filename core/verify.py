@@ -22,10 +22,10 @@ One verification, cheapest first, stopping at the first hard failure:
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import json
+import os
 import secrets
 import sys
 import threading
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from core.devicelock import DeviceLock, DeviceLockTimeout
-from core.evidence import Evidence, RunObservation, Trial, truth_agrees
+from core.evidence import Evidence, RunObservation, Trial, parse_python, truth_agrees
 from core.sandbox import Limits, WorkerFailure, WorkerPool
 from core.task import Candidate, Task
 from core.verdict import CheckResult, Verdict
@@ -151,7 +151,12 @@ class Verifier:
         self.float64_max_elements = max(0, int(float64_max_elements))
         self.checks = self._build_checks(checks, check_options)
         limits = Limits(memory_mb=memory_mb, isolate=isolate, cpu_s_per_request=int(max(timeout_s, 1)) + 5)
-        env = self.backend.worker_env(self.device)
+        env = dict(self.backend.worker_env(self.device))
+        if "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env:
+            # Each worker's CPU tensor work gets its share of the cores: 20 workers with one OpenMP
+            # thread per core each would oversubscribe the host many times over.
+            share = (os.cpu_count() or 1) // (max(1, int(workers)) + max(1, int(reference_workers)))
+            env["OMP_NUM_THREADS"] = str(max(1, share))
         self.pool = WorkerPool("candidate", backend, self.device, size=max(1, self.workers), limits=limits,
                                extra_env=env, max_jobs=max_jobs_per_worker)
         self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),
@@ -243,7 +248,7 @@ class Verifier:
         evidence = Evidence(task=task, candidate=candidate, backend=self.backend_name, device=self.device,
                             config={"tolerances": self.tolerances, "trials": self.trials})
         try:
-            evidence.tree = ast.parse(candidate.source)
+            evidence.tree = parse_python(candidate.source)
         except SyntaxError:
             evidence.tree = None
         stage_t = time.perf_counter()

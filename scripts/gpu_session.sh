@@ -12,6 +12,10 @@
 #                                   # warm-up); then lane A (GPU 0): KernelBench vs ours without and with
 #                                   # memcheck; lane B (last GPU): the timer's GPU tests, the inductor
 #                                   # teacher's GPU test, elementwise fusion
+#   bash scripts/gpu_session.sh 6   # throughput, each alone on the host: KernelBench vs ours (GPU 0), then
+#                                   # 1-vs-2-GPU verifier scaling
+#   bash scripts/gpu_session.sh 7   # lane A (GPU 0): timer tests, repeatability, GPU suite + red-team suite;
+#                                   # lane B (last GPU): the inductor teacher's GPU test, expert speedups
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -43,6 +47,29 @@ if [ "$PART" = 1 ]; then
   }
   lane_a & lane_b & wait
   TAILS="repeatability:8 expert_gpu:30"
+elif [ "$PART" = 6 ]; then
+  export CUDA_VISIBLE_DEVICES=0
+  [ -d .kb ] && step kernelbench 250 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --ours-configs kb_scope,memcheck \
+      --out "$OUT/kernelbench_vs_ours.json"
+  unset CUDA_VISIBLE_DEVICES
+  step pool 300 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 64 --warm 4 --workers-per-gpu 8
+  TAILS="kernelbench:22 pool:12"
+elif [ "$PART" = 7 ]; then
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    step gpu_timing    90 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_timing_gpu.py
+    step repeatability 90 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability.json" \
+        --sizes-mib 32,128,2048 --repeats 8 --variants default,launch_timed
+    step gpu_suites   300 python3 -m pytest -q -rA -p no:cacheprovider -n 6 tests/gpu/test_cuda_gpu.py tests/redteam_gpu
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    step inductor_gpu  90 python3 -m pytest -q -rA -p no:cacheprovider -m gpu tests/test_inductor.py
+    step expert_gpu   400 python3 benchmarks/expert_gpu.py --out "$STEP_DIR" --budget-s 380
+  }
+  lane_a & lane_b & wait
+  TAILS="gpu_timing:8 repeatability:8 gpu_suites:45 inductor_gpu:6 expert_gpu:14"
 elif [ "$PART" = 5 ]; then
   export CUDA_VISIBLE_DEVICES=0  # alone on the host: nothing else runs while the timer is compared
   step repeatability 150 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability.json" \

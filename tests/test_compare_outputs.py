@@ -3,6 +3,8 @@ statement of the rule, and the float64 truth fetched only when an output misses 
 
 from __future__ import annotations
 
+import time
+
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -60,3 +62,42 @@ def test_the_truth_is_fetched_only_when_an_output_misses_the_reference():
     assert compare_outputs([ref], [ref.clone()], truth=fetch).ok and not calls
     assert compare_outputs([ref], [ref + 1e-6], truth=fetch).ok and not calls  # within the plain tolerance
     assert not compare_outputs([ref], [ref + 1.0], truth=fetch).ok and calls == [1]
+
+
+class _SlowFinalizer:
+    """Cyclic garbage whose finalizer sleeps: the collector runs it in the middle of an allocation,
+    so a thread converting an AST hands the interpreter to another thread half-way."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        time.sleep(0.0002)
+
+
+def test_the_judge_parses_candidates_from_many_threads_at_once():
+    # CPython 3.11's AST converter keeps its recursion depth in interpreter-wide state
+    # (python/cpython#106905): with plain ast.parse this fails with "AST constructor recursion
+    # depth mismatch"; verify_many's threads each parse a candidate, so the judge serialises parsing.
+    import gc
+    from concurrent.futures import ThreadPoolExecutor
+
+    from core.evidence import parse_python
+
+    source = "\n".join(f"def f{i}(x):\n    return [[(x + {i}) * k for k in range(3)] for _ in range(2)]"
+                       for i in range(100))
+
+    def work(_: int) -> int:
+        sizes = []
+        for _ in range(3):
+            _SlowFinalizer()
+            sizes.append(len(parse_python(source).body))
+        return min(sizes)
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(50)
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(work, range(64))) == {100}
+    finally:
+        gc.set_threshold(*threshold)

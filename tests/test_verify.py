@@ -59,3 +59,16 @@ def test_declined_candidates_are_not_run(verifier):
 def test_fewer_than_five_trials_is_refused():
     with pytest.raises(VerifierConfigError, match="at least 5"):
         Verifier(trials=3)
+
+
+def test_workers_share_the_cores_unless_the_user_set_omp_num_threads(monkeypatch):
+    import os
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    with Verifier(backend="triton", device="cpu", workers=3, reference_workers=1) as v:
+        assert v.pool.extra_env["OMP_NUM_THREADS"] == "8"  # 32 cores over 4 worker processes
+        assert v.reference_pool.extra_env["OMP_NUM_THREADS"] == "8"
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    with Verifier(backend="triton", device="cpu", workers=1) as v:
+        assert "OMP_NUM_THREADS" not in v.pool.extra_env  # the user's setting passes through instead

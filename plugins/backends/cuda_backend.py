@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from core import hookimpl
+from core.evidence import parse_python
 from plugins.backends import nvrtc
 
 NAME = "cuda"
@@ -271,7 +272,7 @@ def analyse_source(source: str) -> StaticReport:
     if len(source.encode("utf-8", "replace")) > MAX_SOURCE_BYTES:
         return StaticReport(False, [f"source is {len(source)} bytes; the limit is {MAX_SOURCE_BYTES}"])
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError as exc:
         return StaticReport(False, [f"Python syntax error at line {exc.lineno}: {exc.msg}"])
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):

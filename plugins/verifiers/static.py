@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from core.evidence import STATIC, Evidence
+from core.evidence import STATIC, Evidence, parse_python
 from core.verdict import CheckResult
 
 
@@ -32,7 +32,7 @@ class StaticCheck:
             return CheckResult(False, f"source is {size} bytes; the limit is {self.max_bytes}")
         if evidence.tree is None:
             try:
-                evidence.tree = ast.parse(source)
+                evidence.tree = parse_python(source)
             except SyntaxError as exc:
                 return CheckResult(False, f"does not parse: {exc.msg} (line {exc.lineno})")
         tree = evidence.tree
