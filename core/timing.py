@@ -18,7 +18,10 @@ tens of microseconds, and jittery) is kept out of the window: a filler kernel th
 thread slot of every SM runs for that long on the current stream just before the start event, so
 the candidate's launches are queued while it runs and start the moment the event is recorded.
 Because the filler holds the whole GPU, work a candidate puts on a side stream cannot run in that
-unseen window either; it waits, and lands after the start event where step 3 sees it.
+unseen window either; it waits, and lands after the start event where step 3 sees it. The filler
+grows to twice the host's launch time seen in warm-up (at most ``MAX_FILLER_US``), and a timed run
+whose launch still outlasted it (the host was descheduled) is run again, ``launch_retries`` times
+at most; ``launch_exposed_runs`` counts those that stayed exposed.
 
 Warm-up runs until ``warmup_ms`` of kernel time has passed (at least ``min_warmup`` runs); the
 number of timed runs is then adapted to the kernel's length (:func:`plan_runs`): many for short
@@ -31,10 +34,12 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 MiB = 1 << 20
+MAX_FILLER_US = 5000.0  # the filler adapts to the host's launch time up to this
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,7 @@ class TimingPolicy:
     # >0: fill the GPU this long before the start event (module docstring). On the H200 this took the
     # spread of 8 repeated medians from 9.7% to 0.09% (x*2 over 128 MiB), docs/benchmarks.md.
     hide_launch_us: float = 100.0
+    launch_retries: int = 2  # re-runs of a timed run whose launch outlasted the filler (host descheduled)
 
     def __post_init__(self) -> None:
         if self.min_runs < 1 or self.max_runs < self.min_runs:
@@ -172,6 +178,7 @@ class TimingResult:
     fresh_inputs: bool
     method: str = "cuda-events; device-wide sync before the end event; L2 flush; fresh inputs; median"
     launch_hidden_us: float = 0.0  # length of the GPU filler before the start event (0: launch latency timed)
+    launch_exposed_runs: int = 0  # timed runs whose launch outlasted the filler even after retries
     filler_fills_gpu: bool | None = None  # whether the filler held every thread slot (None: no filler)
     samples_ms: list[float] = field(default_factory=list)
 
@@ -190,6 +197,7 @@ class TimingResult:
             "fresh_inputs": self.fresh_inputs,
             "method": self.method,
             "launch_hidden_us": self.launch_hidden_us,
+            "launch_exposed_runs": self.launch_exposed_runs,
             "filler_fills_gpu": self.filler_fills_gpu,
         }
         if keep_samples:
@@ -307,8 +315,14 @@ class GpuFiller:
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end))
-        per_iter_us = 1000.0 * statistics.median(times) / probe
-        return max(1, int(micros / per_iter_us)) if per_iter_us > 0 else probe
+        self.per_iter_us = max(1000.0 * statistics.median(times) / probe, 1e-6)
+        self.micros = float(micros)
+        return max(1, int(micros / self.per_iter_us))
+
+    def resize(self, micros: float) -> None:
+        """Hold the GPU for ``micros`` from now on."""
+        self.micros = float(micros)
+        self.iters = max(1, int(micros / self.per_iter_us))
 
 
 class GpuTimer:
@@ -337,27 +351,35 @@ class GpuTimer:
         if self._flush is not None:
             self._flush.zero_()
 
-    def _one(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[float, float, Any]:
+    def _one(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[float, float, Any, float]:
+        """One timed call: (stream ms, device ms, output, host microseconds from the filler's launch
+        to fn's return, i.e. how long the filler had to cover)."""
         torch = self.torch
         start, end_stream, end_device = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         self.flush()
         torch.cuda.synchronize()
+        host0 = time.perf_counter()
         if self._filler is not None:
             self._filler()  # holds the whole GPU while the host launches fn (module docstring)
         start.record()
         out = fn(*args)
+        host_us = 1e6 * (time.perf_counter() - host0)
         end_stream.record()
         torch.cuda.synchronize()  # every stream of the device, so side-stream work is counted
         end_device.record()
         end_device.synchronize()
-        return start.elapsed_time(end_stream), start.elapsed_time(end_device), out
+        return start.elapsed_time(end_stream), start.elapsed_time(end_device), out, host_us
+
+    def _exposed(self, host_us: float) -> bool:
+        """Whether the host took longer to launch than the filler held the GPU (latency in the window)."""
+        return self._filler is not None and host_us > 0.8 * self._filler.micros
 
     def overhead_ms(self, samples: int = 50) -> float:
         """Median cost of the synchronise-and-record step, measured on a call that does no work."""
         if self._overhead_ms is None:
             gaps = []
             for _ in range(samples):
-                s, d, _ = self._one(lambda: None, ())
+                s, d, _, _ = self._one(lambda: None, ())
                 gaps.append(d - s)
             self._overhead_ms = statistics.median(gaps)
         return self._overhead_ms
@@ -378,20 +400,35 @@ class GpuTimer:
         policy = self.policy
         overhead = self.overhead_ms()
         warm: list[float] = []
+        launches: list[float] = []
         i = 0
         while True:
-            s, d, _ = self._one(fn, make_args(i))
+            s, d, _, host_us = self._one(fn, make_args(i))
             i += 1
             warm.append(honest_sample(s, d, overhead))
+            launches.append(host_us)
             recent = statistics.median(warm[-5:])
             if len(warm) >= plan_warmup(recent, policy):
                 break
+        if self._filler is not None:
+            # As long as this host takes to launch fn (a loaded host, a chatty forward), within bounds.
+            recent_launches = (launches[1:] or launches)[-20:]  # the first call also compiled
+            needed = 2.0 * quantile(sorted(recent_launches), 0.9)
+            self._filler.resize(min(MAX_FILLER_US, max(policy.hide_launch_us, needed)))
         runs = plan_runs(statistics.median(warm[-5:]), policy)
         wanted = {r % runs for r in check_runs}
         samples, stream, gaps = [], [], []
+        exposed = 0
         for r in range(runs):
-            args = make_args(i + r)
-            s, d, out = self._one(fn, args)
+            for attempt in range(1 + policy.launch_retries):  # a descheduled host: run again
+                args = make_args(i)
+                i += 1
+                s, d, out, host_us = self._one(fn, args)
+                if not self._exposed(host_us):
+                    break
+                if attempt < policy.launch_retries:
+                    del out
+            exposed += self._exposed(host_us)
             samples.append(honest_sample(s, d, overhead))
             stream.append(s)
             gaps.append(max(0.0, d - s - overhead))
@@ -406,7 +443,8 @@ class GpuTimer:
             stream_median_ms=statistics.median(stream),
             flush_bytes=self.flush_bytes,
             fresh_inputs=policy.fresh_inputs,
-            launch_hidden_us=policy.hide_launch_us if self._filler is not None else 0.0,
+            launch_hidden_us=self._filler.micros if self._filler is not None else 0.0,
+            launch_exposed_runs=exposed,
             filler_fills_gpu=self._filler.fills_gpu if self._filler is not None else None,
             samples_ms=samples,
         )

@@ -74,17 +74,31 @@ def _inputs_of(ref_trial: dict[str, Any], seed: int, scale: float = 1.0) -> dict
     return {"seed": seed, "scale": scale}
 
 
-class _LockAsFailure(contextlib.AbstractContextManager):
-    """A device-lock context whose timeout is reported like any other worker failure."""
+class _Budget:
+    """One verification's wall-clock budget. Time spent waiting for the GPU lock is given back:
+    a neighbour holding the GPU (a hanging candidate until its own limit) is not this candidate's
+    fault, so it must not turn an honest kernel's verdict into a timeout."""
 
-    def __init__(self, inner: Any):
-        self.inner = inner
+    def __init__(self, seconds: float):
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return max(1.0, self.deadline - time.monotonic())
+
+
+class _GpuTurn(contextlib.AbstractContextManager):
+    """Holds a device lock for one worker request; the wait extends the budget, and a GPU busy
+    past ``wait_s`` is reported as an error of the run (status ``error``), not of the candidate."""
+
+    def __init__(self, inner: Any, budget: _Budget, started: float):
+        self.inner, self.budget, self.started = inner, budget, started
 
     def __enter__(self) -> None:
         try:
             self.inner.__enter__()
         except DeviceLockTimeout as exc:
-            raise WorkerFailure("timeout", f"waited for the GPU past the deadline: {exc}") from exc
+            raise WorkerFailure("error", f"the GPU stayed busy with other verifications: {exc}") from exc
+        self.budget.deadline += time.monotonic() - self.started
 
     def __exit__(self, *exc: Any) -> None:
         return self.inner.__exit__(*exc)
@@ -117,6 +131,8 @@ class Verifier:
     :param float64_on_demand: run the task in float64 only when a comparison needs the truth (an
         output missed the fp32 reference): a second reference request on the same seeds. Off: every
         reference request runs it and the truth travels with the outputs.
+    :param gpu_wait_s: the longest one request waits for its turn on the GPU (core.devicelock); the
+        wait does not count against ``timeout_s``, and a GPU busy longer gives an ``error`` verdict.
     :param share_gpu_fairly: on CUDA, hold the host-wide lock of core.devicelock: trials, references
         and sanitizer runs share the GPU, a check with ``exclusive_device = True`` (the timed
         performance stage) has it alone, so several workers per GPU keep timings honest.
@@ -127,7 +143,7 @@ class Verifier:
                  memory_mb: int = 8192, probe_scales: dict | None = None, isolate: bool = True,
                  reference_workers: int = 1, max_jobs_per_worker: int = 200, name: str | None = None,
                  float64_max_elements: int = DEFAULT_FLOAT64_MAX_ELEMENTS, share_gpu_fairly: bool = True,
-                 inputs_by_seed: bool = True, float64_on_demand: bool = True,
+                 inputs_by_seed: bool = True, float64_on_demand: bool = True, gpu_wait_s: float = 900.0,
                  **check_options: Any):
         from core.plugins import registry
 
@@ -164,6 +180,7 @@ class Verifier:
         self.device_lock = DeviceLock.for_device("cuda") if self.device == "cuda" and share_gpu_fairly else None
         self.inputs_by_seed = bool(inputs_by_seed)
         self.float64_on_demand = bool(float64_on_demand)
+        self.gpu_wait_s = float(gpu_wait_s)
         self._closed = False
 
     # -- set-up
@@ -258,9 +275,9 @@ class Verifier:
             verdict.stage_s["static"] = time.perf_counter() - stage_t
             return
         verdict.stage_s["static"] = time.perf_counter() - stage_t
-        deadline = time.monotonic() + timeout_s
+        budget = _Budget(timeout_s)
         if self.compile_only is not None:
-            self._compile_only(evidence, verdict, deadline)
+            self._compile_only(evidence, verdict, budget)
             return
 
         # Reference: seeds drawn fresh for every verification, never guessable.
@@ -276,8 +293,8 @@ class Verifier:
             "float64_max_elements": self.float64_max_elements, "float64_later": self.float64_on_demand,
             "inputs_mode": "digest" if self.inputs_by_seed else "tensors"}
         try:
-            with self._gpu(deadline):
-                ref = self._request(self.reference_pool, reference_request, deadline)
+            with self._gpu(budget):
+                ref = self._request(self.reference_pool, reference_request, budget)
         except WorkerFailure as exc:
             verdict.status, verdict.reason = exc.status, f"the reference (task) failed: {exc.detail}"
             return
@@ -287,14 +304,14 @@ class Verifier:
             return
         ref_trials, ref_probes = ref["trials"][:len(trial_seeds)], ref["trials"][len(trial_seeds):]
         if ref.get("float64_pending"):
-            evidence.truth_loader = functools.partial(self._load_truth, evidence, reference_request, deadline)
+            evidence.truth_loader = functools.partial(self._load_truth, evidence, reference_request, budget)
 
         worker = self.pool.acquire()
         discard = False
         try:
             discard = self._run_candidate(worker, evidence, verdict, worker_checks, needs, ref, init_seed,
                                           trial_seeds, ref_trials, list(zip(scales, probe_seeds, ref_probes)),
-                                          deadline)
+                                          budget)
         except WorkerFailure as exc:
             discard = True
             verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
@@ -307,12 +324,12 @@ class Verifier:
                     discard = True
             self.pool.release(worker, discard=discard)
 
-    def _compile_only(self, evidence: Evidence, verdict: Verdict, deadline: float) -> None:
+    def _compile_only(self, evidence: Evidence, verdict: Verdict, budget: _Budget) -> None:
         """Import the candidate and run the backend's compile step; never call forward."""
         t = time.perf_counter()
         try:
             loaded = self._request(self.pool, {"op": "load", "source": evidence.candidate.source, "init_seed": 0,
-                                               "init_inputs": [], "construct": False}, deadline)
+                                               "init_inputs": [], "construct": False}, budget)
         except WorkerFailure as exc:
             verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
             return
@@ -327,11 +344,11 @@ class Verifier:
         if loaded.get("sandbox"):
             verdict.add_check("integrity", False, f"sandbox refused: {loaded['sandbox'][0]}", hack=True)
 
-    def _request(self, pool: WorkerPool, message: dict[str, Any], deadline: float) -> dict[str, Any]:
+    def _request(self, pool: WorkerPool, message: dict[str, Any], budget: _Budget) -> dict[str, Any]:
         worker = pool.acquire()
         ok = False
         try:
-            answer = worker.request(message, timeout_s=max(1.0, deadline - time.monotonic()))
+            answer = worker.request(message, timeout_s=budget.left())
             ok = True
             return answer
         finally:
@@ -339,15 +356,14 @@ class Verifier:
 
     def _run_candidate(self, worker, evidence: Evidence, verdict: Verdict, checks: list[Any], needs: set[str],
                        ref: dict[str, Any], init_seed: int, trial_seeds: list[int], ref_trials: list[dict],
-                       probes: list[tuple[float, int, dict]], deadline: float) -> bool:
+                       probes: list[tuple[float, int, dict]], budget: _Budget) -> bool:
         """Load, run and judge the candidate in ``worker``; returns True when the worker must be discarded."""
 
-        def left() -> float:
-            return max(1.0, deadline - time.monotonic())
+        left = budget.left
 
         t = time.perf_counter()
         # The task travels as plain data: performance checks (collect hooks) time it beside the candidate.
-        with self._gpu(deadline):
+        with self._gpu(budget):
             loaded = worker.request({"op": "load", "source": evidence.candidate.source, "init_seed": init_seed,
                                      "init_inputs": ref["init_inputs"], "task": evidence.task.to_dict()},
                                     timeout_s=left())
@@ -365,7 +381,7 @@ class Verifier:
         # Correctness trials (the first call is also where Triton compiles the kernels).
         t = time.perf_counter()
         runs = [{"name": f"trial{i}", **_inputs_of(r, seed)} for i, (seed, r) in enumerate(zip(trial_seeds, ref_trials))]
-        observed = self._run(worker, runs, left())
+        observed = self._run(worker, runs, budget)
         verdict.stage_s["trials"] = time.perf_counter() - t
         evidence.trials = [Trial(seed, r.get("inputs"), r["output"], o, truth=r.get("truth"),
                                  inputs_digest=r.get("inputs_digest"))
@@ -388,13 +404,14 @@ class Verifier:
         passed = self._evaluate(basic, evidence, verdict, stop_at_first=False)
         if passed:
             passed = self._extra_observations(worker, evidence, verdict, checks, needs, trial_seeds, ref_trials,
-                                              probes, left)
+                                              probes, budget)
         self._finish(verdict, None)
         return bool(verdict.hack_flags) or bool(evidence.config.get("worker_dirty"))
 
     def _extra_observations(self, worker, evidence: Evidence, verdict: Verdict, checks: list[Any], needs: set[str],
                             trial_seeds: list[int], ref_trials: list[dict], probes: list[tuple[float, int, dict]],
-                            left) -> bool:
+                            budget: _Budget) -> bool:
+        left = budget.left
         t = time.perf_counter()
         race_orders = max((getattr(c, "orders", 0) for c in checks if "shuffled" in c.needs), default=0)
         base = ref_trials[0]
@@ -406,7 +423,7 @@ class Verifier:
             runs.append({"name": "repeat0", **_inputs_of(base, trial_seeds[0])})
         if "probes" in needs:
             runs += [{"name": f"probe{i}", **_inputs_of(r, seed, scale)} for i, (scale, seed, r) in enumerate(probes)]
-        observed = self._run(worker, runs, left()) if runs else []
+        observed = self._run(worker, runs, budget) if runs else []
         for run, obs in zip(runs, observed):
             kind = run["name"].rstrip("0123456789")
             if kind == "probe":
@@ -425,7 +442,7 @@ class Verifier:
                 config = {k: v for k, v in asdict(check).items() if k not in ("name", "stage", "hard", "where", "needs")} \
                     if hasattr(check, "__dataclass_fields__") else {}
                 t_check = time.perf_counter()
-                lock = self._gpu(time.monotonic() + left(), exclusive=bool(getattr(check, "exclusive_device", False)))
+                lock = self._gpu(budget, exclusive=bool(getattr(check, "exclusive_device", False)))
                 if getattr(check, "locks_device_itself", False) and self.device_lock is not None:
                     # e.g. a sanitizer run: seconds of CPU start-up around a moment of GPU work, which
                     # takes the shared lock itself so a timed stage need not wait through the start-up.
@@ -441,12 +458,12 @@ class Verifier:
         rest = [c for c in checks if c.name not in verdict.checks]
         return self._evaluate(rest, evidence, verdict, stop_at_first=False)
 
-    def _load_truth(self, evidence: Evidence, reference_request: dict[str, Any], deadline: float) -> None:
+    def _load_truth(self, evidence: Evidence, reference_request: dict[str, Any], budget: _Budget) -> None:
         """The float64 truth of every run, asked of a reference worker when a comparison first needs it
         (``float64_on_demand``): the same task, init seed and input seeds, so the same inputs."""
         try:
-            with self._gpu(deadline):
-                ref = self._request(self.reference_pool, {**reference_request, "float64_later": False}, deadline)
+            with self._gpu(budget):
+                ref = self._request(self.reference_pool, {**reference_request, "float64_later": False}, budget)
         except WorkerFailure as exc:
             ref = {"ok": False, "error": exc.detail}
         if not ref.get("ok"):
@@ -476,15 +493,19 @@ class Verifier:
         evidence.config["float64_truth"] = trusted
         evidence.config["float64_truth_note"] = note or "float64 reference in use"
 
-    def _gpu(self, deadline: float, exclusive: bool = False):
-        """Hold this GPU's host-wide lock (shared, or alone for timing) around one worker request."""
+    def _gpu(self, budget: _Budget, exclusive: bool = False):
+        """Hold this GPU's host-wide lock (shared, or alone for timing) around one worker request,
+        waiting at most ``gpu_wait_s``; the wait is added to ``budget``."""
         if self.device_lock is None:
             return contextlib.nullcontext()
-        return _LockAsFailure(self.device_lock.exclusive(deadline) if exclusive else self.device_lock.shared(deadline))
+        started = time.monotonic()
+        wait_until = started + self.gpu_wait_s
+        inner = self.device_lock.exclusive(wait_until) if exclusive else self.device_lock.shared(wait_until)
+        return _GpuTurn(inner, budget, started)
 
-    def _run(self, worker, runs: list[dict[str, Any]], timeout_s: float) -> list[RunObservation]:
-        with self._gpu(time.monotonic() + timeout_s):
-            answer = worker.request({"op": "run", "runs": runs}, timeout_s=timeout_s)
+    def _run(self, worker, runs: list[dict[str, Any]], budget: _Budget) -> list[RunObservation]:
+        with self._gpu(budget):
+            answer = worker.request({"op": "run", "runs": runs}, timeout_s=budget.left())
         if not answer.get("ok"):
             raise WorkerFailure("error", f"worker could not run the candidate: {answer.get('error')}")
         return [RunObservation.from_dict(o) for o in answer["observations"]]

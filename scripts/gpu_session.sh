@@ -16,6 +16,9 @@
 #                                   # 1-vs-2-GPU verifier scaling
 #   bash scripts/gpu_session.sh 7   # lane A (GPU 0): timer tests, repeatability, GPU suite + red-team suite;
 #                                   # lane B (last GPU): the inductor teacher's GPU test, expert speedups
+#   bash scripts/gpu_session.sh 8   # lane A (GPU 0): timer tests, GPU suite + red-team suite; lane B (last
+#                                   # GPU): the inductor teacher's GPU test, repeatability on a busy host;
+#                                   # then 1-vs-2-GPU verifier scaling alone
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -47,6 +50,22 @@ if [ "$PART" = 1 ]; then
   }
   lane_a & lane_b & wait
   TAILS="repeatability:8 expert_gpu:30"
+elif [ "$PART" = 8 ]; then
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    step gpu_timing    90 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_timing_gpu.py
+    step gpu_suites   260 python3 -m pytest -q -rA -p no:cacheprovider -n 6 tests/gpu/test_cuda_gpu.py tests/redteam_gpu
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    step inductor_gpu  90 python3 -m pytest -q -rA -p no:cacheprovider -m gpu tests/test_inductor.py
+    step repeatability_busy 120 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability_busy.json" \
+        --sizes-mib 32,128,2048 --repeats 8 --variants default,launch_timed
+  }
+  lane_a & lane_b & wait
+  unset CUDA_VISIBLE_DEVICES
+  step pool 230 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
+  TAILS="gpu_timing:8 gpu_suites:40 inductor_gpu:6 repeatability_busy:8 pool:6"
 elif [ "$PART" = 6 ]; then
   export CUDA_VISIBLE_DEVICES=0
   [ -d .kb ] && step kernelbench 250 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \

@@ -99,3 +99,44 @@ def test_a_cpu_verifier_takes_no_gpu_lock():
     with Verifier(backend="triton", device="cpu", workers=1, checks=["static"]) as v:
         assert v.device_lock is None
 
+
+
+def test_waiting_for_the_gpu_is_not_charged_to_the_candidate(tmp_path):
+    import threading
+    import types
+
+    from core.sandbox import WorkerFailure
+    from core.verify import Verifier, _Budget
+
+    lock = DeviceLock("cuda-budget", tmp_path)
+    judge = types.SimpleNamespace(device_lock=lock, gpu_wait_s=30.0)
+    held, release = threading.Event(), threading.Event()
+
+    def neighbour():  # e.g. a hanging candidate's trial, holding the GPU until its own limit
+        with lock.shared():
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=neighbour)
+    thread.start()
+    held.wait(10)
+    threading.Timer(1.0, release.set).start()
+    budget = _Budget(5.0)
+    before = budget.deadline
+    with Verifier._gpu(judge, budget, exclusive=True):  # the timed stage waits ~1 s for the GPU ...
+        pass
+    assert budget.deadline - before >= 0.9  # ... and gets that second back
+    thread.join()
+
+    release.clear()
+    held.clear()
+    thread = threading.Thread(target=neighbour)
+    thread.start()
+    held.wait(10)
+    judge.gpu_wait_s = 0.3
+    with pytest.raises(WorkerFailure) as failure:  # a GPU busy past gpu_wait_s: an error of the run
+        with Verifier._gpu(judge, _Budget(5.0), exclusive=True):
+            pass
+    assert failure.value.status == "error" and "busy" in failure.value.detail
+    release.set()
+    thread.join()

@@ -10,7 +10,8 @@ import torch
 from core.program import Node, Program, TensorSpec
 from plugins.coders.expert_lowering.selfcheck import compare
 from plugins.coders.inductor import (
-    NO_GPU, Declined, InductorCoder, build_candidate_source, forbidden_calls, parse_kernels, wrapper_parts,
+    NO_GPU, Declined, InductorCoder, build_candidate_source, forbidden_calls, parse_kernels, static_findings,
+    wrapper_parts,
 )
 from plugins.proposers.common import program_to_task
 
@@ -22,6 +23,9 @@ INDUCTOR_STYLE = """
 from ctypes import c_void_p, c_long, c_int
 import torch
 import math
+import os
+import tempfile
+from torch._C import _cuda_getCurrentRawStream as get_raw_stream
 from torch._inductor.async_compile import AsyncCompile
 import triton
 import triton.language as tl
@@ -80,9 +84,10 @@ del async_compile
 def call(args):
     arg0_1, arg1_1 = args
     args.clear()
+    stream0 = get_raw_stream(0) if torch.cuda.is_available() else None
     buf0 = empty_strided_cpu((6, 20), (20, 1), torch.float32)
     # Topologically Sorted Source Nodes: [add, relu], Original ATen: [aten.add, aten.relu]
-    triton_poi_fused_add_relu_0.run(arg0_1, arg1_1, buf0, 120, stream=0)
+    triton_poi_fused_add_relu_0.run(arg0_1, arg1_1, buf0, 120, stream=stream0)
     del arg0_1
     buf1 = empty_strided_cpu((6, ), (1, ), torch.float32)
     triton_per_fused_sum_1.run(buf0, buf1, 6, 20, stream=0)
@@ -118,6 +123,9 @@ def test_assembly_of_an_inductor_module_runs_and_matches():
     source = build_candidate_source(task.source, INDUCTOR_STYLE, kernels, configs, ["x0", "x1"], ["x0", "x1"])
     assert "async_compile" not in source and "benchmark_compiled_module" not in source
     assert source.count("@triton.jit") == 2 and "triton_heuristics" not in source
+    # Inductor's header imports (os, tempfile, ctypes, torch._C) are gone: the static stages pass
+    assert static_findings(source) == "", static_findings(source)
+    assert "import os" not in source and "torch._C import" not in source and "def get_raw_stream" in source
     result = compare(task.source, source)
     assert result.ok, result.detail + "\n" + source
 

@@ -8,7 +8,6 @@ sending the tensors.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 
 from core.evidence import RunObservation, Trial, input_digests, inputs_intact
 from core.task import Candidate, Task
+from core.verify import _Budget
 
 RED = Path(__file__).resolve().parent / "redteam"
 VECTOR_ADD = (RED / "tasks" / "vector_add.py").read_text()
@@ -43,7 +43,7 @@ def verifier(request):
 def _reference(verifier, source: str, mode: str) -> dict:
     return verifier._request(verifier.reference_pool, {
         "op": "reference", "source": source, "init_seed": 1, "seeds": [11, 12], "scales": [1.0, 1e3],
-        "float64_max_elements": 0, "inputs_mode": mode}, time.monotonic() + 120)
+        "float64_max_elements": 0, "inputs_mode": mode}, _Budget(120))
 
 
 def test_a_reproducible_task_sends_digests_not_tensors(verifier):
