@@ -443,14 +443,17 @@ class Verifier:
                     if hasattr(check, "__dataclass_fields__") else {}
                 t_check = time.perf_counter()
                 lock = self._gpu(budget, exclusive=bool(getattr(check, "exclusive_device", False)))
+                lock_wait_s = 0.0
                 if getattr(check, "locks_device_itself", False) and self.device_lock is not None:
                     # e.g. a sanitizer run: seconds of CPU start-up around a moment of GPU work, which
                     # takes the shared lock itself so a timed stage need not wait through the start-up.
-                    config["device_lock"] = self.device_lock.describe()
-                    lock = contextlib.nullcontext()
+                    config["device_lock"] = {**self.device_lock.describe(), "wait_s": self.gpu_wait_s}
+                    lock, lock_wait_s = contextlib.nullcontext(), self.gpu_wait_s
                 with lock:
                     answer = worker.request({"op": "collect", "check": check.name, "config": config},
-                                            timeout_s=left())
+                                            timeout_s=left() + lock_wait_s)
+                if lock_wait_s:  # its wait for the GPU is given back too, as in _gpu
+                    budget.deadline += float((answer.get("data") or {}).get("gpu_lock_wait_s") or 0.0)
                 verdict.stage_s[check.name] = time.perf_counter() - t_check  # lock wait included
                 if getattr(check, "dirties_worker", lambda: False)():  # the next candidate gets a fresh worker
                     evidence.config["worker_dirty"] = True

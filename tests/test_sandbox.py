@@ -185,3 +185,19 @@ def test_hanging_worker_times_out(pool):
         run_code(pool, "while True: pass", timeout_s=3)
     assert info.value.status == "timeout"
     assert run_code(pool, "y = 2")["ok"]
+
+
+def test_the_triton_worker_may_start_the_ptxas_triton_is_pointed_at(tmp_path, monkeypatch):
+    import os
+
+    from core.plugins import create
+    from core.worker import AuditGuard
+
+    ptxas = tmp_path / "ptxas"
+    ptxas.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("TRITON_PTXAS_PATH", str(ptxas))
+    allowed = create("backend", "triton").compiler_dirs()
+    assert os.path.realpath(ptxas) in allowed
+    guard = AuditGuard(str(tmp_path / "scratch"), allowed)
+    assert any(str(ptxas) == d for d in guard.allowed_exec_dirs)  # the exact program, not its folder
+    assert not any(d == str(tmp_path) for d in guard.allowed_exec_dirs)

@@ -132,6 +132,13 @@ class TritonBackend:
         import triton
 
         allowed = [os.path.dirname(triton.__file__)]
+        # The ptxas Triton is pointed at: $TRITON_PTXAS_PATH, or the one PyTorch bundles, which
+        # torch._inductor selects when it is imported (the inductor teacher's kernels import it).
+        import torch
+
+        for ptxas in (os.environ.get("TRITON_PTXAS_PATH"), os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas")):
+            if ptxas and os.path.isfile(ptxas):
+                allowed.append(os.path.realpath(ptxas))
         for cc in (os.environ.get("CC"), shutil.which("gcc"), shutil.which("clang"), shutil.which("cc")):
             if cc:
                 allowed.append(os.path.realpath(shutil.which(cc) or cc))

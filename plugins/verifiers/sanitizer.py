@@ -51,7 +51,7 @@ lock = contextlib.nullcontext()
 if lock_desc:  # share the GPU fairly with the judge's other workers (core/devicelock.py)
     sys.path.insert(0, project)
     from core.devicelock import DeviceLock
-    lock = DeviceLock.from_description(lock_desc).shared(time.monotonic() + timeout_s)
+    lock = DeviceLock.from_description(lock_desc).shared(time.monotonic() + float(lock_desc.get("wait_s", timeout_s)))
 t0 = time.monotonic()
 with lock:
     t1 = time.monotonic()
@@ -112,7 +112,8 @@ def run_sanitizer(tool: str, task_source: str, candidate_path: str, scratch: Pat
            candidate_path, str(int.from_bytes(os.urandom(3), "little")), json.dumps(device_lock or {}), project,
            str(timeout_s), device]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=scratch, env=env)
+        wait_s = float((device_lock or {}).get("wait_s", 0.0))  # the GPU lock's wait is not the tool's time
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + wait_s, cwd=scratch, env=env)
     except subprocess.TimeoutExpired:
         return {"skipped": f"compute-sanitizer {tool} did not finish within {timeout_s:.0f} s"}
     text = proc.stdout + "\n" + proc.stderr
