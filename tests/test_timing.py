@@ -116,21 +116,33 @@ def test_fresh_inputs_for_ints_bools_and_empty():
     assert _Profile(torch.tensor([float("nan")])).kind == "copy"
 
 
-class _HostClockEvent:
-    """A stand-in for torch.cuda.Event on CPU: the host clock at record()."""
+class _Clock:
+    """A deterministic host clock for GpuTimer's loop on CPU: only the fake launches advance it."""
+
+    now = 0.0
+
+    @classmethod
+    def perf_counter(cls) -> float:
+        return cls.now
+
+    @classmethod
+    def spend(cls, seconds: float) -> None:
+        cls.now += seconds
+
+
+class _ClockEvent:
+    """A stand-in for torch.cuda.Event: the fake clock at record()."""
 
     def __init__(self, enable_timing: bool = True):
         self.t = 0.0
 
     def record(self) -> None:
-        import time
-
-        self.t = time.perf_counter()
+        self.t = _Clock.now
 
     def synchronize(self) -> None:
         pass
 
-    def elapsed_time(self, other: "_HostClockEvent") -> float:
+    def elapsed_time(self, other: "_ClockEvent") -> float:
         return (other.t - self.t) * 1e3
 
 
@@ -147,50 +159,49 @@ class _Filler:
         self.micros = micros
 
 
-def _cpu_timer(policy):
+def _cpu_timer(policy, monkeypatch):
     import types
 
+    import core.timing
     from core.timing import GpuTimer
 
-    timer = GpuTimer.__new__(GpuTimer)  # GpuTimer's loop on CPU: host-clock events, a no-op filler
-    timer.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=_HostClockEvent, synchronize=lambda: None))
+    monkeypatch.setattr(core.timing, "time", types.SimpleNamespace(perf_counter=_Clock.perf_counter))
+    timer = GpuTimer.__new__(GpuTimer)  # GpuTimer's loop on CPU: fake-clock events, a no-op filler
+    timer.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=_ClockEvent, synchronize=lambda: None))
     timer.policy, timer._flush, timer.flush_bytes, timer._overhead_ms = policy, None, 0, None
     timer._filler = _Filler()
     return timer
 
 
-def test_the_filler_grows_to_the_hosts_launch_time_and_descheduled_runs_are_run_again():
-    import time
-
+def test_the_filler_grows_to_the_hosts_launch_time_and_descheduled_runs_are_run_again(monkeypatch):
     from core.timing import MAX_FILLER_US
 
     calls = []
 
-    def launch():  # ~0.3 ms to launch; every 7th call the host is descheduled for 3 ms
+    def launch():  # 0.3 ms to launch; every 7th call the host is descheduled for 3 ms
         calls.append(1)
-        time.sleep(0.003 if len(calls) % 7 == 0 else 0.0003)
+        _Clock.spend(0.003 if len(calls) % 7 == 0 else 0.0003)
 
     policy = TimingPolicy(budget_ms=5.0, min_runs=12, max_runs=12, warmup_ms=1.0, min_warmup=4)
-    result = _cpu_timer(policy).time(launch, lambda i: ())
-    assert 2 * 300 <= result.launch_hidden_us <= MAX_FILLER_US  # twice the warm-up launch time, or more
-    assert result.stats.runs == 12 and len(calls) > 4 + 12  # the descheduled runs were run again ...
-    assert result.launch_exposed_runs == 0  # ... and no kept run had its launch in the window
-    assert result.stats.max_ms < 2.5  # no 3 ms outlier among the kept samples
+    result = _cpu_timer(policy, monkeypatch).time(launch, lambda i: ())
+    assert result.launch_hidden_us == pytest.approx(600.0)  # twice the warm-up launch time
+    assert MAX_FILLER_US > 600.0
+    assert result.stats.runs == 12 and len(calls) == 4 + 12 + 2  # two descheduled runs were run again
+    assert result.launch_exposed_runs == 0  # no kept run had its launch in the window
+    assert result.stats.max_ms == pytest.approx(0.3)  # and no 3 ms sample was kept
 
 
-def test_a_launch_always_slower_than_the_longest_filler_is_kept_and_counted():
-    import time
-
+def test_a_launch_always_slower_than_the_longest_filler_is_kept_and_counted(monkeypatch):
     from core.timing import MAX_FILLER_US
 
     calls = []
 
     def chatty_forward():  # 6 ms of host work per call: more than the filler may ever hold the GPU
         calls.append(1)
-        time.sleep(0.006)
+        _Clock.spend(0.006)
 
     policy = TimingPolicy(budget_ms=5.0, min_runs=3, max_runs=3, warmup_ms=1.0, min_warmup=3, max_warmup=3)
-    result = _cpu_timer(policy).time(chatty_forward, lambda i: ())
+    result = _cpu_timer(policy, monkeypatch).time(chatty_forward, lambda i: ())
     assert result.launch_hidden_us == MAX_FILLER_US
     assert result.stats.runs == 3 and result.launch_exposed_runs == 3  # kept, and reported as exposed
     assert len(calls) == 3 + 3 * (1 + policy.launch_retries)  # each timed run tried 1 + retries times
