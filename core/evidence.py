@@ -320,7 +320,8 @@ def input_digests(values: list[Any]) -> list[str]:
         if not isinstance(v, torch.Tensor):
             out.append(f"py:{type(v).__name__}:{v!r}")
             continue
-        h = hashlib.blake2b(digest_size=20)
+        # sha256: the SHA extensions of current x86 CPUs hash 100 MB in ~70 ms, blake2b takes ~160
+        h = hashlib.sha256()
         h.update(f"{v.dtype}|{tuple(v.shape)}|{v.stride()}|{v.storage_offset()}".encode())
         if v.numel():
             h.update(memoryview(element_bytes(v.detach().to("cpu")).numpy()))

@@ -18,7 +18,8 @@
 #                                   # lane B (last GPU): the inductor teacher's GPU test, expert speedups
 #   bash scripts/gpu_session.sh 8   # lane A (GPU 0): timer tests, GPU suite + red-team suite; lane B (last
 #                                   # GPU): the inductor teacher's GPU test, repeatability on a busy host;
-#                                   # then 1-vs-2-GPU verifier scaling alone
+#                                   # then 1-vs-2-GPU verifier scaling alone (SKIP_POOL=1: not)
+#   bash scripts/gpu_session.sh 9   # 1-vs-2-GPU verifier scaling alone, 96 tasks, time for both runs
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -64,8 +65,12 @@ elif [ "$PART" = 8 ]; then
   }
   lane_a & lane_b & wait
   unset CUDA_VISIBLE_DEVICES
-  step pool 230 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
+  [ -z "${SKIP_POOL:-}" ] && step pool 230 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 \
+      --workers-per-gpu 8
   TAILS="gpu_timing:8 gpu_suites:40 inductor_gpu:6 repeatability_busy:8 pool:6"
+elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
+  step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
+  TAILS="pool:8"
 elif [ "$PART" = 6 ]; then
   export CUDA_VISIBLE_DEVICES=0
   [ -d .kb ] && step kernelbench 250 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
