@@ -133,6 +133,8 @@ class Verifier:
         reference request runs it and the truth travels with the outputs.
     :param gpu_wait_s: the longest one request waits for its turn on the GPU (core.devicelock); the
         wait does not count against ``timeout_s``, and a GPU busy longer gives an ``error`` verdict.
+    :param split_transfers: fetch the tensors of run and reference answers in a second request,
+        after the GPU lock is released (default: where a GPU lock is in use).
     :param share_gpu_fairly: on CUDA, hold the host-wide lock of core.devicelock: trials, references
         and sanitizer runs share the GPU, a check with ``exclusive_device = True`` (the timed
         performance stage) has it alone, so several workers per GPU keep timings honest.
@@ -144,6 +146,7 @@ class Verifier:
                  reference_workers: int = 1, max_jobs_per_worker: int = 200, name: str | None = None,
                  float64_max_elements: int = DEFAULT_FLOAT64_MAX_ELEMENTS, share_gpu_fairly: bool = True,
                  inputs_by_seed: bool = True, float64_on_demand: bool = True, gpu_wait_s: float = 900.0,
+                 split_transfers: bool | None = None,
                  **check_options: Any):
         from core.plugins import registry
 
@@ -181,6 +184,8 @@ class Verifier:
         self.inputs_by_seed = bool(inputs_by_seed)
         self.float64_on_demand = bool(float64_on_demand)
         self.gpu_wait_s = float(gpu_wait_s)
+        # None: where a GPU lock is held (the saving is the lock's; on CPU it would cost a round trip)
+        self.split_transfers = self.device_lock is not None if split_transfers is None else bool(split_transfers)
         self._closed = False
 
     # -- set-up
@@ -293,8 +298,7 @@ class Verifier:
             "float64_max_elements": self.float64_max_elements, "float64_later": self.float64_on_demand,
             "inputs_mode": "digest" if self.inputs_by_seed else "tensors"}
         try:
-            with self._gpu(budget):
-                ref = self._request(self.reference_pool, reference_request, budget)
+            ref = self._request(self.reference_pool, reference_request, budget, on_gpu=True)
         except WorkerFailure as exc:
             verdict.status, verdict.reason = exc.status, f"the reference (task) failed: {exc.detail}"
             return
@@ -344,15 +348,33 @@ class Verifier:
         if loaded.get("sandbox"):
             verdict.add_check("integrity", False, f"sandbox refused: {loaded['sandbox'][0]}", hack=True)
 
-    def _request(self, pool: WorkerPool, message: dict[str, Any], budget: _Budget) -> dict[str, Any]:
+    def _request(self, pool: WorkerPool, message: dict[str, Any], budget: _Budget,
+                 on_gpu: bool = False) -> dict[str, Any]:
         worker = pool.acquire()
         ok = False
         try:
-            answer = worker.request(message, timeout_s=budget.left())
+            answer = self._on_gpu(worker, message, budget) if on_gpu else \
+                worker.request(message, timeout_s=budget.left())
             ok = True
             return answer
         finally:
             pool.release(worker, discard=not ok)
+
+    def _on_gpu(self, worker, message: dict[str, Any], budget: _Budget) -> dict[str, Any]:
+        """A run or reference request under the GPU lock; with ``split_transfers`` its tensors are
+        held back by the worker and fetched after the lock is released: moving 100 MB outputs
+        through a pipe takes seconds, and a timed stage waiting for the lock should not wait for
+        that."""
+        with self._gpu(budget):
+            answer = worker.request({**message, "hold": self.split_transfers}, timeout_s=budget.left())
+        if answer.get("held"):
+            heavy = worker.request({"op": "take_held"}, timeout_s=budget.left())
+            items = answer.get("observations") or answer.get("trials") or []
+            if not heavy.get("ok") or len(heavy.get("held") or []) != len(items):
+                raise WorkerFailure("error", f"the worker lost the outputs it held: {heavy.get('error')}")
+            for item, tensors in zip(items, heavy["held"]):
+                item.update(tensors)
+        return answer
 
     def _run_candidate(self, worker, evidence: Evidence, verdict: Verdict, checks: list[Any], needs: set[str],
                        ref: dict[str, Any], init_seed: int, trial_seeds: list[int], ref_trials: list[dict],
@@ -465,8 +487,8 @@ class Verifier:
         """The float64 truth of every run, asked of a reference worker when a comparison first needs it
         (``float64_on_demand``): the same task, init seed and input seeds, so the same inputs."""
         try:
-            with self._gpu(budget):
-                ref = self._request(self.reference_pool, {**reference_request, "float64_later": False}, budget)
+            ref = self._request(self.reference_pool, {**reference_request, "float64_later": False}, budget,
+                                on_gpu=True)
         except WorkerFailure as exc:
             ref = {"ok": False, "error": exc.detail}
         if not ref.get("ok"):
@@ -507,8 +529,7 @@ class Verifier:
         return _GpuTurn(inner, budget, started)
 
     def _run(self, worker, runs: list[dict[str, Any]], budget: _Budget) -> list[RunObservation]:
-        with self._gpu(budget):
-            answer = worker.request({"op": "run", "runs": runs}, timeout_s=budget.left())
+        answer = self._on_gpu(worker, {"op": "run", "runs": runs}, budget)
         if not answer.get("ok"):
             raise WorkerFailure("error", f"worker could not run the candidate: {answer.get('error')}")
         return [RunObservation.from_dict(o) for o in answer["observations"]]

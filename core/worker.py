@@ -499,6 +499,7 @@ class WorkerMain:
         self.role, self.device, self.scratch = args.role, args.device, args.scratch
         self.session: Session | None = None
         self.loaded = 0
+        self.held: list[dict[str, Any]] | None = None  # tensors of the last "hold" answer
 
     def setup(self) -> dict[str, Any]:
         isolation = isolate(self.scratch) if self.args.isolate else "off: isolation disabled by configuration"
@@ -518,9 +519,24 @@ class WorkerMain:
 
     # -- requests
 
+    # What "hold" keeps back from a run/reference answer until "take_held" asks for it.
+    HELD_KEYS = ("output", "inputs_after", "truth", "inputs")
+
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
         set_cpu_budget(int(req.get("cpu_s", 600)))
+        if op in ("reference", "run"):
+            self.held = None
+            if req.get("hold"):  # the judge holds the GPU lock for this answer, then fetches the tensors
+                answer = self.handle({k: v for k, v in req.items() if k != "hold"})
+                items = answer.get("observations") or answer.get("trials") or []
+                if answer.get("ok"):
+                    self.held = [{k: item.pop(k) for k in self.HELD_KEYS if k in item} for item in items]
+                    answer["held"] = True
+                return answer
+        if op == "take_held":
+            held, self.held = self.held, None
+            return {"ok": held is not None, "held": held, "error": None if held is not None else "nothing is held"}
         if op == "reference" and self.role == "reference":
             return self.reference(req)
         if op == "load" and self.role == "candidate":

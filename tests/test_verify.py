@@ -72,3 +72,19 @@ def test_workers_share_the_cores_unless_the_user_set_omp_num_threads(monkeypatch
     monkeypatch.setenv("OMP_NUM_THREADS", "5")
     with Verifier(backend="triton", device="cpu", workers=1) as v:
         assert "OMP_NUM_THREADS" not in v.pool.extra_env  # the user's setting passes through instead
+
+
+@pytest.mark.parametrize("by_seed", [True, False])
+def test_tensors_fetched_after_the_gpu_turn_give_the_same_verdicts(by_seed):
+    # split_transfers: run/reference answers come back without their tensors, which a second
+    # request fetches (on a GPU: after the lock is released). Verdicts must not change.
+    task = task_named("vector_add")
+    with Verifier(backend="triton", device="cpu", workers=1, timeout_s=60, split_transfers=True,
+                  inputs_by_seed=by_seed) as v:
+        honest = v.verify(task, candidate_named("honest_vector_add"))
+        mutation = v.verify(task, candidate_named("input_mutation"))
+        wrong = v.verify(task, candidate_named("partial_write"))
+    assert honest.accepted, honest.reason
+    assert honest.checks["correctness"].data["matched"] == honest.checks["correctness"].data["trials"]
+    assert not mutation.accepted and "correctness" in mutation.hack_flags, mutation.reason
+    assert not wrong.accepted and wrong.reason.startswith("correctness:"), wrong.reason
