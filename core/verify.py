@@ -86,6 +86,10 @@ class _Budget:
         return max(1.0, self.deadline - time.monotonic())
 
 
+class GpuBusy(WorkerFailure):
+    """No turn on the GPU within ``gpu_wait_s``: the run's problem; the worker itself is fine."""
+
+
 class _GpuTurn(contextlib.AbstractContextManager):
     """Holds a device lock for one worker request; the wait extends the budget, and a GPU busy
     past ``wait_s`` is reported as an error of the run (status ``error``), not of the candidate."""
@@ -97,7 +101,7 @@ class _GpuTurn(contextlib.AbstractContextManager):
         try:
             self.inner.__enter__()
         except DeviceLockTimeout as exc:
-            raise WorkerFailure("error", f"the GPU stayed busy with other verifications: {exc}") from exc
+            raise GpuBusy("error", f"the GPU stayed busy with other verifications: {exc}") from exc
         self.budget.deadline += time.monotonic() - self.started
 
     def __exit__(self, *exc: Any) -> None:
@@ -357,6 +361,9 @@ class Verifier:
                 worker.request(message, timeout_s=budget.left())
             ok = True
             return answer
+        except GpuBusy:
+            ok = True  # it never got to the worker
+            raise
         finally:
             pool.release(worker, discard=not ok)
 
@@ -469,7 +476,8 @@ class Verifier:
                 if getattr(check, "locks_device_itself", False) and self.device_lock is not None:
                     # e.g. a sanitizer run: seconds of CPU start-up around a moment of GPU work, which
                     # takes the shared lock itself so a timed stage need not wait through the start-up.
-                    config["device_lock"] = {**self.device_lock.describe(), "wait_s": self.gpu_wait_s}
+                    config["device_lock"] = {**self.device_lock.describe(), "wait_s": self.gpu_wait_s,
+                                             "hold_s": left()}
                     lock, lock_wait_s = contextlib.nullcontext(), self.gpu_wait_s
                 with lock:
                     answer = worker.request({"op": "collect", "check": check.name, "config": config},

@@ -213,3 +213,27 @@ def test_the_sanitizer_driver_waits_for_the_gpu_lock_only_around_its_gpu_work(tm
     # without a lock description the driver runs at once
     free = run_sanitizer("memcheck", RELU_TASK, str(cand), tmp_path, timeout_s=60, device="cpu")
     assert free["completed"] and free["gpu_lock_wait_s"] < 0.3
+
+
+def test_a_candidate_that_hangs_under_the_sanitizer_does_not_keep_the_gpu_lock(tmp_path, monkeypatch):
+    import time
+
+    from core.devicelock import DeviceLock
+    from plugins.verifiers.sanitizer import run_sanitizer
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "compute-sanitizer"
+    fake.write_text(FAKE_SANITIZER)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    cand = tmp_path / "hang.py"
+    cand.write_text(RELU_CANDIDATE.replace("return x.clamp_min(0)", "import time; time.sleep(600)"))
+    lock = DeviceLock("cuda-test-hang", tmp_path / "locks")
+    started = time.monotonic()
+    report = run_sanitizer("memcheck", RELU_TASK, str(cand), tmp_path, timeout_s=120, device="cpu",
+                           device_lock={**lock.describe(), "hold_s": 2})
+    assert time.monotonic() - started < 60  # the alarm ended the driver, not the 120 s timeout
+    assert not report["completed"] and report.get("crashed") is not None, report
+    with lock.exclusive(time.monotonic() + 5):  # and the GPU lock is free again
+        pass

@@ -38,7 +38,7 @@ _FINDING_RE = re.compile(r"^=+\s+((?:Invalid|Misaligned|Out of range|Program hit
                          r"Uninitialized|Malloc|Free|Leaked|Warning|.*hazard).*)$", re.M | re.I)
 
 _DRIVER = r'''
-import contextlib, json, sys, time, torch, importlib.util
+import contextlib, json, signal, sys, time, torch, importlib.util
 task_path, cand_path, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 lock_desc, project, timeout_s = json.loads(sys.argv[4]), sys.argv[5], float(sys.argv[6])
 dev = sys.argv[7] if len(sys.argv) > 7 else "cuda"  # "cpu" only in the CPU tests of this protocol
@@ -55,6 +55,8 @@ if lock_desc:  # share the GPU fairly with the judge's other workers (core/devic
 t0 = time.monotonic()
 with lock:
     t1 = time.monotonic()
+    if lock_desc.get("hold_s"):  # a kernel that hangs must not keep the GPU lock: the alarm ends us
+        signal.alarm(max(1, int(float(lock_desc["hold_s"]))))
     torch.manual_seed(seed)
     model = cand.ModelNew(*task.get_init_inputs())
     model = model.to(dev).eval() if isinstance(model, torch.nn.Module) else model
@@ -66,6 +68,7 @@ with lock:
             model(*inputs)
         if dev == "cuda":
             torch.cuda.synchronize()
+    signal.alarm(0)
 print(f"KZ_GPU_LOCK wait={t1 - t0:.3f} held={time.monotonic() - t1:.3f}")
 print("KZ_DRIVER_DONE")
 '''
