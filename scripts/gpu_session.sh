@@ -12,8 +12,8 @@
 #                                   # warm-up); then lane A (GPU 0): KernelBench vs ours without and with
 #                                   # memcheck; lane B (last GPU): the timer's GPU tests, the inductor
 #                                   # teacher's GPU test, elementwise fusion
-#   bash scripts/gpu_session.sh 6   # throughput, each alone on the host: KernelBench vs ours (GPU 0), then
-#                                   # 1-vs-2-GPU verifier scaling
+#   bash scripts/gpu_session.sh 6   # throughput, each alone on the host: KernelBench vs ours (GPU 0; three
+#                                   # check sets of ours), then 1-vs-2-GPU verifier scaling (SKIP_POOL=1: not)
 #   bash scripts/gpu_session.sh 7   # lane A (GPU 0): timer tests, repeatability, GPU suite + red-team suite;
 #                                   # lane B (last GPU): the inductor teacher's GPU test, expert speedups
 #   bash scripts/gpu_session.sh 8   # lane A (GPU 0): timer tests, GPU suite + red-team suite; lane B (last
@@ -73,11 +73,12 @@ elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs 
   TAILS="pool:8"
 elif [ "$PART" = 6 ]; then
   export CUDA_VISIBLE_DEVICES=0
-  [ -d .kb ] && step kernelbench 250 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
-      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --ours-configs kb_scope,memcheck \
+  [ -d .kb ] && step kernelbench 330 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --ours-configs kb_equivalent,kb_scope,memcheck \
       --out "$OUT/kernelbench_vs_ours.json"
   unset CUDA_VISIBLE_DEVICES
-  step pool 300 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 64 --warm 4 --workers-per-gpu 8
+  [ -z "${SKIP_POOL:-}" ] && step pool 240 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 64 --warm 4 \
+      --workers-per-gpu 8
   TAILS="kernelbench:22 pool:12"
 elif [ "$PART" = 7 ]; then
   lane_a() {
