@@ -32,6 +32,7 @@ The statistics and planning helpers are pure and tested on CPU; :func:`time_gpu`
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -264,36 +265,45 @@ def fresh_like(base: Sequence[Any], generator: Any, profiles: list[_Profile | No
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _filler_kernel() -> Any:
+    """The filler's Triton kernel, defined once per process: a kernel object made per timer would be
+    looked up and specialised anew inside every performance stage, while it holds the GPU alone."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _fill(out_ptr, iters, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = offs.to(tl.float32)
+        for _ in range(iters):
+            x = x * 0.999 + 0.5
+        tl.store(out_ptr + offs, x)
+
+    return _fill
+
+
 class GpuFiller:
     """A kernel that holds every thread slot of every SM for a set time (``hide_launch_us``).
 
     Blocks of 1024 threads, as many per SM as the SM has thread slots; a block fits that often only
     if it needs few enough registers, which :attr:`fills_gpu` reports after compilation. The loop
     is a chain of dependent multiply-adds whose result is stored, so it cannot be optimised away;
-    its trip count is calibrated once with CUDA events.
+    its trip count follows from the time per iteration, measured once with CUDA events.
     """
 
     THREADS = 1024
 
     def __init__(self, micros: float):
         import torch
-        import triton
-        import triton.language as tl
-
-        @triton.jit
-        def _fill(out_ptr, iters, BLOCK: tl.constexpr):
-            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-            x = offs.to(tl.float32)
-            for _ in range(iters):
-                x = x * 0.999 + 0.5
-            tl.store(out_ptr + offs, x)
 
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         self.blocks_per_sm = max(1, props.max_threads_per_multi_processor // self.THREADS)
         self.grid = (props.multi_processor_count * self.blocks_per_sm,)
-        self._kernel = _fill
+        self._kernel = _filler_kernel()
         self._out = torch.empty(self.grid[0] * self.THREADS, dtype=torch.float32, device="cuda")
-        self.iters = self._calibrate(micros)
+        self.per_iter_us = self._time_per_iteration()
+        self.resize(micros)
         regs = getattr(self._compiled, "n_regs", None)
         limit = props.regs_per_multiprocessor if hasattr(props, "regs_per_multiprocessor") else 65536
         self.fills_gpu = regs is not None and regs * self.THREADS * self.blocks_per_sm <= limit
@@ -302,7 +312,7 @@ class GpuFiller:
         self._compiled = self._kernel[self.grid](self._out, self.iters if iters is None else iters,
                                                  BLOCK=self.THREADS, num_warps=self.THREADS // 32)
 
-    def _calibrate(self, micros: float) -> int:
+    def _time_per_iteration(self) -> float:
         import torch
 
         probe = 4096
@@ -315,9 +325,7 @@ class GpuFiller:
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end))
-        self.per_iter_us = max(1000.0 * statistics.median(times) / probe, 1e-6)
-        self.micros = float(micros)
-        return max(1, int(micros / self.per_iter_us))
+        return max(1000.0 * statistics.median(times) / probe, 1e-6)
 
     def resize(self, micros: float) -> None:
         """Hold the GPU for ``micros`` from now on."""

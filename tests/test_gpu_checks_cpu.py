@@ -179,19 +179,27 @@ def _held_by_another(path) -> bool:
         os.close(fd)
 
 
-def test_the_sanitizer_driver_waits_for_the_gpu_lock_only_around_its_gpu_work(tmp_path, monkeypatch):
-    import threading
-    import time
-
-    from core.devicelock import DeviceLock
-    from plugins.verifiers.sanitizer import run_sanitizer
+@pytest.fixture
+def fake_sanitizer(tmp_path, monkeypatch):
+    """FAKE_SANITIZER on the PATH as compute-sanitizer."""
+    import os
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "compute-sanitizer"
     fake.write_text(FAKE_SANITIZER)
     fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return fake
+
+
+def test_the_sanitizer_driver_waits_for_the_gpu_lock_only_around_its_gpu_work(tmp_path, fake_sanitizer):
+    import threading
+    import time
+
+    from core.devicelock import DeviceLock
+    from plugins.verifiers.sanitizer import run_sanitizer
+
     cand = tmp_path / "cand.py"
     cand.write_text(RELU_CANDIDATE)
     lock = DeviceLock("cuda-test-sanitizer", tmp_path / "locks")
@@ -215,18 +223,12 @@ def test_the_sanitizer_driver_waits_for_the_gpu_lock_only_around_its_gpu_work(tm
     assert free["completed"] and free["gpu_lock_wait_s"] < 0.3
 
 
-def test_a_candidate_that_hangs_under_the_sanitizer_does_not_keep_the_gpu_lock(tmp_path, monkeypatch):
+def test_a_candidate_that_hangs_under_the_sanitizer_does_not_keep_the_gpu_lock(tmp_path, fake_sanitizer):
     import time
 
     from core.devicelock import DeviceLock
     from plugins.verifiers.sanitizer import run_sanitizer
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "compute-sanitizer"
-    fake.write_text(FAKE_SANITIZER)
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
     cand = tmp_path / "hang.py"
     cand.write_text(RELU_CANDIDATE.replace("return x.clamp_min(0)", "import time; time.sleep(600)"))
     lock = DeviceLock("cuda-test-hang", tmp_path / "locks")
