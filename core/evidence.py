@@ -320,7 +320,8 @@ def input_digests(values: list[Any]) -> list[str]:
         if not isinstance(v, torch.Tensor):
             out.append(f"py:{type(v).__name__}:{v!r}")
             continue
-        # sha256: the SHA extensions of current x86 CPUs hash 100 MB in ~70 ms, blake2b takes ~160
+        # sha256: with the SHA extensions of current x86 CPUs, 100 MB in ~60 ms against blake2b's ~150
+        # (benchmarks/judge_bench.py)
         h = hashlib.sha256()
         h.update(f"{v.dtype}|{tuple(v.shape)}|{v.stride()}|{v.storage_offset()}".encode())
         if v.numel():
