@@ -62,12 +62,16 @@ elif [ "$PART" = 8 ]; then
     step inductor_gpu  90 python3 -m pytest -q -rA -p no:cacheprovider -m gpu tests/test_inductor.py
     step repeatability_busy 120 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability_busy.json" \
         --sizes-mib 32,128,2048 --repeats 8 --variants default,launch_timed
+    # one worker, nothing else on this GPU: what one verdict costs stage by stage, uncontended
+    [ -d .kb ] && step kb_profile 150 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+        --problems 19_ReLU --dim-scale 0.015625 --threads 256,1024 --workers 1 --ours-configs kb_scope \
+        --out "$OUT/kb_profile.json"
   }
   lane_a & lane_b & wait
   unset CUDA_VISIBLE_DEVICES
   [ -z "${SKIP_POOL:-}" ] && step pool 230 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 \
       --workers-per-gpu 8
-  TAILS="gpu_timing:8 gpu_suites:40 inductor_gpu:6 repeatability_busy:8 pool:6"
+  TAILS="gpu_timing:8 gpu_suites:40 inductor_gpu:6 repeatability_busy:8 kb_profile:12 pool:6"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"
