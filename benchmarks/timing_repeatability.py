@@ -70,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, fh, indent=1)
-    return 0 if all(r["within_1pct"] for r in rows if r["target_applies"]) else 1
+    # The exit status is the verifier's own timer (the default policy): other variants are there to
+    # be compared with it, and the old policy is expected to miss.
+    judged = [r for r in rows if r["target_applies"] and r["variant"] == "default"]
+    return 0 if all(r["within_1pct"] for r in judged) else 1
 
 
 if __name__ == "__main__":

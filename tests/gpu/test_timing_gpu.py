@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.timing import GpuTimer, TimingPolicy, relative_spread, time_gpu
+from core.timing import MAX_FILLER_US, GpuTimer, TimingPolicy, relative_spread, time_gpu
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible")]
@@ -61,8 +61,10 @@ def test_overhead_calibration_is_small_and_stable():
 def test_the_launch_filler_holds_the_gpu_and_hides_launch_latency(big):
     x = big[: 1024 * 1024]  # 4 MiB: a few microseconds of kernel, so launch latency dominates a naive window
     plain = time_gpu(lambda a: a * 2.0, [x], TimingPolicy(hide_launch_us=0.0))
-    hidden = time_gpu(lambda a: a * 2.0, [x])  # the default policy fills the GPU for 100 us
-    assert hidden.filler_fills_gpu is True and hidden.launch_hidden_us == 100.0
+    hidden = time_gpu(lambda a: a * 2.0, [x])  # the default policy fills the GPU for >= 100 us
+    # at least the policy's 100 us; longer where the host's launches are slower (adaptive length)
+    default_us = TimingPolicy().hide_launch_us
+    assert hidden.filler_fills_gpu is True and default_us <= hidden.launch_hidden_us <= MAX_FILLER_US
     assert hidden.median_ms < plain.median_ms  # the host's launch no longer sits inside the window
 
 
