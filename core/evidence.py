@@ -50,6 +50,44 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 }
 
 
+class HeldTensor:
+    """A tensor that stays in the verification's reference worker (``compare_on_device``; see
+    core.devicemem): its shape, dtype and whether it is all finite are known here, its values are not.
+    :func:`compare_outputs` and :func:`bitwise_equal` send the comparison to where it is held;
+    :meth:`fetch` brings a copy here, for a check that needs the values themselves."""
+
+    __slots__ = ("key", "shape", "dtype", "finite", "store")
+
+    def __init__(self, key: str | None, shape: list[int], dtype_name: str, finite: bool, store: Any):
+        import torch
+
+        self.key, self.shape = key, torch.Size(shape)
+        self.dtype = getattr(torch, dtype_name, None) if isinstance(dtype_name, str) else None
+        self.finite, self.store = bool(finite), store
+
+    def numel(self) -> int:
+        return self.shape.numel()
+
+    def is_floating_point(self) -> bool:
+        return self.dtype is not None and self.dtype.is_floating_point
+
+    def fetch(self) -> Any:
+        """A CPU copy of the values."""
+        return self.store.fetch([self])[0]
+
+    def __repr__(self) -> str:
+        return f"HeldTensor({self.key!r}, {tuple(self.shape)}, {self.dtype})"
+
+
+def all_finite(t: Any) -> bool:
+    """No NaN or infinity in ``t`` (a tensor or a :class:`HeldTensor`)."""
+    import torch
+
+    if isinstance(t, HeldTensor):
+        return t.finite
+    return not isinstance(t, torch.Tensor) or not t.is_floating_point() or bool(torch.isfinite(t).all())
+
+
 @dataclass
 class RunObservation:
     """One call of ``ModelNew.forward`` as the worker saw it (every tensor is a CPU copy)."""
@@ -179,6 +217,18 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
         return Comparison(False, "no output")
     if len(got) != len(expected):
         return Comparison(False, f"returned {len(got)} outputs, expected {len(expected)}")
+    store = next((x.store for x in [*expected, *got] if isinstance(x, HeldTensor)), None)
+    if store is not None:  # held in the reference worker: the same function runs there, on the device
+        for i, (e, g) in enumerate(zip(expected, got)):
+            where = f"output {i}" if len(expected) > 1 else "output"
+            if isinstance(e, HeldTensor) and not isinstance(g, HeldTensor):
+                return Comparison(False, f"{where} is a {type(g).__name__}, expected a tensor")
+            if isinstance(e, HeldTensor) and tuple(g.shape) != tuple(e.shape):
+                return Comparison(False, f"{where} has shape {tuple(g.shape)}, expected {tuple(e.shape)}")
+            if isinstance(e, HeldTensor) and g.dtype != e.dtype:
+                return Comparison(False, f"{where} has dtype {g.dtype}, expected {e.dtype}")
+        return store.compare(expected, got, tolerances=tolerances, scale_aware=scale_aware,
+                             truth=truth is not None, noise_factor=noise_factor)
     worst_abs = worst_rel = 0.0
     by_truth, noise_ratio = 0, 0.0
     truths: list[Any] | None = None
@@ -292,6 +342,10 @@ def bitwise_equal(a: Any, b: Any) -> bool:
     """Same shape, dtype and bytes (so NaN == NaN, and -0.0 != 0.0)."""
     import torch
 
+    if isinstance(a, HeldTensor) or isinstance(b, HeldTensor):
+        if not (isinstance(a, HeldTensor) and isinstance(b, HeldTensor)):
+            return False
+        return a.shape == b.shape and a.dtype == b.dtype and a.store.equal([a], [b])
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         return a == b
     if a.shape != b.shape or a.dtype != b.dtype:

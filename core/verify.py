@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from core.devicelock import DeviceLock, DeviceLockTimeout
-from core.evidence import Evidence, RunObservation, Trial, parse_python, truth_agrees
+from core.evidence import Comparison, Evidence, HeldTensor, RunObservation, Trial, parse_python, truth_agrees
 from core.sandbox import Limits, WorkerFailure, WorkerPool
 from core.task import Candidate, Task
 from core.verdict import CheckResult, Verdict
@@ -90,6 +90,84 @@ class GpuBusy(WorkerFailure):
     """No turn on the GPU within ``gpu_wait_s``: the run's problem; the worker itself is fine."""
 
 
+class _Keeper:
+    """The judge's side of a verification's keeper (core.devicemem): the reference worker that holds
+    the reference's outputs and adopts the candidate's, so comparisons run where the data is."""
+
+    def __init__(self, verifier: "Verifier", worker: Any, budget: "_Budget", evidence: Evidence):
+        self.verifier, self.worker, self.budget, self.evidence = verifier, worker, budget, evidence
+        self.token = secrets.token_hex(8)
+        self.n_trials = 0
+
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        # GPU work (copies, comparisons): under the shared lock, so never inside another's timed stage
+        with self.verifier._gpu(self.budget):
+            try:
+                answer = self.worker.request({**message, "token": self.token}, timeout_s=max(10.0, self.budget.left()))
+            except WorkerFailure as exc:
+                raise WorkerFailure("error", f"the reference worker keeping the outputs failed: {exc.detail}") from None
+        if not answer.get("ok"):
+            raise WorkerFailure("error", f"the reference worker keeping the outputs failed: {answer.get('error')}")
+        return answer
+
+    def wrap(self, items: list[Any] | None) -> list[Any] | None:
+        """Descriptors from the keeper to :class:`HeldTensor` handles (plain values as they are)."""
+        if items is None:
+            return None
+        return [HeldTensor(d["held"], d["shape"], d["dtype"], d["finite"], self) if "held" in d else d.get("value")
+                for d in items]
+
+    @staticmethod
+    def _names(items: list[Any]) -> list[dict[str, Any]]:
+        return [{"held": x.key} if isinstance(x, HeldTensor) else {"value": x} for x in items]
+
+    def expected_run(self, run_name: str) -> int:
+        """The reference run a candidate run is compared with (see Verifier._extra_observations)."""
+        kind, index = run_name.rstrip("0123456789"), run_name[len(run_name.rstrip("0123456789")):]
+        if kind == "trial":
+            return int(index)
+        if kind == "probe":
+            return self.n_trials + int(index)
+        return 0  # shuffled orders and the repeat use the first trial's inputs
+
+    def adopt(self, candidate_worker: Any, observations: list[dict[str, Any]]) -> None:
+        """Have the keeper take the candidate's exported outputs; they become handles in ``observations``."""
+        exported = [o for o in observations if o.get("output") is not None]
+        if exported:
+            answer = self._ask({"op": "adopt", "allowed_dir": str(Path(candidate_worker.scratch) / "exports"),
+                                "runs": [{"outputs": o["output"], "expect": self.expected_run(o["name"])}
+                                         for o in exported]})
+            for obs, run in zip(exported, answer["runs"]):
+                if run.get("error"):
+                    obs["output"] = None
+                    obs["error"] = obs.get("error") or f"its outputs could not be read: {run['error']}"
+                else:
+                    obs["output"] = self.wrap(run["outputs"])
+        candidate_worker.request({"op": "drop_exports"}, timeout_s=max(10.0, self.budget.left()))
+
+    def compare(self, expected: list[Any], got: list[Any], *, tolerances: dict | None, scale_aware: bool,
+                truth: bool, noise_factor: float) -> Comparison:
+        answer = self._ask({"op": "compare", "expected": self._names(expected), "got": self._names(got),
+                            "tolerances": {k: list(v) for k, v in (tolerances or {}).items()},
+                            "scale_aware": scale_aware, "truth": truth, "noise_factor": noise_factor})
+        self.evidence.config["float64_truth"] = answer["truth_trusted"]
+        self.evidence.config["float64_truth_note"] = answer["truth_note"]
+        return Comparison(**answer["comparison"])
+
+    def equal(self, a: list[Any], b: list[Any]) -> bool:
+        return bool(self._ask({"op": "equal", "a": self._names(a), "b": self._names(b)})["equal"])
+
+    def fetch(self, items: list[Any]) -> list[Any]:
+        return list(self._ask({"op": "fetch", "items": self._names(items)})["values"])
+
+    def forget(self) -> bool:
+        """Free the verification's tensors in the keeper; False when the keeper must be replaced."""
+        try:
+            return bool(self.worker.request({"op": "forget", "token": self.token}, timeout_s=30).get("ok"))
+        except WorkerFailure:
+            return False
+
+
 class _GpuTurn(contextlib.AbstractContextManager):
     """Holds a device lock for one worker request; the wait extends the budget, and a GPU busy
     past ``wait_s`` is reported as an error of the run (status ``error``), not of the candidate."""
@@ -139,6 +217,11 @@ class Verifier:
         wait does not count against ``timeout_s``, and a GPU busy longer gives an ``error`` verdict.
     :param split_transfers: fetch the tensors of run and reference answers in a second request,
         after the GPU lock is released (default: where a GPU lock is in use).
+    :param compare_on_device: keep outputs where they were computed and compare them there
+        (core.devicemem): each verification holds a reference worker, which adopts the candidate's
+        outputs through CUDA IPC and runs the comparisons on the GPU; nothing large crosses into the
+        judge. ``None`` (default): on CUDA where IPC works. On CPU it can be turned on (outputs then
+        pass through files in the candidate's scratch directory) and is off by default.
     :param share_gpu_fairly: on CUDA, hold the host-wide lock of core.devicelock: trials, references
         and sanitizer runs share the GPU, a check with ``exclusive_device = True`` (the timed
         performance stage) has it alone, so several workers per GPU keep timings honest.
@@ -150,7 +233,7 @@ class Verifier:
                  reference_workers: int = 1, max_jobs_per_worker: int = 200, name: str | None = None,
                  float64_max_elements: int = DEFAULT_FLOAT64_MAX_ELEMENTS, share_gpu_fairly: bool = True,
                  inputs_by_seed: bool = True, float64_on_demand: bool = True, gpu_wait_s: float = 900.0,
-                 split_transfers: bool | None = None,
+                 split_transfers: bool | None = None, compare_on_device: bool | None = None,
                  **check_options: Any):
         from core.plugins import registry
 
@@ -180,6 +263,10 @@ class Verifier:
             # thread per core each would oversubscribe the host many times over.
             share = (os.cpu_count() or 1) // (max(1, int(workers)) + max(1, int(reference_workers)))
             env["OMP_NUM_THREADS"] = str(max(1, share))
+        self.compare_on_device = self._resolve_compare_on_device(compare_on_device)
+        if self.compare_on_device:
+            # each verification holds its keeper from the reference to the verdict
+            reference_workers = max(int(reference_workers), self.workers)
         self.pool = WorkerPool("candidate", backend, self.device, size=max(1, self.workers), limits=limits,
                                extra_env=env, max_jobs=max_jobs_per_worker)
         self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),
@@ -193,6 +280,18 @@ class Verifier:
         self._closed = False
 
     # -- set-up
+
+    def _resolve_compare_on_device(self, wanted: bool | None) -> bool:
+        if self.compile_only is not None or wanted is False:
+            return False
+        if self.device != "cuda":
+            return bool(wanted)  # the file transport: off unless asked for
+        from core.devicemem import cuda_ipc_available
+
+        why_not = cuda_ipc_available()
+        if why_not and wanted:
+            raise VerifierConfigError(f"compare_on_device=True: {why_not}")
+        return not why_not
 
     def _build_checks(self, checks: Sequence[str] | dict | None, options: dict[str, Any]) -> list[Any]:
         from core.plugins import registry
@@ -288,7 +387,18 @@ class Verifier:
         if self.compile_only is not None:
             self._compile_only(evidence, verdict, budget)
             return
+        if not self.compare_on_device:
+            self._verify_executed(evidence, verdict, worker_checks, budget, None)
+            return
+        keeper = _Keeper(self, self.reference_pool.acquire(), budget, evidence)
+        try:
+            self._verify_executed(evidence, verdict, worker_checks, budget, keeper)
+        finally:
+            self.reference_pool.release(keeper.worker, discard=not keeper.forget())
 
+    def _verify_executed(self, evidence: Evidence, verdict: Verdict, worker_checks: list[Any], budget: _Budget,
+                         keeper: _Keeper | None) -> None:
+        task = evidence.task
         # Reference: seeds drawn fresh for every verification, never guessable.
         needs = set().union(*(c.needs for c in worker_checks)) if worker_checks else {"trials"}
         init_seed = _fresh_seed()
@@ -302,7 +412,12 @@ class Verifier:
             "float64_max_elements": self.float64_max_elements, "float64_later": self.float64_on_demand,
             "inputs_mode": "digest" if self.inputs_by_seed else "tensors"}
         try:
-            ref = self._request(self.reference_pool, reference_request, budget, on_gpu=True)
+            if keeper is None:
+                ref = self._request(self.reference_pool, reference_request, budget, on_gpu=True)
+            else:  # the outputs stay in the keeper; the answer names them
+                keeper.n_trials = len(trial_seeds)
+                ref = self._on_gpu(keeper.worker, {**reference_request, "keep": keeper.token,
+                                                   "trials": len(trial_seeds)}, budget)
         except WorkerFailure as exc:
             verdict.status, verdict.reason = exc.status, f"the reference (task) failed: {exc.detail}"
             return
@@ -310,6 +425,12 @@ class Verifier:
         if not ref.get("ok"):
             verdict.status, verdict.reason = "error", f"the reference (task) failed: {ref.get('error')}"
             return
+        if keeper is not None:
+            if not ref.get("kept"):
+                verdict.status, verdict.reason = "error", "the reference worker did not keep the outputs"
+                return
+            for r in ref["trials"]:
+                r["output"] = keeper.wrap(r["output"])
         ref_trials, ref_probes = ref["trials"][:len(trial_seeds)], ref["trials"][len(trial_seeds):]
         if ref.get("float64_pending"):
             evidence.truth_loader = functools.partial(self._load_truth, evidence, reference_request, budget)
@@ -319,7 +440,7 @@ class Verifier:
         try:
             discard = self._run_candidate(worker, evidence, verdict, worker_checks, needs, ref, init_seed,
                                           trial_seeds, ref_trials, list(zip(scales, probe_seeds, ref_probes)),
-                                          budget)
+                                          budget, keeper)
         except WorkerFailure as exc:
             discard = True
             verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
@@ -385,7 +506,7 @@ class Verifier:
 
     def _run_candidate(self, worker, evidence: Evidence, verdict: Verdict, checks: list[Any], needs: set[str],
                        ref: dict[str, Any], init_seed: int, trial_seeds: list[int], ref_trials: list[dict],
-                       probes: list[tuple[float, int, dict]], budget: _Budget) -> bool:
+                       probes: list[tuple[float, int, dict]], budget: _Budget, keeper: _Keeper | None = None) -> bool:
         """Load, run and judge the candidate in ``worker``; returns True when the worker must be discarded."""
 
         left = budget.left
@@ -410,12 +531,14 @@ class Verifier:
         # Correctness trials (the first call is also where Triton compiles the kernels).
         t = time.perf_counter()
         runs = [{"name": f"trial{i}", **_inputs_of(r, seed)} for i, (seed, r) in enumerate(zip(trial_seeds, ref_trials))]
-        observed = self._run(worker, runs, budget)
+        observed = self._run(worker, runs, budget, keeper)
         verdict.stage_s["trials"] = time.perf_counter() - t
         evidence.trials = [Trial(seed, r.get("inputs"), r["output"], o, truth=r.get("truth"),
                                  inputs_digest=r.get("inputs_digest"))
                            for seed, r, o in zip(trial_seeds, ref_trials, observed)]
-        if evidence.truth_loader is None:
+        if keeper is not None:  # the keeper vets and computes the truth when a comparison needs it
+            evidence.config["float64_truth_note"] = "float64 reference on demand: no output needed it"
+        elif evidence.truth_loader is None:
             self._vet_truth(evidence, ref)
         else:
             evidence.config["float64_truth_note"] = "float64 reference on demand: no output needed it"
@@ -433,13 +556,13 @@ class Verifier:
         passed = self._evaluate(basic, evidence, verdict, stop_at_first=False)
         if passed:
             passed = self._extra_observations(worker, evidence, verdict, checks, needs, trial_seeds, ref_trials,
-                                              probes, budget)
+                                              probes, budget, keeper)
         self._finish(verdict, None)
         return bool(verdict.hack_flags) or bool(evidence.config.get("worker_dirty"))
 
     def _extra_observations(self, worker, evidence: Evidence, verdict: Verdict, checks: list[Any], needs: set[str],
                             trial_seeds: list[int], ref_trials: list[dict], probes: list[tuple[float, int, dict]],
-                            budget: _Budget) -> bool:
+                            budget: _Budget, keeper: _Keeper | None = None) -> bool:
         left = budget.left
         t = time.perf_counter()
         race_orders = max((getattr(c, "orders", 0) for c in checks if "shuffled" in c.needs), default=0)
@@ -452,7 +575,7 @@ class Verifier:
             runs.append({"name": "repeat0", **_inputs_of(base, trial_seeds[0])})
         if "probes" in needs:
             runs += [{"name": f"probe{i}", **_inputs_of(r, seed, scale)} for i, (scale, seed, r) in enumerate(probes)]
-        observed = self._run(worker, runs, budget) if runs else []
+        observed = self._run(worker, runs, budget, keeper) if runs else []
         for run, obs in zip(runs, observed):
             kind = run["name"].rstrip("0123456789")
             if kind == "probe":
@@ -536,10 +659,13 @@ class Verifier:
         inner = self.device_lock.exclusive(wait_until) if exclusive else self.device_lock.shared(wait_until)
         return _GpuTurn(inner, budget, started)
 
-    def _run(self, worker, runs: list[dict[str, Any]], budget: _Budget) -> list[RunObservation]:
-        answer = self._on_gpu(worker, {"op": "run", "runs": runs}, budget)
+    def _run(self, worker, runs: list[dict[str, Any]], budget: _Budget,
+             keeper: _Keeper | None = None) -> list[RunObservation]:
+        answer = self._on_gpu(worker, {"op": "run", "runs": runs, "export": keeper is not None}, budget)
         if not answer.get("ok"):
             raise WorkerFailure("error", f"worker could not run the candidate: {answer.get('error')}")
+        if keeper is not None:
+            keeper.adopt(worker, answer["observations"])
         return [RunObservation.from_dict(o) for o in answer["observations"]]
 
     def _evaluate(self, checks: list[Any], evidence: Evidence, verdict: Verdict, stop_at_first: bool = True) -> bool:
@@ -548,6 +674,8 @@ class Verifier:
         for check in checks:
             try:
                 result = check.evaluate(evidence)
+            except WorkerFailure:  # the keeper failed while comparing: the verdict is an error
+                raise
             except Exception as exc:  # a broken check plugin must not pass a candidate
                 result = CheckResult(False, f"check {check.name!r} failed to evaluate: {type(exc).__name__}: {exc}")
             verdict.checks[check.name] = result

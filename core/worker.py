@@ -379,8 +379,9 @@ class Float64Truth:
             return False
         return True
 
-    def outputs(self, inputs: list[Any], reference: list[Any]) -> list[Any] | None:
-        """float64 outputs aligned with ``reference`` (None where an output has no float64 truth)."""
+    def outputs(self, inputs: list[Any], reference: list[Any], keep_device: bool = False) -> list[Any] | None:
+        """float64 outputs aligned with ``reference`` (None where an output has no float64 truth);
+        CPU copies unless ``keep_device`` (a keeper compares on the device)."""
         import copy
 
         import torch
@@ -409,7 +410,7 @@ class Float64Truth:
             usable = (isinstance(e, torch.Tensor) and isinstance(t, torch.Tensor) and e.is_floating_point()
                       and t.dtype == torch.float64 and t.shape == e.shape)
             aligned.append(t if usable else None)
-        return cpu_copy(aligned)
+        return aligned if keep_device else cpu_copy(aligned)
 
 
 # --------------------------------------------------------------------------- session
@@ -443,8 +444,10 @@ class Session:
                 junk = torch.full((x.numel(),), float("nan"), dtype=dtype, device=x.device)
                 del junk
 
-    def call(self, inputs: list[Any], order_seed: int | None = None, inputs_as_digest: bool = False) -> dict[str, Any]:
-        """Run ``forward`` once under launch counting, the ATen audit and the backend's checks."""
+    def call(self, inputs: list[Any], order_seed: int | None = None, inputs_as_digest: bool = False,
+             export: bool = False) -> dict[str, Any]:
+        """Run ``forward`` once under launch counting, the ATen audit and the backend's checks.
+        ``export``: the outputs stay on the device for the verification's keeper (core.devicemem)."""
         import torch
 
         caps = self.backend.capabilities(self.device)
@@ -481,7 +484,7 @@ class Session:
             obs["output_reused"] = bool(ptrs & self._held_ptrs)
             self._held_ptrs |= ptrs
             self._held.append(outputs)
-            obs["output"] = cpu_copy(outputs)
+            obs["output"] = self.worker.exports.export(outputs) if export else cpu_copy(outputs)
         if inputs_as_digest:
             obs["inputs_digest_after"] = input_digests(inputs)
         else:
@@ -500,6 +503,8 @@ class WorkerMain:
         self.session: Session | None = None
         self.loaded = 0
         self.held: list[dict[str, Any]] | None = None  # tensors of the last "hold" answer
+        self.vaults: dict[str, Any] = {}  # keeper: verification token -> core.devicemem.Vault
+        self.exports: Any = None  # candidate: outputs handed to a keeper (core.devicemem.Exports)
 
     def setup(self) -> dict[str, Any]:
         isolation = isolate(self.scratch) if self.args.isolate else "off: isolation disabled by configuration"
@@ -514,6 +519,9 @@ class WorkerMain:
         self.guard = AuditGuard(self.scratch, exec_dirs)
         sys.addaudithook(self.guard)
         self.checks = {}
+        from core.devicemem import Exports
+
+        self.exports = Exports(self.device, self.scratch)
         return {"op": "hello", "pid": os.getpid(), "isolation": isolation, "role": self.role,
                 "torch": torch.__version__, "python": sys.version.split()[0]}
 
@@ -539,6 +547,11 @@ class WorkerMain:
             return {"ok": held is not None, "held": held, "error": None if held is not None else "nothing is held"}
         if op == "reference" and self.role == "reference":
             return self.reference(req)
+        if op in ("adopt", "compare", "equal", "fetch", "forget") and self.role == "reference":
+            return self.keeper(req)
+        if op == "drop_exports" and self.role == "candidate":
+            self.exports.drop()
+            return {"ok": True}
         if op == "load" and self.role == "candidate":
             return self.load(req)
         if op == "run" and self.role == "candidate":
@@ -568,7 +581,9 @@ class WorkerMain:
             torch.manual_seed(int(req["init_seed"]))
             model = module.Model(*init_inputs).to(device).eval()
             truth = Float64Truth(model, device, int(req.get("float64_max_elements", 0)))
-            later = bool(req.get("float64_later"))
+            keep = req.get("keep")  # a verification token: outputs stay here (core.devicemem.Vault)
+            later = bool(req.get("float64_later")) or bool(keep)
+            vault = None
             trials = []
             # "digest" mode: the candidate worker draws the inputs itself from the seed, so only
             # digests travel, when get_inputs is reproducible under a seed (checked here, once).
@@ -578,6 +593,11 @@ class WorkerMain:
                 redrawn = draw_inputs(module, req["seeds"][0], req["scales"][0], device)
                 redrawn_digest = input_digests(redrawn)
                 by_seed = first == redrawn_digest
+            if keep:
+                from core.devicemem import Vault
+
+                vault = Vault(module, model, device, truth, list(req["seeds"]), list(req["scales"]),
+                              None if by_seed else [], int(req.get("trials", len(req["seeds"]))))
             for i, (seed, scale) in enumerate(zip(req["seeds"], req["scales"])):
                 inputs = redrawn if i == 0 and redrawn is not None else draw_inputs(module, seed, scale, device)
                 dev_inputs = to_device(inputs, device)
@@ -587,7 +607,9 @@ class WorkerMain:
                 synchronize(device)
                 if truth.rng_state() != rng_before:
                     truth.refuse("the task's forward draws random numbers")
-                trial = {"output": cpu_copy(out)}
+                trial = {"output": vault.keep_reference(i, out) if vault is not None else cpu_copy(out)}
+                if vault is not None and vault.inputs is not None:
+                    vault.inputs.append(dev_inputs)
                 if later:  # the judge asks again, with the truth, only if a comparison needs it
                     truth.possible(dev_inputs, out)
                 else:
@@ -597,8 +619,11 @@ class WorkerMain:
                 else:
                     trial["inputs"] = cpu_copy(inputs)
                 trials.append(trial)
+            if vault is not None:
+                self.vaults[str(keep)] = vault
             return {"ok": True, "init_inputs": init_inputs, "trials": trials, "truth_note": truth.note,
-                    "inputs_by_seed": by_seed, "float64_pending": later and not truth.note}
+                    "inputs_by_seed": by_seed, "float64_pending": later and not truth.note and vault is None,
+                    "kept": vault is not None}
         except MemoryError:
             raise
         except Exception as exc:
@@ -606,6 +631,49 @@ class WorkerMain:
         finally:
             sys.modules.pop(name, None)
             path.unlink(missing_ok=True)
+
+    def keeper(self, req: dict[str, Any]) -> dict[str, Any]:
+        """A verification's outputs, held here: adopt the candidate's, compare, fetch, forget."""
+        from dataclasses import asdict
+
+        from core.devicemem import TransportError
+        from core.evidence import bitwise_equal, compare_outputs
+
+        op, token = req["op"], str(req.get("token"))
+        if op == "forget":
+            self.vaults.pop(token, None)
+            gc.collect()
+            return {"ok": True}
+        vault = self.vaults.get(token)
+        if vault is None:
+            return {"ok": False, "error": f"no verification {token!r} is kept here"}
+        try:
+            if op == "adopt":
+                runs = []
+                for run in req["runs"]:
+                    try:
+                        runs.append({"outputs": vault.adopt(run["outputs"], int(run["expect"]), req.get("allowed_dir"))})
+                    except (TransportError, RuntimeError, ValueError, TypeError, KeyError) as exc:
+                        runs.append({"error": describe(exc)})  # that run's outputs cannot be judged
+                synchronize(self.device)
+                return {"ok": True, "runs": runs}
+            if op == "equal":
+                a, b = vault.resolve(req["a"]), vault.resolve(req["b"])
+                return {"ok": True, "equal": len(a) == len(b) and all(bitwise_equal(x, y) for x, y in zip(a, b))}
+            if op == "fetch":
+                return {"ok": True, "values": cpu_copy(vault.resolve(req["items"]))}
+            tolerances = {k: tuple(v) for k, v in (req.get("tolerances") or {}).items()}
+            run = vault.run_of(req["expected"])
+            truth = (lambda: vault.truth_of(run, tolerances)) if req.get("truth") and run is not None else None
+            cmp = compare_outputs(vault.resolve(req["expected"]), vault.resolve(req["got"]), tolerances=tolerances,
+                                  scale_aware=bool(req.get("scale_aware")), truth=truth,
+                                  noise_factor=float(req["noise_factor"]))
+            return {"ok": True, "comparison": asdict(cmp), "truth_note": vault.truth_note(),
+                    "truth_trusted": bool(vault.truth_trusted)}
+        except MemoryError:
+            raise
+        except Exception as exc:
+            return {"ok": False, "error": describe(exc)}
 
     def load(self, req: dict[str, Any]) -> dict[str, Any]:
         import torch
@@ -644,6 +712,8 @@ class WorkerMain:
         if self.session is None:
             return {"ok": False, "error": "no candidate is loaded"}
         observations = []
+        export = bool(req.get("export"))
+        self.exports.drop()  # the keeper took the last run's outputs before this request was sent
         for item in req["runs"]:
             if "seed" in item:  # draw the task's inputs here, outside the guard: task code is trusted
                 try:
@@ -654,11 +724,12 @@ class WorkerMain:
                 except Exception as exc:
                     return {"ok": False, "error": f"drawing the task's inputs failed: {describe(exc)}"}
                 before = input_digests(inputs)
-                obs = self.session.call(inputs, order_seed=item.get("order_seed"), inputs_as_digest=True)
+                obs = self.session.call(inputs, order_seed=item.get("order_seed"), inputs_as_digest=True,
+                                        export=export)
                 obs["inputs_digest_before"] = before
             else:
                 inputs = to_device(list(item["inputs"]), self.device)
-                obs = self.session.call(inputs, order_seed=item.get("order_seed"))
+                obs = self.session.call(inputs, order_seed=item.get("order_seed"), export=export)
             obs["name"] = item["name"]
             observations.append(obs)
         return {"ok": True, "observations": observations}
@@ -692,6 +763,8 @@ class WorkerMain:
         return session.task_module
 
     def unload(self) -> None:
+        if self.exports is not None:
+            self.exports.drop()
         if self.session is not None and self.session.task_module is not None:
             sys.modules.pop(self.session.task_module.__name__, None)
         self.session = None

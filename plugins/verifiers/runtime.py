@@ -17,6 +17,7 @@ from core.evidence import (
     REFERENCE_NOISE_FACTOR,
     STABILITY,
     Evidence,
+    all_finite,
     bitwise_equal,
     compare_outputs,
     inputs_intact,
@@ -206,11 +207,7 @@ class StabilityCheck:
         return True
 
     def evaluate(self, evidence: Evidence) -> CheckResult:
-        import torch
-
-        usable = [t for t in evidence.probes
-                  if all(not isinstance(e, torch.Tensor) or not e.is_floating_point() or bool(torch.isfinite(e).all())
-                         for e in t.expected)]
+        usable = [t for t in evidence.probes if all(all_finite(e) for e in t.expected)]
         if not usable:
             return CheckResult(True, "no probe where the reference stays finite", data={"probes": 0})
         tol = {k: (a * self.tolerance_factor, r * self.tolerance_factor)
