@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                              "integrity checks, no stability probes, determinism repeat or sanitizer), "
                              "kb_scope (every check but compute-sanitizer: "
                              "KernelBench's scope and more), memcheck (plus compute-sanitizer memcheck), full "
-                             "(every check, racecheck/synccheck and the torch.compile baseline too)")
+                             "(every check, racecheck/synccheck and the torch.compile baseline too); "
+                             "NAME@host compares outputs in the judge (compare_on_device=False), for a side-by-side")
     parser.add_argument("--threads", default="128,256,512,1024",
                         help="block sizes: one honest solution per problem and block size")
     parser.add_argument("--workers", type=int, default=6, help="our sandboxed candidate workers on the GPU")
@@ -235,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
                                "kb_verdicts_per_min": 60 * len(rows) / kb_total, "ours": {}}
     honest = rows[: len(pairs)]
     for config in [c.strip() for c in args.ours_configs.split(",") if c.strip()]:
-        checks, options = OUR_CONFIGS[config](registry("verifier").names())
+        base, _, where = config.partition("@")  # "kb_scope@host": outputs compared in the judge, as before
+        checks, options = OUR_CONFIGS[base](registry("verifier").names())
+        if where == "host":
+            options = {**options, "compare_on_device": False}
         with Verifier(backend="cuda", device="cuda", workers=args.workers, reference_workers=args.workers,
                       timeout_s=600, checks=checks, **options) as v:
             v.pool.wait_ready()

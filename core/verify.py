@@ -141,6 +141,8 @@ class _Keeper:
                 if run.get("error"):
                     obs["output"] = None
                     obs["error"] = obs.get("error") or f"its outputs could not be read: {run['error']}"
+                    if run.get("forged"):  # our harness code describes outputs truthfully; it was tampered with
+                        obs.setdefault("sandbox", []).append(f"its outputs were handed over forged ({run['error']})")
                 else:
                     obs["output"] = self.wrap(run["outputs"])
         candidate_worker.request({"op": "drop_exports"}, timeout_s=max(10.0, self.budget.left()))

@@ -653,7 +653,9 @@ class WorkerMain:
                 for run in req["runs"]:
                     try:
                         runs.append({"outputs": vault.adopt(run["outputs"], int(run["expect"]), req.get("allowed_dir"))})
-                    except (TransportError, RuntimeError, ValueError, TypeError, KeyError) as exc:
+                    except TransportError as exc:  # a descriptor the candidate's process forged
+                        runs.append({"error": describe(exc), "forged": True})
+                    except (RuntimeError, ValueError, TypeError, KeyError) as exc:
                         runs.append({"error": describe(exc)})  # that run's outputs cannot be judged
                 synchronize(self.device)
                 return {"ok": True, "runs": runs}

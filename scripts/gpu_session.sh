@@ -20,6 +20,8 @@
 #                                   # GPU): the inductor teacher's GPU test, repeatability on a busy host;
 #                                   # then 1-vs-2-GPU verifier scaling alone (SKIP_POOL=1: not)
 #   bash scripts/gpu_session.sh 9   # 1-vs-2-GPU verifier scaling alone, 96 tasks, time for both runs
+#   bash scripts/gpu_session.sh 10  # lane A (GPU 0): compare_on_device's GPU tests, GPU suite + red-team suite;
+#                                   # lane B (last GPU): KernelBench vs ours, on the device and in the judge
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -72,6 +74,21 @@ elif [ "$PART" = 8 ]; then
   [ -z "${SKIP_POOL:-}" ] && step pool 230 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 \
       --workers-per-gpu 8
   TAILS="gpu_timing:8 gpu_suites:40 inductor_gpu:6 repeatability_busy:8 kb_profile:12 pool:6"
+elif [ "$PART" = 10 ]; then  # compare_on_device: its GPU tests and the suites (GPU 0); KernelBench vs ours (last GPU)
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    step on_device_gpu 150 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_compare_on_device_gpu.py
+    step gpu_suites   300 python3 -m pytest -q -rA -p no:cacheprovider -n 6 tests/gpu/test_cuda_gpu.py tests/redteam_gpu
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    [ -d .kb ] && step kernelbench 440 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+        --dim-scale 0.015625 --threads 256,512,1024 --workers 8 \
+        --ours-configs "${KB_CONFIGS:-kb_scope,kb_scope@host,memcheck,kb_equivalent}" \
+        --out "$OUT/kernelbench_vs_ours.json"
+  }
+  lane_a & lane_b & wait
+  TAILS="on_device_gpu:30 gpu_suites:40 kernelbench:30"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"

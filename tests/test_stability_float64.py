@@ -117,9 +117,10 @@ def test_a_truth_that_is_not_finite_gives_no_allowance():
 # --------------------------------------------------------------------------- through the verifier
 
 
-@pytest.fixture(scope="module")
-def verifier():
-    with Verifier(backend="triton", device="cpu", workers=2, timeout_s=120) as v:
+@pytest.fixture(scope="module", params=[False, True], ids=["judge_compares", "compare_on_device"])
+def verifier(request):
+    # compare_on_device: the keeper computes, vets and uses the float64 truth itself (core.devicemem)
+    with Verifier(backend="triton", device="cpu", workers=2, timeout_s=120, compare_on_device=request.param) as v:
         yield v
 
 

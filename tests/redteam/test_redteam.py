@@ -29,9 +29,10 @@ def header(path: Path, key: str | None = None) -> Any:
     return meta.get(key) if key else (meta["task"], meta["expect"])
 
 
-@pytest.fixture(scope="module")
-def verifier():
-    with Verifier(backend="triton", device="cpu", workers=2, timeout_s=90) as v:
+@pytest.fixture(scope="module", params=[False, True], ids=["judge_compares", "compare_on_device"])
+def verifier(request):
+    # compare_on_device: outputs handed to the reference worker, compared there (core.devicemem)
+    with Verifier(backend="triton", device="cpu", workers=2, timeout_s=90, compare_on_device=request.param) as v:
         yield v
 
 

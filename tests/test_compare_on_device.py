@@ -1,0 +1,151 @@
+"""compare_on_device (core.devicemem): outputs handed to the verification's keeper and compared
+there. On CPU the hand-over goes through files in the candidate's scratch directory; the CUDA IPC
+path is exercised by tests/gpu. The verdicts themselves are covered by the red-team suite and the
+float64-truth tests, which run in both modes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.devicemem import EXPORT_DIR, Exports, TransportError, Vault, import_tensor
+from core.evidence import HeldTensor, bitwise_equal, compare_outputs
+from core.task import Candidate, Task
+from core.verify import Verifier
+
+HERE = Path(__file__).parent / "redteam"
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int8,
+          torch.uint8, torch.bool]
+
+
+def _random(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        x = torch.randn(shape, generator=g).to(dtype)
+        if x.numel():
+            x.view(-1)[0] = float("nan")  # NaN and -0.0 must survive bit for bit
+            x.view(-1)[-1] = -0.0
+        return x
+    return torch.randint(-100 if dtype != torch.uint8 else 0, 100, shape, generator=g).to(dtype)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), shape=st.lists(st.integers(0, 7), min_size=0, max_size=4),
+       seed=st.integers(0, 2**16), transpose=st.booleans())
+def test_an_exported_output_comes_back_bit_for_bit(tmp_path_factory, dtype, shape, seed, transpose):
+    scratch = tmp_path_factory.mktemp("scratch")
+    value = _random(dtype, tuple(shape), seed)
+    if transpose and value.dim() >= 2:
+        value = value.transpose(0, 1)  # not contiguous: the export takes a contiguous copy
+    exports = Exports("cpu", str(scratch))
+    entry, plain = exports.export([value, 3.5])
+    assert plain == {"value": 3.5}
+    back = import_tensor(entry["tensor"], "cpu", str(scratch / EXPORT_DIR))
+    assert back.shape == value.shape and back.dtype == value.dtype
+    assert bitwise_equal(back, value)
+    exports.drop()
+    assert not list((scratch / EXPORT_DIR).glob("*")) if (scratch / EXPORT_DIR).exists() else True
+
+
+@pytest.fixture
+def exported(tmp_path):
+    exports = Exports("cpu", str(tmp_path))
+    (entry,) = exports.export([torch.arange(12, dtype=torch.float32)])
+    return tmp_path, entry["tensor"]
+
+
+@pytest.mark.parametrize("forgery, message", [
+    ({"path": "/etc/hostname"}, "not in the exporting worker's export directory"),
+    ({"nbytes": 4 * 13}, "bytes claimed"),
+    ({"shape": [13], "nbytes": 4 * 13}, "holds 48 bytes"),
+    ({"dtype": "object"}, "unknown dtype"),
+    ({"shape": [-1, -12]}, "malformed shape"),
+    ({"via": "cuda_ipc"}, "not accepted on cpu"),
+])
+def test_a_forged_descriptor_is_refused_in_the_keeper(exported, forgery, message):
+    scratch, desc = exported
+    with pytest.raises(TransportError, match=message):
+        import_tensor({**desc, **forgery}, "cpu", str(scratch / EXPORT_DIR))
+
+
+def test_a_symlink_out_of_the_export_directory_is_refused(exported, tmp_path_factory):
+    scratch, desc = exported
+    secret = tmp_path_factory.mktemp("judge") / "secret.bin"
+    secret.write_bytes(b"\0" * 48)
+    link = scratch / EXPORT_DIR / "link.bin"
+    os.symlink(secret, link)
+    with pytest.raises(TransportError):
+        import_tensor({**desc, "path": str(link)}, "cpu", str(scratch / EXPORT_DIR))
+
+
+def test_outputs_of_the_wrong_shape_are_described_not_read(tmp_path):
+    # a candidate claiming a huge output of the wrong shape costs the keeper nothing
+    vault = Vault(None, None, "cpu", None, [1], [1.0], None, 1)
+    vault.keep_reference(0, [torch.zeros(4)])
+    forged = {"tensor": {"via": "file", "path": str(tmp_path / "missing.bin"), "dtype": "float32",
+                         "shape": [1 << 40], "nbytes": 4 << 40}}
+    (described,) = vault.adopt([forged], expect=0, allowed_dir=str(tmp_path))
+    assert described["held"] is None and described["shape"] == [1 << 40]
+    class NoKeeper:
+        def compare(self, *args, **kwargs):
+            raise AssertionError("the keeper was asked")
+
+    held = HeldTensor(described["held"], described["shape"], described["dtype"], True, store=NoKeeper())
+    expected = HeldTensor("r0.0", [4], "float32", True, store=NoKeeper())
+    cmp = compare_outputs([expected], [held])
+    assert not cmp.ok and "has shape" in cmp.detail  # decided here, before asking the keeper
+
+
+def _pair(task: str, candidate: str) -> tuple[Task, Candidate]:
+    return Task.from_file(HERE / "tasks" / f"{task}.py"), Candidate.from_file(HERE / "candidates" / f"{candidate}.py")
+
+
+FORGING_CANDIDATE = '''
+import core.devicemem as transport
+
+_describe = transport.Exports._describe
+
+
+def _forged(self, t):
+    d = _describe(self, t)
+    d["path"] = "/proc/self/environ"  # the keeper's own environment, were it read
+    return d
+
+
+transport.Exports._describe = _forged
+'''
+
+
+def test_a_candidate_that_forges_its_hand_over_is_rejected_and_the_keeper_survives():
+    task, honest = _pair("vector_add", "honest_vector_add")
+    source = honest.source + "\n" + FORGING_CANDIDATE  # the honest kernel, its outputs misreported
+    forged = Candidate(source=source, backend=honest.backend)
+    with Verifier(backend="triton", device="cpu", workers=1, timeout_s=90, compare_on_device=True,
+                  checks=["correctness", "integrity"]) as v:
+        verdict = v.verify(task, forged)
+        after = v.verify(task, honest)
+        replaced = v.reference_pool.replaced
+    assert not verdict.accepted and verdict.status == "rejected", verdict.reason
+    assert "integrity" in verdict.hack_flags and "handed over forged" in verdict.checks["integrity"].detail
+    assert after.accepted, after.reason
+    assert replaced == 0  # the keeper refused the forgery; nothing had to be restarted
+
+
+def test_verdicts_and_details_agree_with_the_judge_side_comparison():
+    pairs = [_pair("vector_add", "honest_vector_add"), _pair("vector_add", "partial_write"),
+             _pair("softmax", "unstable_softmax")]
+    verdicts = {}
+    for mode in (False, True):
+        with Verifier(backend="triton", device="cpu", workers=1, timeout_s=90, compare_on_device=mode) as v:
+            verdicts[mode] = [v.verify(t, c) for t, c in pairs]
+    for judge, keeper in zip(verdicts[False], verdicts[True]):
+        assert (judge.status, judge.accepted) == (keeper.status, keeper.accepted), (judge.reason, keeper.reason)
+        assert judge.reason.split(":")[0] == keeper.reason.split(":")[0] if judge.reason else not keeper.reason
+        assert judge.checks.keys() == keeper.checks.keys()
