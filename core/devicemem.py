@@ -374,6 +374,8 @@ class Vault:
             self.truths[run] = self.truth.outputs(self.inputs_of(run), self.expected[run], keep_device=True)
 
     def truth_note(self) -> str:
+        if self.truth.note:  # refused (random numbers, too large, disagrees ...) or disabled
+            return self.truth.note
         if self.truth_trusted is None:
             return "float64 reference on demand: no output needed it"
         return self.truth.note or "float64 reference in use"

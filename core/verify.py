@@ -539,7 +539,8 @@ class Verifier:
                                  inputs_digest=r.get("inputs_digest"))
                            for seed, r, o in zip(trial_seeds, ref_trials, observed)]
         if keeper is not None:  # the keeper vets and computes the truth when a comparison needs it
-            evidence.config["float64_truth_note"] = "float64 reference on demand: no output needed it"
+            evidence.config["float64_truth_note"] = ref.get("truth_note") or \
+                "float64 reference on demand: no output needed it"
         elif evidence.truth_loader is None:
             self._vet_truth(evidence, ref)
         else:
