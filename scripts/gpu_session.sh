@@ -89,6 +89,10 @@ elif [ "$PART" = 10 ]; then  # compare_on_device: its GPU tests and the suites (
   }
   lane_a & lane_b & wait
   TAILS="on_device_gpu:30 gpu_suites:40 kernelbench:30"
+elif [ "$PART" = 11 ]; then  # what a compute-sanitizer verdict costs: start-up or checking
+  export CUDA_VISIBLE_DEVICES=0
+  step sanitizer_cost 200 python3 -m benchmarks.sanitizer_cost --repeats 2 --parallel 8 --out "$OUT/sanitizer_cost.json"
+  TAILS="sanitizer_cost:8"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"
