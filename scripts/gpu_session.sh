@@ -99,7 +99,7 @@ elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs 
 elif [ "$PART" = 6 ]; then
   export CUDA_VISIBLE_DEVICES=0
   [ -d .kb ] && step kernelbench 330 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
-      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --ours-configs kb_equivalent,kb_scope,memcheck \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --ours-configs "${KB_CONFIGS:-kb_equivalent,kb_scope,memcheck}" \
       --out "$OUT/kernelbench_vs_ours.json"
   unset CUDA_VISIBLE_DEVICES
   [ -z "${SKIP_POOL:-}" ] && step pool 240 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 64 --warm 4 \
