@@ -154,8 +154,7 @@ class Exports:
         self.dir.mkdir(exist_ok=True)
         path = self.dir / f"out{self.count}.bin"
         self.count += 1
-        t.view(-1).view(torch.uint8).numpy().tofile(path) if t.dtype != torch.bool else \
-            t.view(-1).to(torch.uint8).numpy().tofile(path)
+        t.reshape(-1).view(torch.uint8).numpy().tofile(path)  # every dtype as its bytes (bool: 0/1)
         self.files.append(path)
         return {**desc, "via": "file", "path": str(path)}
 
