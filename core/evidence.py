@@ -364,9 +364,13 @@ def element_bytes(t: Any) -> Any:
     return flat.view(torch.uint8)
 
 
-def input_digests(values: list[Any]) -> list[str]:
+def input_digests(values: list[Any], *, fingerprint: bool | None = None) -> list[str]:
     """One digest per input: dtype, shape, strides, offset and every element's bytes (tensors), or
-    the repr of a plain value. Two workers that drew the same inputs report the same digests."""
+    the repr of a plain value. Two workers that drew the same inputs report the same digests.
+
+    A tensor on a GPU is digested where it lives (:func:`device_fingerprint`, ~1 ms for 100 MB)
+    instead of being copied to the host and hashed there (~0.1 s each, four times a run); a CPU
+    tensor gets sha256. ``fingerprint`` forces one or the other (tests)."""
     import torch
 
     out = []
@@ -374,14 +378,47 @@ def input_digests(values: list[Any]) -> list[str]:
         if not isinstance(v, torch.Tensor):
             out.append(f"py:{type(v).__name__}:{v!r}")
             continue
+        layout = f"{v.dtype}|{tuple(v.shape)}|{v.stride()}|{v.storage_offset()}"
+        if fingerprint if fingerprint is not None else v.device.type != "cpu":
+            out.append(f"{layout}|{device_fingerprint(v)}")
+            continue
         # sha256: with the SHA extensions of current x86 CPUs, 100 MB in ~60 ms against blake2b's ~150
         # (benchmarks/judge_bench.py)
         h = hashlib.sha256()
-        h.update(f"{v.dtype}|{tuple(v.shape)}|{v.stride()}|{v.storage_offset()}".encode())
+        h.update(layout.encode())
         if v.numel():
             h.update(memoryview(element_bytes(v.detach().to("cpu")).numpy()))
         out.append(h.hexdigest())
     return out
+
+
+_WEIGHTS: dict[tuple[int, str], Any] = {}  # fingerprint weights by (words, device), a few sizes kept
+
+
+def device_fingerprint(t: Any) -> str:
+    """128 bits that see every byte of ``t``, computed on its device: the tensor's bytes as 64-bit
+    words, two sums of word x fixed odd pseudo-random weight, mod 2^64 (an odd weight keeps every
+    word's every bit; integer sums do not depend on the reduction's order, so any two processes
+    agree). Not a cryptographic hash, and it need not be one: digests are reported by the
+    candidate's process either way (:func:`inputs_intact`); it must only tell honest inputs apart
+    from changed ones."""
+    import torch
+
+    flat = element_bytes(t.detach())
+    if flat.numel() % 8:
+        flat = torch.cat([flat, flat.new_zeros(8 - flat.numel() % 8)])
+    words = flat.view(torch.int64)
+    key = (words.numel(), str(words.device))
+    weights = _WEIGHTS.get(key)
+    if weights is None:
+        if len(_WEIGHTS) >= 8:
+            _WEIGHTS.pop(next(iter(_WEIGHTS)))
+        g = torch.Generator(device=words.device).manual_seed(0x6B7A)
+        weights = torch.randint(-(2**63), 2**63 - 1, (2, words.numel()), generator=g, dtype=torch.int64,
+                                device=words.device) | 1
+        _WEIGHTS[key] = weights
+    sums = (words.unsqueeze(0) * weights).sum(dim=1)  # wraps modulo 2^64
+    return "fp:" + "".join(f"{int(x) & 0xFFFFFFFFFFFFFFFF:016x}" for x in sums.tolist())
 
 
 def inputs_intact(trial: Trial) -> tuple[bool, str]:

@@ -589,9 +589,11 @@ class WorkerMain:
             # digests travel, when get_inputs is reproducible under a seed (checked here, once).
             by_seed, redrawn, redrawn_digest = False, None, None
             if req.get("inputs_mode") == "digest" and req["seeds"]:
-                first = input_digests(draw_inputs(module, req["seeds"][0], req["scales"][0], device))
+                # digested where the candidate's worker digests them: on the device (the kind of
+                # digest follows the tensor's device, core.evidence.input_digests)
+                first = input_digests(to_device(draw_inputs(module, req["seeds"][0], req["scales"][0], device), device))
                 redrawn = draw_inputs(module, req["seeds"][0], req["scales"][0], device)
-                redrawn_digest = input_digests(redrawn)
+                redrawn_digest = input_digests(to_device(redrawn, device))
                 by_seed = first == redrawn_digest
             if keep:
                 from core.devicemem import Vault
@@ -615,7 +617,7 @@ class WorkerMain:
                 else:
                     trial["truth"] = truth.outputs(dev_inputs, out)
                 if by_seed:
-                    trial["inputs_digest"] = redrawn_digest if i == 0 else input_digests(inputs)
+                    trial["inputs_digest"] = redrawn_digest if i == 0 else input_digests(dev_inputs)
                 else:
                     trial["inputs"] = cpu_copy(inputs)
                 trials.append(trial)

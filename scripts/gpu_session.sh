@@ -22,6 +22,8 @@
 #   bash scripts/gpu_session.sh 9   # 1-vs-2-GPU verifier scaling alone, 96 tasks, time for both runs
 #   bash scripts/gpu_session.sh 10  # lane A (GPU 0): compare_on_device's GPU tests, GPU suite + red-team suite;
 #                                   # lane B (last GPU): KernelBench vs ours, on the device and in the judge
+#   bash scripts/gpu_session.sh 11  # what a compute-sanitizer verdict costs (start-up vs checking)
+#   bash scripts/gpu_session.sh 12  # inputs digested on the GPU: its tests, red-team input cases, KernelBench vs ours
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -93,6 +95,15 @@ elif [ "$PART" = 11 ]; then  # what a compute-sanitizer verdict costs: start-up 
   export CUDA_VISIBLE_DEVICES=0
   step sanitizer_cost 200 python3 -m benchmarks.sanitizer_cost --repeats 2 --parallel 8 --out "$OUT/sanitizer_cost.json"
   TAILS="sanitizer_cost:8"
+elif [ "$PART" = 12 ]; then  # inputs digested on the GPU: its tests and red-team cases, then KernelBench vs ours alone
+  export CUDA_VISIBLE_DEVICES=0
+  step on_device_gpu 100 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_compare_on_device_gpu.py
+  step redteam_inputs 100 python3 -m pytest -q -rA -p no:cacheprovider -n 4 tests/redteam_gpu/test_redteam_on_gpu.py \
+      -k "input_mutation or rng_tamper or honest_vector_add or honest_softmax or partial_write"
+  [ -d .kb ] && step kernelbench 200 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --ours-configs "${KB_CONFIGS:-kb_scope,kb_scope@host}" \
+      --out "$OUT/kernelbench_vs_ours.json"
+  TAILS="on_device_gpu:12 redteam_inputs:8 kernelbench:8"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"

@@ -91,17 +91,33 @@ def test_inputs_drawn_differently_in_the_candidates_process_are_a_finding():
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.sampled_from([torch.float32, torch.bfloat16,
                                                                               torch.int64, torch.bool]),
-       st.integers(0, 10_000))
-def test_digests_see_every_element_and_the_layout(shape, dtype, position):
+       st.integers(0, 10_000), st.booleans())
+def test_digests_see_every_element_and_the_layout(shape, dtype, position, fingerprint):
+    # fingerprint: the GPU's digest (core.evidence.device_fingerprint), here computed on the CPU
+    def digests(values):
+        return input_digests(values, fingerprint=fingerprint)
+
     x = (torch.randn(shape) * 3).to(dtype)
-    assert input_digests([x]) == input_digests([x.clone()])
+    assert digests([x]) == digests([x.clone()])
     y = x.clone().reshape(-1)
     i = position % y.numel()
     y[i] = (~y[i]) if dtype == torch.bool else y[i] + 1
-    assert input_digests([y.reshape(shape)]) != input_digests([x])
+    assert digests([y.reshape(shape)]) != digests([x])
     if x.dim() >= 2 and x.shape[0] > 1 and x.shape[-1] > 1:  # same values, other strides
-        assert input_digests([x.transpose(0, -1).contiguous().transpose(0, -1)]) != input_digests([x])
-    assert input_digests([3, 0.5]) == ["py:int:3", "py:float:0.5"]
+        assert digests([x.transpose(0, -1).contiguous().transpose(0, -1)]) != digests([x])
+    assert digests([3, 0.5]) == ["py:int:3", "py:float:0.5"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5000), st.integers(0, 2**31), st.integers(0, 7))
+def test_the_fingerprint_sees_every_bit_of_every_byte(nbytes, position, bit):
+    from core.evidence import device_fingerprint
+
+    x = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=torch.Generator().manual_seed(nbytes))
+    y = x.clone()
+    y[position % nbytes] ^= 1 << bit
+    assert device_fingerprint(x) == device_fingerprint(x.clone())
+    assert device_fingerprint(y) != device_fingerprint(x)
 
 
 def test_digests_and_bitwise_equality_take_any_layout():

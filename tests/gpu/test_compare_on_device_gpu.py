@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core.devicemem import Exports, TransportError, cuda_ipc_available, import_tensor
-from core.evidence import bitwise_equal
+from core.evidence import bitwise_equal, input_digests
 from core.task import Candidate, Task
 
 pytestmark = [pytest.mark.gpu,
@@ -24,7 +24,9 @@ def _exporter(conn, scratch: str) -> None:
     values = [torch.randn(1000, 37, device="cuda"), torch.arange(5, device="cuda", dtype=torch.int64)[1:],
               torch.randn(64, 64, device="cuda").to(torch.bfloat16).t(), torch.empty(0, 3, device="cuda"), 7]
     exports = Exports("cuda", scratch)
-    conn.send((exports.export(values), [v.cpu() if isinstance(v, torch.Tensor) else v for v in values]))
+    fingerprint = input_digests([values[0]])[0]  # computed in this process, on the GPU
+    conn.send((exports.export(values), [v.cpu() if isinstance(v, torch.Tensor) else v for v in values],
+               fingerprint))
     conn.recv()  # keep the memory alive until the importer is done
 
 
@@ -34,8 +36,8 @@ def exported(tmp_path_factory):
     ours, theirs = ctx.Pipe()
     proc = ctx.Process(target=_exporter, args=(theirs, str(tmp_path_factory.mktemp("scratch"))))
     proc.start()
-    entries, originals = ours.recv()
-    yield entries, originals
+    entries, originals, fingerprint = ours.recv()
+    yield entries, originals, fingerprint
     ours.send("done")
     proc.join(30)
 
@@ -45,7 +47,7 @@ def test_cuda_ipc_is_available_here():
 
 
 def test_outputs_cross_processes_bit_for_bit(exported):
-    entries, originals = exported
+    entries, originals, _ = exported
     assert entries[-1] == {"value": 7}
     for entry, original in zip(entries[:-1], originals[:-1]):
         desc = entry["tensor"]
@@ -58,11 +60,21 @@ def test_outputs_cross_processes_bit_for_bit(exported):
 @pytest.mark.parametrize("forgery", [{"offset": 1 << 40}, {"shape": [1 << 30], "nbytes": 4 << 30},
                                      {"handle": b"\x00" * 64}, {"device": 7}])
 def test_a_forged_handle_is_refused_and_the_importer_keeps_working(exported, forgery):
-    entries, originals = exported
+    entries, originals, _ = exported
     with pytest.raises(TransportError):
         import_tensor({**entries[0]["tensor"], **forgery}, "cuda", None)
     back = import_tensor(entries[0]["tensor"], "cuda", None)  # the context is not poisoned
     assert torch.equal(back.cpu(), originals[0])
+
+
+def test_inputs_on_the_gpu_are_digested_there_and_agree_across_processes(exported):
+    entries, originals, theirs = exported
+    x = originals[0].cuda()
+    assert theirs.split("|")[-1].startswith("fp:")  # the device fingerprint, not a host sha256
+    assert input_digests([x]) == [theirs]
+    y = x.clone()
+    y.view(-1)[12345] = torch.nextafter(y.view(-1)[12345], torch.tensor(float("inf"), device="cuda"))
+    assert input_digests([y]) != [theirs]  # one ulp of one element
 
 
 def _pair(task: str, candidate: str) -> tuple[Task, Candidate]:
