@@ -505,7 +505,10 @@ class LocalExecutor(BaseExecutor):
         if gpu_ids:
             env: dict[str, str] = {}
             if "OMP_NUM_THREADS" not in os.environ:  # the host's cores shared by every shard's workers
-                per_shard = workers_per_gpu + int(self.verifier_kwargs.get("reference_workers", 1))
+                keepers = int(self.verifier_kwargs.get("reference_workers", 1))
+                if self.verifier_kwargs.get("compare_on_device") is not False:  # each verdict holds one
+                    keepers = max(keepers, workers_per_gpu)
+                per_shard = workers_per_gpu + keepers
                 env["OMP_NUM_THREADS"] = str(max(1, _cores() // max(1, len(gpu_ids) * per_shard)))
             specs = [(f"gpu{g}", "cuda", workers_per_gpu, {"CUDA_VISIBLE_DEVICES": str(g), **env}) for g in gpu_ids]
         else:

@@ -259,16 +259,16 @@ class Verifier:
         self.float64_max_elements = max(0, int(float64_max_elements))
         self.checks = self._build_checks(checks, check_options)
         limits = Limits(memory_mb=memory_mb, isolate=isolate, cpu_s_per_request=int(max(timeout_s, 1)) + 5)
+        self.compare_on_device = self._resolve_compare_on_device(compare_on_device)
+        if self.compare_on_device:
+            # each verification holds its keeper from the reference to the verdict
+            reference_workers = max(int(reference_workers), self.workers)
         env = dict(self.backend.worker_env(self.device))
         if "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env:
             # Each worker's CPU tensor work gets its share of the cores: 20 workers with one OpenMP
             # thread per core each would oversubscribe the host many times over.
             share = (os.cpu_count() or 1) // (max(1, int(workers)) + max(1, int(reference_workers)))
             env["OMP_NUM_THREADS"] = str(max(1, share))
-        self.compare_on_device = self._resolve_compare_on_device(compare_on_device)
-        if self.compare_on_device:
-            # each verification holds its keeper from the reference to the verdict
-            reference_workers = max(int(reference_workers), self.workers)
         self.pool = WorkerPool("candidate", backend, self.device, size=max(1, self.workers), limits=limits,
                                extra_env=env, max_jobs=max_jobs_per_worker)
         self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),

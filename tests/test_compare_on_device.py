@@ -149,3 +149,11 @@ def test_verdicts_and_details_agree_with_the_judge_side_comparison():
         assert (judge.status, judge.accepted) == (keeper.status, keeper.accepted), (judge.reason, keeper.reason)
         assert judge.reason.split(":")[0] == keeper.reason.split(":")[0] if judge.reason else not keeper.reason
         assert judge.checks.keys() == keeper.checks.keys()
+
+
+def test_each_verification_gets_a_keeper_and_the_cores_are_shared_with_them(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 24)
+    with Verifier(backend="triton", device="cpu", workers=3, reference_workers=1, compare_on_device=True) as v:
+        assert len(v.reference_pool._all) == 3  # verify_many's three verdicts at once hold one each
+        assert v.pool.extra_env["OMP_NUM_THREADS"] == "4"  # 24 cores over 3 candidate workers + 3 keepers
