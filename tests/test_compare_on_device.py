@@ -157,3 +157,28 @@ def test_each_verification_gets_a_keeper_and_the_cores_are_shared_with_them(monk
     with Verifier(backend="triton", device="cpu", workers=3, reference_workers=1, compare_on_device=True) as v:
         assert len(v.reference_pool._all) == 3  # verify_many's three verdicts at once hold one each
         assert v.pool.extra_env["OMP_NUM_THREADS"] == "4"  # 24 cores over 3 candidate workers + 3 keepers
+
+
+def test_a_keeper_that_dies_while_comparing_gives_an_error_verdict_and_is_replaced(monkeypatch):
+    from core import verify
+
+    task, honest = _pair("vector_add", "honest_vector_add")
+    compare = verify._Keeper.compare
+    killed = []
+
+    def dying(self, *args, **kwargs):
+        if not killed:  # the first comparison of the run: its keeper is gone (OOM-killed, a driver fault ...)
+            killed.append(self.worker.proc.pid)
+            self.worker.kill()
+        return compare(self, *args, **kwargs)
+
+    monkeypatch.setattr(verify._Keeper, "compare", dying)
+    with Verifier(backend="triton", device="cpu", workers=1, timeout_s=90, compare_on_device=True) as v:
+        lost = v.verify(task, honest)
+        after = v.verify(task, honest)
+        replaced = v.reference_pool.replaced
+    assert killed
+    assert lost.status == "error" and not lost.accepted, lost.reason  # not the candidate's fault
+    assert "keeping the outputs failed" in lost.reason
+    assert after.accepted, after.reason
+    assert replaced == 1
