@@ -189,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", default="128,256,512,1024",
                         help="block sizes: one honest solution per problem and block size")
     parser.add_argument("--workers", type=int, default=6, help="our sandboxed candidate workers on the GPU")
+    parser.add_argument("--settle-rel", type=float, default=0.0,
+                        help="our timed stage stops once the median's 95%% interval is this wide (0: planned runs)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -240,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         checks, options = OUR_CONFIGS[base](registry("verifier").names())
         if where == "host":
             options = {**options, "compare_on_device": False}
+        if args.settle_rel > 0:  # the timed stage stops once its medians are this tight
+            options = {**options, "performance": {**options.get("performance", {}), "settle_rel": args.settle_rel,
+                                                  "min_runs": 25}}
         with Verifier(backend="cuda", device="cuda", workers=args.workers, reference_workers=args.workers,
                       timeout_s=600, checks=checks, **options) as v:
             v.pool.wait_ready()

@@ -20,6 +20,8 @@ VARIANTS = {  # name -> TimingPolicy overrides
     "launch_timed": {"hide_launch_us": 0.0},  # the policy before 2026-11-30: launch latency in the window
     "warm200": {"warmup_ms": 200.0},
     "launch_timed_warm200": {"hide_launch_us": 0.0, "warmup_ms": 200.0},
+    # stop once the median's 95% interval is 0.2% wide (off by default; core.timing.median_settled)
+    "settle": {"settle_rel": 0.002, "min_runs": 25},
 }
 
 

@@ -60,6 +60,10 @@ class TimingPolicy:
     # spread of 8 repeated medians from 9.7% to 0.09% (x*2 over 128 MiB), docs/benchmarks.md.
     hide_launch_us: float = 100.0
     launch_retries: int = 2  # re-runs of a timed run whose launch outlasted the filler (host descheduled)
+    # >0: stop timing once the median is known to this relative width (a 95% distribution-free interval,
+    # :func:`median_settled`), checked every ``min_runs`` runs; 0: always the planned runs. Off by
+    # default until its repeatability is measured on the GPU: the planned runs are what met the 1%.
+    settle_rel: float = 0.0
 
     def __post_init__(self) -> None:
         if self.min_runs < 1 or self.max_runs < self.min_runs:
@@ -68,17 +72,41 @@ class TimingPolicy:
             raise ValueError(f"need 1 <= min_warmup <= max_warmup, got {self.min_warmup}, {self.max_warmup}")
         if not 0.0 <= self.hide_launch_us <= 10_000.0:
             raise ValueError(f"hide_launch_us must be in [0, 10000], got {self.hide_launch_us}")
+        if not 0.0 <= self.settle_rel < 1.0:
+            raise ValueError(f"settle_rel must be in [0, 1), got {self.settle_rel}")
 
 
 def plan_runs(estimate_ms: float, policy: TimingPolicy = TimingPolicy()) -> int:
     """Timed runs for a kernel of about ``estimate_ms``: ``budget / estimate`` within [min, max].
 
     >>> plan_runs(3.0), plan_runs(0.05), plan_runs(1000.0)
-    (133, 500, 10)
+    (134, 500, 10)
     """
     if not estimate_ms > 0 or math.isinf(estimate_ms):
         return policy.max_runs if not estimate_ms > 0 else policy.min_runs
     return int(min(policy.max_runs, max(policy.min_runs, math.ceil(policy.budget_ms / estimate_ms - 1e-9))))
+
+
+def median_interval(samples: Sequence[float]) -> tuple[float, float]:
+    """A ~95% confidence interval of the median that assumes no distribution: the order statistics
+    at ranks n/2 -/+ 0.98 sqrt(n) (binomial(n, 1/2) within 1.96 standard deviations)."""
+    xs = sorted(samples)
+    n = len(xs)
+    if n == 0:
+        raise ValueError("no samples")
+    half = 0.98 * math.sqrt(n)
+    lo = max(0, int(math.floor(n / 2 - half)))
+    hi = min(n - 1, int(math.ceil(n / 2 + half)) - 1)
+    return xs[lo], xs[max(lo, hi)]
+
+
+def median_settled(samples: Sequence[float], rel: float, min_samples: int = 10) -> bool:
+    """Whether the median of ``samples`` is known within ``rel`` of itself (interval width / median)."""
+    if rel <= 0 or len(samples) < max(min_samples, 10):
+        return False
+    lo, hi = median_interval(samples)
+    med = statistics.median(samples)
+    return med > 0 and (hi - lo) / med <= rel
 
 
 def plan_warmup(estimate_ms: float, policy: TimingPolicy = TimingPolicy()) -> int:
@@ -440,9 +468,14 @@ class GpuTimer:
             samples.append(honest_sample(s, d, overhead))
             stream.append(s)
             gaps.append(max(0.0, d - s - overhead))
-            if check is not None and r in wanted:
+            settled = policy.settle_rel > 0 and (r + 1) % policy.min_runs == 0 and r + 1 < runs and \
+                median_settled(samples, policy.settle_rel, policy.min_runs)
+            # stopping early makes this run the last: a check asked of a later (the last) run happens here
+            if check is not None and (r in wanted or (settled and any(w > r for w in wanted))):
                 check(r, args, out)
             del out
+            if settled:
+                break
         return TimingResult(
             stats=summarize(samples),
             warmup_runs=len(warm),

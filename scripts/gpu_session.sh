@@ -24,6 +24,8 @@
 #                                   # lane B (last GPU): KernelBench vs ours, on the device and in the judge
 #   bash scripts/gpu_session.sh 11  # what a compute-sanitizer verdict costs (start-up vs checking)
 #   bash scripts/gpu_session.sh 12  # inputs digested on the GPU: its tests, red-team input cases, KernelBench vs ours
+#   bash scripts/gpu_session.sh 13  # the timed stage stopping once its median settles (settle_rel): repeatability
+#                                   # against the planned runs, then KernelBench vs ours with it
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -104,6 +106,14 @@ elif [ "$PART" = 12 ]; then  # inputs digested on the GPU: its tests and red-tea
       --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --ours-configs "${KB_CONFIGS:-kb_scope,kb_scope@host}" \
       --out "$OUT/kernelbench_vs_ours.json"
   TAILS="on_device_gpu:12 redteam_inputs:8 kernelbench:8"
+elif [ "$PART" = 13 ]; then  # a timed stage that stops once its median settles: repeatability, then throughput
+  export CUDA_VISIBLE_DEVICES=0
+  step repeatability 150 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability_settle.json" \
+      --sizes-mib 32,128,2048 --repeats 8 --variants default,settle
+  [ -d .kb ] && step kernelbench 200 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --ours-configs kb_scope --settle-rel 0.002 \
+      --out "$OUT/kernelbench_vs_ours_settle.json"
+  TAILS="repeatability:8 kernelbench:8"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"

@@ -205,3 +205,57 @@ def test_a_launch_always_slower_than_the_longest_filler_is_kept_and_counted(monk
     assert result.launch_hidden_us == MAX_FILLER_US
     assert result.stats.runs == 3 and result.launch_exposed_runs == 3  # kept, and reported as exposed
     assert len(calls) == 3 + 3 * (1 + policy.launch_retries)  # each timed run tried 1 + retries times
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.01, 100.0, allow_nan=False), min_size=1, max_size=300))
+def test_the_median_interval_holds_the_median_and_shrinks_to_it(xs):
+    from core.timing import median_interval, median_settled
+
+    lo, hi = median_interval(xs)
+    med = statistics.median(xs)
+    assert min(xs) <= lo <= med <= hi <= max(xs)
+    assert median_settled([med] * max(10, len(xs)), 1e-9)  # identical samples: settled at once
+    assert not median_settled(xs, 0.0)  # 0 = never stop early
+
+
+def test_the_interval_covers_the_true_median_about_95_percent_of_the_time():
+    import random
+
+    from core.timing import median_interval
+
+    rng = random.Random(0)
+    covered = sum(lo <= 0.0 <= hi for lo, hi in (median_interval([rng.gauss(0, 1) for _ in range(60)])
+                                                 for _ in range(2000)))
+    assert 0.93 <= covered / 2000 <= 0.985
+
+
+def _steady_then(monkeypatch, policy, noise):
+    import random
+
+    rng = random.Random(1)
+    calls = []
+
+    def launch():
+        calls.append(1)
+        _Clock.spend(0.0001 * (1 + noise * rng.random()))
+
+    checked = []
+    result = _cpu_timer(policy, monkeypatch).time(launch, lambda i: (), check=lambda r, a, o: checked.append(r),
+                                                  check_runs=(0, -1))
+    return result, checked
+
+
+def test_a_steady_kernel_stops_once_its_median_settles_and_its_last_run_is_still_checked(monkeypatch):
+    policy = TimingPolicy(budget_ms=100.0, min_runs=20, max_runs=500, warmup_ms=0.5, settle_rel=0.005)
+    steady, checked = _steady_then(monkeypatch, policy, noise=0.001)
+    assert steady.stats.runs == 20  # settled at the first look
+    assert checked == [0, 19]
+    planned = TimingPolicy(budget_ms=100.0, min_runs=20, max_runs=500, warmup_ms=0.5)
+    assert _steady_then(monkeypatch, planned, noise=0.001)[0].stats.runs == 500  # off: the planned runs
+
+
+def test_a_noisy_kernel_is_timed_for_all_its_planned_runs(monkeypatch):
+    policy = TimingPolicy(budget_ms=100.0, min_runs=20, max_runs=500, warmup_ms=0.5, settle_rel=0.005)
+    noisy, checked = _steady_then(monkeypatch, policy, noise=1.0)  # up to 2x from run to run
+    assert noisy.stats.runs == 500 and checked == [0, 499]

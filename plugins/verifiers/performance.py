@@ -207,6 +207,7 @@ class PerformanceCheck:
     side_stream_fraction: float = 0.10
     counters: bool = False
     hide_launch_us: float = 100.0
+    settle_rel: float = 0.0  # core.timing.TimingPolicy.settle_rel: stop once the median is this tight
 
     def applies(self, backend: str, device: str) -> bool:
         return device == "cuda"
@@ -268,7 +269,8 @@ class PerformanceCheck:
         else:
             device_note = ""
         policy = TimingPolicy(warmup_ms=self.warmup_ms, budget_ms=self.budget_ms, min_runs=self.min_runs,
-                              max_runs=self.max_runs, hide_launch_us=self.hide_launch_us)
+                              max_runs=self.max_runs, hide_launch_us=self.hide_launch_us,
+                              settle_rel=self.settle_rel)
         timer = GpuTimer(policy, l2_bytes=spec.l2_bytes if spec else 0)
         mismatches: list[str] = []
 
