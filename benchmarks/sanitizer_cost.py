@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         for width in (1, args.parallel):
             cpu0, t0 = _children_cpu(), time.perf_counter()
             with ThreadPoolExecutor(width) as ex:
-                list(ex.map(lambda _: fn(), range(args.repeats * width)))
+                list(ex.map(lambda _, fn=fn: fn(), range(args.repeats * width)))
             wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
             runs = args.repeats * width
             rows.append({"variant": name, "at_once": width, "runs": runs, "wall_s_per_run": wall / runs * width,

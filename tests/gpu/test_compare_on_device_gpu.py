@@ -68,7 +68,7 @@ def test_a_forged_handle_is_refused_and_the_importer_keeps_working(exported, for
 
 
 def test_inputs_on_the_gpu_are_digested_there_and_agree_across_processes(exported):
-    entries, originals, theirs = exported
+    _, originals, theirs = exported
     x = originals[0].cuda()
     assert theirs.split("|")[-1].startswith("fp:")  # the device fingerprint, not a host sha256
     assert input_digests([x]) == [theirs]
