@@ -124,7 +124,7 @@ class Exports:
 
         copies = [v.detach().clone(memory_format=torch.contiguous_format) if isinstance(v, torch.Tensor) else v
                   for v in values]
-        if self.device == "cuda":
+        if any(isinstance(v, torch.Tensor) and v.is_cuda for v in copies):
             torch.cuda.synchronize()  # the keeper reads the copies from another process
         entries = []
         for v in copies:
@@ -151,6 +151,8 @@ class Exports:
             _check(_libcuda().cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(base)), "cuIpcGetMemHandle")
             return {**desc, "via": "cuda_ipc", "handle": bytes(handle.reserved), "offset": t.data_ptr() - base,
                     "device": torch.cuda.current_device()}
+        if self.device != "cpu":  # a host tensor from a GPU worker (a task that returns .cpu()): inline
+            raise TransportError("a host tensor on a GPU worker")
         self.dir.mkdir(exist_ok=True)
         path = self.dir / f"out{self.count}.bin"
         self.count += 1
@@ -314,9 +316,9 @@ class Vault:
                 out.append({"held": None, "dtype": str(desc.get("dtype")), "shape": list(desc.get("shape") or []),
                             "finite": True})
                 continue
-            value = entry["inline"].to(self.device) if "inline" in entry else \
-                import_tensor(desc, self.device, allowed_dir)
-            out.append(self.describe(f"c{n}.{i}", value))
+            value = entry["inline"] if "inline" in entry else import_tensor(desc, self.device, allowed_dir)
+            # beside the reference's output (a task may return a host tensor from a GPU model)
+            out.append(self.describe(f"c{n}.{i}", value.to(e.device)))
         return out
 
     def resolve(self, items: list[Any]) -> list[Any]:

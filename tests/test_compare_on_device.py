@@ -182,3 +182,17 @@ def test_a_keeper_that_dies_while_comparing_gives_an_error_verdict_and_is_replac
     assert "keeping the outputs failed" in lost.reason
     assert after.accepted, after.reason
     assert replaced == 1
+
+
+def test_a_host_tensor_from_a_gpu_worker_travels_inline_and_lands_beside_the_reference(tmp_path):
+    # a task whose GPU model returns .cpu() tensors: the GPU worker cannot hand them over as IPC
+    # handles; they travel as bytes and are compared where the reference's output is
+    exports = Exports("cuda", str(tmp_path))
+    value = torch.arange(6, dtype=torch.float32)
+    (entry,) = exports.export([value])
+    assert set(entry) == {"inline"} and torch.equal(entry["inline"], value)
+    vault = Vault(None, None, "cpu", None, [1], [1.0], None, 1)
+    vault.keep_reference(0, [value.clone()])
+    (described,) = vault.adopt([entry], expect=0, allowed_dir=None)
+    assert described["held"] == "c0.0"
+    assert bitwise_equal(vault.tensors["c0.0"], value) and vault.tensors["c0.0"].device == value.device
