@@ -10,18 +10,17 @@ Each configuration runs ``--repeats`` times, interleaved, and the median MiB/s i
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import multiprocessing as mp
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.revisions import module_at  # noqa: E402  (after the path is set)
 
 
 def _writer(module, fd: int, messages: int, mib: int) -> None:
@@ -48,18 +47,6 @@ def throughput(module, messages: int = 6, mib: int = 64) -> float:
     return 2 * mib / statistics.median(seconds[1:])  # the first includes the writer's start
 
 
-def sandbox_at(revision: str):
-    source = subprocess.run(["git", "show", f"{revision}:core/sandbox.py"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / f"sandbox_{revision}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"sandbox_{revision}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", default=None, help="a git revision whose core/sandbox.py to compare with")
@@ -71,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     modules = {"this checkout": current}
     if args.against:
-        modules = {f"at {args.against}": sandbox_at(args.against), **modules}
+        modules = {f"at {args.against}": module_at(args.against, "core/sandbox.py"), **modules}
     results: dict[str, list[float]] = {name: [] for name in modules}
     for _ in range(args.repeats):
         for name, module in modules.items():

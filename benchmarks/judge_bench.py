@@ -11,28 +11,15 @@ tolerance everywhere. Each measurement is the median of ``--repeats`` runs, the 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def evidence_at(revision: str):
-    source = subprocess.run(["git", "show", f"{revision}:core/evidence.py"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / f"evidence_{revision}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"evidence_{revision}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+from benchmarks.revisions import module_at  # noqa: E402  (after the path is set)
 
 
 def seconds(fn) -> float:
@@ -53,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
     modules = {"this checkout": current}
     if args.against:
-        modules = {f"at {args.against}": evidence_at(args.against), **modules}
+        modules = {f"at {args.against}": module_at(args.against, "core/evidence.py"), **modules}
     ref = torch.randn((args.mib << 20) // 4)
     same = ref.clone()
     close = ref + 1e-5 * torch.randn_like(ref)  # within fp32's atol=1e-4
