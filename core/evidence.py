@@ -220,13 +220,9 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     store = next((x.store for x in [*expected, *got] if isinstance(x, HeldTensor)), None)
     if store is not None:  # held in the reference worker: the same function runs there, on the device
         for i, (e, g) in enumerate(zip(expected, got)):
-            where = f"output {i}" if len(expected) > 1 else "output"
-            if isinstance(e, HeldTensor) and not isinstance(g, HeldTensor):
-                return Comparison(False, f"{where} is a {type(g).__name__}, expected a tensor")
-            if isinstance(e, HeldTensor) and tuple(g.shape) != tuple(e.shape):
-                return Comparison(False, f"{where} has shape {tuple(g.shape)}, expected {tuple(e.shape)}")
-            if isinstance(e, HeldTensor) and g.dtype != e.dtype:
-                return Comparison(False, f"{where} has dtype {g.dtype}, expected {e.dtype}")
+            mismatch = _layout_mismatch(e, g, i, len(expected), HeldTensor) if isinstance(e, HeldTensor) else None
+            if mismatch is not None:
+                return mismatch
         return store.compare(expected, got, tolerances=tolerances, scale_aware=scale_aware,
                              truth=truth is not None, noise_factor=noise_factor)
     worst_abs = worst_rel = 0.0
@@ -238,12 +234,9 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
             if e != g:
                 return Comparison(False, f"{where} is {g!r}, expected {e!r}")
             continue
-        if not isinstance(g, torch.Tensor):
-            return Comparison(False, f"{where} is a {type(g).__name__}, expected a tensor")
-        if tuple(g.shape) != tuple(e.shape):
-            return Comparison(False, f"{where} has shape {tuple(g.shape)}, expected {tuple(e.shape)}")
-        if g.dtype != e.dtype:
-            return Comparison(False, f"{where} has dtype {g.dtype}, expected {e.dtype}")
+        mismatch = _layout_mismatch(e, g, i, len(expected), torch.Tensor)
+        if mismatch is not None:
+            return mismatch
         atol, rtol = tolerance(str(e.dtype), tolerances)
         if e.numel() == 0 or bitwise_equal(e, g):
             continue
@@ -292,6 +285,18 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
         detail += (f"; {by_truth} output(s) as accurate as the fp32 reference against a float64 reference "
                    f"(within {noise_factor:g}x its error)")
     return Comparison(True, detail, worst_abs, worst_rel, by_truth=by_truth, noise_ratio=noise_ratio)
+
+
+def _layout_mismatch(e: Any, g: Any, i: int, n: int, kind: type) -> Comparison | None:
+    """Output ``i`` of ``n`` is not a ``kind`` of the reference's shape and dtype (None: it is)."""
+    where = f"output {i}" if n > 1 else "output"
+    if not isinstance(g, kind):
+        return Comparison(False, f"{where} is a {type(g).__name__}, expected a tensor")
+    if tuple(g.shape) != tuple(e.shape):
+        return Comparison(False, f"{where} has shape {tuple(g.shape)}, expected {tuple(e.shape)}")
+    if g.dtype != e.dtype:
+        return Comparison(False, f"{where} has dtype {g.dtype}, expected {e.dtype}")
+    return None
 
 
 def _against_truth(truth: Any, e: Any, g: Any, finite: Any, atol: float, rtol: float,
