@@ -97,7 +97,6 @@ class _Keeper:
     def __init__(self, verifier: "Verifier", worker: Any, budget: "_Budget", evidence: Evidence):
         self.verifier, self.worker, self.budget, self.evidence = verifier, worker, budget, evidence
         self.token = secrets.token_hex(8)
-        self.n_trials = 0
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         # GPU work (copies, comparisons): under the shared lock, so never inside another's timed stage
@@ -121,22 +120,14 @@ class _Keeper:
     def _names(items: list[Any]) -> list[dict[str, Any]]:
         return [{"held": x.key} if isinstance(x, HeldTensor) else {"value": x} for x in items]
 
-    def expected_run(self, run_name: str) -> int:
-        """The reference run a candidate run is compared with (see Verifier._extra_observations)."""
-        kind, index = run_name.rstrip("0123456789"), run_name[len(run_name.rstrip("0123456789")):]
-        if kind == "trial":
-            return int(index)
-        if kind == "probe":
-            return self.n_trials + int(index)
-        return 0  # shuffled orders and the repeat use the first trial's inputs
-
-    def adopt(self, candidate_worker: Any, observations: list[dict[str, Any]]) -> None:
-        """Have the keeper take the candidate's exported outputs; they become handles in ``observations``."""
-        exported = [o for o in observations if o.get("output") is not None]
+    def adopt(self, candidate_worker: Any, observations: list[dict[str, Any]], refs: list[int]) -> None:
+        """Have the keeper take the candidate's exported outputs; they become handles in ``observations``.
+        ``refs[i]``: the reference run observation ``i`` is judged against."""
+        exported = [(o, ref) for o, ref in zip(observations, refs) if o.get("output") is not None]
         if exported:
             answer = self._ask({"op": "adopt", "allowed_dir": str(Path(candidate_worker.scratch) / "exports"),
-                                "runs": [{"outputs": o["output"], "expect": self.expected_run(o["name"])}
-                                         for o in exported]})
+                                "runs": [{"outputs": o["output"], "expect": ref} for o, ref in exported]})
+            exported = [o for o, _ in exported]
             for obs, run in zip(exported, answer["runs"]):
                 if run.get("error"):
                     obs["output"] = None
@@ -417,7 +408,6 @@ class Verifier:
             if keeper is None:
                 ref = self._request(self.reference_pool, reference_request, budget, on_gpu=True)
             else:  # the outputs stay in the keeper; the answer names them
-                keeper.n_trials = len(trial_seeds)
                 ref = self._on_gpu(keeper.worker, {**reference_request, "keep": keeper.token,
                                                    "trials": len(trial_seeds)}, budget)
         except WorkerFailure as exc:
@@ -532,7 +522,8 @@ class Verifier:
 
         # Correctness trials (the first call is also where Triton compiles the kernels).
         t = time.perf_counter()
-        runs = [{"name": f"trial{i}", **_inputs_of(r, seed)} for i, (seed, r) in enumerate(zip(trial_seeds, ref_trials))]
+        runs = [{"name": f"trial{i}", "ref": i, **_inputs_of(r, seed)}
+                for i, (seed, r) in enumerate(zip(trial_seeds, ref_trials))]
         observed = self._run(worker, runs, budget, keeper)
         verdict.stage_s["trials"] = time.perf_counter() - t
         evidence.trials = [Trial(seed, r.get("inputs"), r["output"], o, truth=r.get("truth"),
@@ -572,12 +563,13 @@ class Verifier:
         base = ref_trials[0]
         runs: list[dict[str, Any]] = []
         if "shuffled" in needs:
-            runs += [{"name": f"shuffled{i}", **_inputs_of(base, trial_seeds[0]), "order_seed": _fresh_seed()}
+            runs += [{"name": f"shuffled{i}", "ref": 0, **_inputs_of(base, trial_seeds[0]), "order_seed": _fresh_seed()}
                      for i in range(race_orders)]
         if "repeat" in needs:
-            runs.append({"name": "repeat0", **_inputs_of(base, trial_seeds[0])})
-        if "probes" in needs:
-            runs += [{"name": f"probe{i}", **_inputs_of(r, seed, scale)} for i, (scale, seed, r) in enumerate(probes)]
+            runs.append({"name": "repeat0", "ref": 0, **_inputs_of(base, trial_seeds[0])})
+        if "probes" in needs:  # reference runs after the trials' are the probes'
+            runs += [{"name": f"probe{i}", "ref": len(trial_seeds) + i, **_inputs_of(r, seed, scale)}
+                     for i, (scale, seed, r) in enumerate(probes)]
         observed = self._run(worker, runs, budget, keeper) if runs else []
         for run, obs in zip(runs, observed):
             kind = run["name"].rstrip("0123456789")
@@ -664,11 +656,13 @@ class Verifier:
 
     def _run(self, worker, runs: list[dict[str, Any]], budget: _Budget,
              keeper: _Keeper | None = None) -> list[RunObservation]:
-        answer = self._on_gpu(worker, {"op": "run", "runs": runs, "export": keeper is not None}, budget)
+        """Run ``runs`` in ``worker``; each names the reference run (``ref``) it is judged against."""
+        sent = [{k: v for k, v in run.items() if k != "ref"} for run in runs]
+        answer = self._on_gpu(worker, {"op": "run", "runs": sent, "export": keeper is not None}, budget)
         if not answer.get("ok"):
             raise WorkerFailure("error", f"worker could not run the candidate: {answer.get('error')}")
         if keeper is not None:
-            keeper.adopt(worker, answer["observations"])
+            keeper.adopt(worker, answer["observations"], [run["ref"] for run in runs])
         return [RunObservation.from_dict(o) for o in answer["observations"]]
 
     def _evaluate(self, checks: list[Any], evidence: Evidence, verdict: Verdict, stop_at_first: bool = True) -> bool:
