@@ -30,6 +30,11 @@ DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16"
 EXPORT_DIR = "exports"  # under a candidate worker's scratch directory (the file transport)
 
 
+def _dtype_name(t: Any) -> str:
+    """``float32`` for a float32 tensor: the names descriptors use (:data:`DTYPES`)."""
+    return str(t.dtype).replace("torch.", "")
+
+
 class TransportError(RuntimeError):
     """A descriptor that cannot be turned back into a tensor (forged, freed, or of another device)."""
 
@@ -141,7 +146,7 @@ class Exports:
     def _describe(self, t: Any) -> dict[str, Any]:
         import torch
 
-        desc: dict[str, Any] = {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
+        desc: dict[str, Any] = {"dtype": _dtype_name(t), "shape": list(t.shape),
                                 "nbytes": t.numel() * t.element_size()}
         if t.numel() == 0:
             return {**desc, "via": "empty"}
@@ -279,7 +284,7 @@ class Vault:
             return {"value": value}
         self.tensors[key] = value
         finite = bool(torch.isfinite(value).all()) if value.is_floating_point() and value.numel() else True
-        return {"held": key, "dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape),
+        return {"held": key, "dtype": _dtype_name(value), "shape": list(value.shape),
                 "finite": finite}
 
     def keep_reference(self, run: int, outputs: list[Any]) -> list[dict[str, Any]]:
@@ -305,14 +310,14 @@ class Vault:
                 t = entry["inline"]
                 if not isinstance(t, torch.Tensor):
                     raise TransportError("malformed inline output")
-                desc = {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
+                desc = {"dtype": _dtype_name(t), "shape": list(t.shape)}
             else:
                 desc = entry.get("tensor")
                 if not isinstance(desc, dict):
                     raise TransportError("malformed output entry")
             e = want[i] if i < len(want) else None
             if len(entries) != len(want) or not isinstance(e, torch.Tensor) or \
-                    desc.get("shape") != list(e.shape) or desc.get("dtype") != str(e.dtype).replace("torch.", ""):
+                    desc.get("shape") != list(e.shape) or desc.get("dtype") != _dtype_name(e):
                 out.append({"held": None, "dtype": str(desc.get("dtype")), "shape": list(desc.get("shape") or []),
                             "finite": True})
                 continue
