@@ -592,8 +592,8 @@ class WorkerMain:
                 # digested where the candidate's worker digests them: on the device (the kind of
                 # digest follows the tensor's device, core.evidence.input_digests)
                 first = input_digests(to_device(draw_inputs(module, req["seeds"][0], req["scales"][0], device), device))
-                redrawn = draw_inputs(module, req["seeds"][0], req["scales"][0], device)
-                redrawn_digest = input_digests(to_device(redrawn, device))
+                redrawn = to_device(draw_inputs(module, req["seeds"][0], req["scales"][0], device), device)
+                redrawn_digest = input_digests(redrawn)
                 by_seed = first == redrawn_digest
             if keep:
                 from core.devicemem import Vault
