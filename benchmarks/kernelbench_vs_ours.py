@@ -185,12 +185,19 @@ def main(argv: list[str] | None = None) -> int:
                              "kb_scope (every check but compute-sanitizer: "
                              "KernelBench's scope and more), memcheck (plus compute-sanitizer memcheck), full "
                              "(every check, racecheck/synccheck and the torch.compile baseline too); "
-                             "NAME@host compares outputs in the judge (compare_on_device=False), for a side-by-side")
+                             "NAME@host compares outputs in the judge (compare_on_device=False), "
+                             "NAME@percandidate times the eager baseline in every candidate's process instead "
+                             "of once per task, NAME@settle stops the timed runs once the median is tight "
+                             "(--settle-rel, default 0.002); suffixes combine, for side-by-sides")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="judge the whole list of pairs this many times (both harnesses): a steady state, "
+                             "as in training, where many candidates of one task arrive, past the pool's start")
     parser.add_argument("--threads", default="128,256,512,1024",
                         help="block sizes: one honest solution per problem and block size")
     parser.add_argument("--workers", type=int, default=6, help="our sandboxed candidate workers on the GPU")
     parser.add_argument("--settle-rel", type=float, default=0.0,
-                        help="our timed stage stops once the median's 95%% interval is this wide (0: planned runs)")
+                        help="our timed stage stops once the median's 95%% interval is this wide (0: planned runs, "
+                             "unless a config says @settle)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -213,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
             pairs.append((f"{name}/t{threads}", ref, sol, sizes))
     hack_pairs = [(f"{names[0]}:{h}", pairs[0][1], src.replace("EXPR", UNARY[names[0]]).replace("THREADS", "256"),
                    pairs[0][3]) for h, src in HACKS.items()]
+    if args.rounds > 1:  # honest pairs first, then hacks, as the rows below expect
+        pairs = [(f"{n}#{r}", *rest) for r in range(args.rounds) for n, *rest in pairs]
+        hack_pairs = [(f"{n}#{r}", *rest) for r in range(args.rounds) for n, *rest in hack_pairs]
 
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -238,13 +248,17 @@ def main(argv: list[str] | None = None) -> int:
                                "kb_verdicts_per_min": 60 * len(rows) / kb_total, "ours": {}}
     honest = rows[: len(pairs)]
     for config in [c.strip() for c in args.ours_configs.split(",") if c.strip()]:
-        base, _, where = config.partition("@")  # "kb_scope@host": outputs compared in the judge, as before
+        base, *suffixes = config.split("@")
         checks, options = OUR_CONFIGS[base](registry("verifier").names())
-        if where == "host":
+        perf = dict(options.get("performance", {}))
+        if "host" in suffixes:  # outputs compared in the judge, as before compare_on_device
             options = {**options, "compare_on_device": False}
-        if args.settle_rel > 0:  # the timed stage stops once its medians are this tight
-            options = {**options, "performance": {**options.get("performance", {}), "settle_rel": args.settle_rel,
-                                                  "min_runs": 25}}
+        if "percandidate" in suffixes:  # the eager baseline timed in each candidate's process, as before
+            perf["baseline_per_task"] = False
+        settle = args.settle_rel or (0.002 if "settle" in suffixes else 0.0)
+        if settle > 0:  # the timed stage stops once its medians are this tight
+            perf.update(settle_rel=settle, min_runs=25)
+        options = {**options, "performance": perf}
         with Verifier(backend="cuda", device="cuda", workers=args.workers, reference_workers=args.workers,
                       timeout_s=600, checks=checks, **options) as v:
             v.pool.wait_ready()
@@ -253,10 +267,13 @@ def main(argv: list[str] | None = None) -> int:
 
             def progress(i, verdict, config=config, t0=t0):
                 stages = {k: round(x, 1) for k, x in verdict.stage_s.items()}
+                perf_data = (verdict.checks["performance"].data or {}) if "performance" in verdict.checks else {}
+                phases = {k: round(x, 2) for k, x in ((perf_data.get("timing") or {}).get("phases_s") or
+                                                       perf_data.get("phases_s") or {}).items() if x is not None}
                 median = _record(rows[i], verdict, config)
                 print(f"ours[{config}] {rows[i]['pair']}: {verdict.status} in {verdict.elapsed_s:.1f} s "
                       f"(at {time.perf_counter() - t0:.1f} s); median {median} ms, KernelBench "
-                      f"{rows[i]['kb_runtime_ms']:.4f} ms; stages {stages}", flush=True)
+                      f"{rows[i]['kb_runtime_ms']:.4f} ms; stages {stages}; timed stage {phases}", flush=True)
                 if args.out:  # a run cut short keeps every pair judged so far
                     args.out.write_text(json.dumps({"partial": True, "summary": summary, "rows": rows},
                                                    indent=1, default=str))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import secrets
@@ -35,6 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from core.baselines import BaselineCache
 from core.devicelock import DeviceLock, DeviceLockTimeout
 from core.evidence import Comparison, Evidence, HeldTensor, RunObservation, Trial, parse_python, truth_agrees
 from core.sandbox import Limits, WorkerFailure, WorkerPool
@@ -97,6 +99,7 @@ class _Keeper:
     def __init__(self, verifier: "Verifier", worker: Any, budget: "_Budget", evidence: Evidence):
         self.verifier, self.worker, self.budget, self.evidence = verifier, worker, budget, evidence
         self.token = secrets.token_hex(8)
+        self.dirty = False  # it ran something (torch.compile) after which it must not serve again
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         # GPU work (copies, comparisons): under the shared lock, so never inside another's timed stage
@@ -270,6 +273,7 @@ class Verifier:
         self.gpu_wait_s = float(gpu_wait_s)
         # None: where a GPU lock is held (the saving is the lock's; on CPU it would cost a round trip)
         self.split_transfers = self.device_lock is not None if split_transfers is None else bool(split_transfers)
+        self.baselines = BaselineCache()  # per-task reference timings, shared by that task's candidates
         self._closed = False
 
     # -- set-up
@@ -387,7 +391,7 @@ class Verifier:
         try:
             self._verify_executed(evidence, verdict, worker_checks, budget, keeper)
         finally:
-            self.reference_pool.release(keeper.worker, discard=not keeper.forget())
+            self.reference_pool.release(keeper.worker, discard=not keeper.forget() or keeper.dirty)
 
     def _verify_executed(self, evidence: Evidence, verdict: Verdict, worker_checks: list[Any], budget: _Budget,
                          keeper: _Keeper | None) -> None:
@@ -597,17 +601,64 @@ class Verifier:
                     config["device_lock"] = {**self.device_lock.describe(), "wait_s": self.gpu_wait_s,
                                              "hold_s": left()}
                     lock, lock_wait_s = contextlib.nullcontext(), self.gpu_wait_s
-                with lock:
-                    answer = worker.request({"op": "collect", "check": check.name, "config": config},
-                                            timeout_s=left() + lock_wait_s)
+                prepared = None
+                if hasattr(check, "prepare"):  # set-up while the GPU is shared, so an exclusive stage only times
+                    with self._gpu(budget):
+                        prepared = worker.request({"op": "collect", "check": check.name, "config": config,
+                                                   "phase": "prepare"}, timeout_s=left())
+                if prepared is not None and not (prepared.get("ok") and not (prepared.get("data") or {}).get("error")):
+                    answer = prepared
+                else:
+                    with lock:
+                        answer = worker.request({"op": "collect", "check": check.name, "config": config},
+                                                timeout_s=left() + lock_wait_s)
                 if lock_wait_s:  # its wait for the GPU is given back too, as in _gpu
                     budget.deadline += float((answer.get("data") or {}).get("gpu_lock_wait_s") or 0.0)
-                verdict.stage_s[check.name] = time.perf_counter() - t_check  # lock wait included
                 if getattr(check, "dirties_worker", lambda: False)():  # the next candidate gets a fresh worker
                     evidence.config["worker_dirty"] = True
-                evidence.extra[check.name] = answer.get("data") if answer.get("ok") else {"error": answer.get("error")}
+                data = answer.get("data") if answer.get("ok") else {"error": answer.get("error")}
+                if isinstance(data, dict) and prepared is not None and prepared.get("ok"):
+                    data.setdefault("phases_s", {})["prepare"] = (prepared.get("data") or {}).get("prepare_s")
+                if isinstance(data, dict) and not data.get("error") and getattr(check, "baseline_per_task", False):
+                    data["baseline"] = self._baseline(check, config, evidence, budget, keeper)
+                verdict.stage_s[check.name] = time.perf_counter() - t_check  # lock waits included
+                evidence.extra[check.name] = data
         rest = [c for c in checks if c.name not in verdict.checks]
         return self._evaluate(rest, evidence, verdict, stop_at_first=False)
+
+    def _baseline(self, check: Any, config: dict[str, Any], evidence: Evidence, budget: _Budget,
+                  keeper: _Keeper | None = None) -> dict[str, Any]:
+        """The check's measurement of the task's reference (``check.baseline``), made once per task by
+        a reference worker with the GPU to itself, then shared (:class:`core.baselines.BaselineCache`).
+        A failure is returned as ``{"error": ...}`` and not kept."""
+        task = evidence.task
+        key = (check.name, hashlib.sha256(task.source.encode()).hexdigest(), check.baseline_key())
+
+        def measure() -> dict[str, Any]:
+            # the verification's own keeper when it has one: every reference worker may be some
+            # verification's keeper, and waiting for another one could wait for ever
+            worker = keeper.worker if keeper is not None else self.reference_pool.acquire()
+            dirty = True
+            try:
+                with self._gpu(budget, exclusive=True):
+                    answer = worker.request({"op": "baseline", "check": check.name, "config": config,
+                                             "source": task.source, "init_seed": _fresh_seed()},
+                                            timeout_s=budget.left())
+                dirty = bool(getattr(check, "baseline_dirties_worker", lambda: False)())
+            finally:
+                if keeper is not None:
+                    keeper.dirty = keeper.dirty or dirty
+                else:
+                    self.reference_pool.release(worker, discard=dirty)
+            if not answer.get("ok") or (answer.get("data") or {}).get("error"):
+                raise RuntimeError(answer.get("error") or answer["data"]["error"])
+            return answer["data"]
+
+        try:
+            value, shared = self.baselines.get(key, measure)
+        except (WorkerFailure, GpuBusy, RuntimeError) as exc:
+            return {"error": f"the task's baseline could not be timed: {getattr(exc, 'detail', exc)}"[:400]}
+        return {**value, "shared": shared}
 
     def _load_truth(self, evidence: Evidence, reference_request: dict[str, Any], budget: _Budget) -> None:
         """The float64 truth of every run, asked of a reference worker when a comparison first needs it

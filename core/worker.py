@@ -431,6 +431,7 @@ class Session:
         self.task: dict[str, Any] | None = None
         self.task_module: Any = None  # imported on demand to draw inputs from a seed
         self.init_seed: int = 0
+        self.prepared: dict[str, Any] = {}  # check name -> what its prepare() built for its collect()
         self._held: list[Any] = []  # outputs of earlier calls stay alive, so addresses are unique
         self._held_ptrs: set[int] = set()
 
@@ -549,6 +550,8 @@ class WorkerMain:
             return self.reference(req)
         if op in ("adopt", "compare", "equal", "fetch", "forget") and self.role == "reference":
             return self.keeper(req)
+        if op == "baseline" and self.role == "reference":
+            return self.baseline(req)
         if op == "drop_exports" and self.role == "candidate":
             self.exports.drop()
             return {"ok": True}
@@ -679,6 +682,25 @@ class WorkerMain:
         except Exception as exc:
             return {"ok": False, "error": describe(exc)}
 
+    def baseline(self, req: dict[str, Any]) -> dict[str, Any]:
+        """A check's measurement of the task's own model (e.g. its eager time), in this trusted process."""
+        from core.plugins import registry
+
+        path = Path(self.scratch) / f"task_{self.loaded}.py"
+        self.loaded += 1
+        path.write_text(req["source"])
+        name = f"kz_task_{self.loaded}"
+        try:
+            check = registry("verifier").create(req["check"], **req.get("config", {}))
+            return {"ok": True, "data": check.baseline(load_module(path, name), int(req["init_seed"]))}
+        except MemoryError:
+            raise
+        except Exception as exc:
+            return {"ok": False, "error": describe(exc)}
+        finally:
+            sys.modules.pop(name, None)
+            path.unlink(missing_ok=True)
+
     def load(self, req: dict[str, Any]) -> dict[str, Any]:
         import torch
 
@@ -745,6 +767,8 @@ class WorkerMain:
             return {"ok": False, "error": "no candidate is loaded"}
         check = registry("verifier").create(req["check"], **req.get("config", {}))
         try:
+            if req.get("phase") == "prepare":
+                return {"ok": True, "data": check.prepare(self.session)}
             return {"ok": True, "data": check.collect(self.session)}
         except MemoryError:
             raise

@@ -26,6 +26,10 @@
 #   bash scripts/gpu_session.sh 12  # inputs digested on the GPU: its tests, red-team input cases, KernelBench vs ours
 #   bash scripts/gpu_session.sh 13  # the timed stage stopping once its median settles (settle_rel): repeatability
 #                                   # against the planned runs, then KernelBench vs ours with it
+#   bash scripts/gpu_session.sh 14  # the timed stage times only the candidate (set-up shared, baseline once per
+#                                   # task): lane A (GPU 0) GPU suite + red-team suite, lane B (last GPU) timer
+#                                   # tests and shorter timing policies' repeatability; then KernelBench vs
+#                                   # ours alone (KB_CONFIGS, ROUNDS)
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -114,6 +118,24 @@ elif [ "$PART" = 13 ]; then  # a timed stage that stops once its median settles:
       --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --ours-configs kb_scope --settle-rel 0.002 \
       --out "$OUT/kernelbench_vs_ours_settle.json"
   TAILS="repeatability:8 kernelbench:8"
+elif [ "$PART" = 14 ]; then  # the timed stage times only the candidate; shorter policies; then throughput alone
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    step gpu_suites   300 python3 -m pytest -q -rA -p no:cacheprovider -n 6 tests/gpu/test_cuda_gpu.py tests/redteam_gpu
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    step gpu_timing    90 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_timing_gpu.py
+    step repeatability_busy 150 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability_busy.json" \
+        --sizes-mib 32,128,2048 --repeats 8 --variants default,settle,settle_warm5,settle_warm5_5pm
+  }
+  lane_a & lane_b & wait
+  export CUDA_VISIBLE_DEVICES=0
+  [ -d .kb ] && step kernelbench 240 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --rounds "${ROUNDS:-2}" \
+      --ours-configs "${KB_CONFIGS:-kb_scope,kb_scope@settle,kb_scope@percandidate}" \
+      --out "$OUT/kernelbench_vs_ours.json"
+  TAILS="gpu_suites:40 gpu_timing:8 repeatability_busy:14 kernelbench:10"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"

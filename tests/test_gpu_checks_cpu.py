@@ -132,8 +132,40 @@ def test_task_source_lookup_accepts_either_session_shape():
 def test_a_worker_that_ran_the_torch_compile_baseline_is_replaced_after_the_verdict():
     from plugins.verifiers.performance import PerformanceCheck
 
-    assert PerformanceCheck(compare_compile=True).dirties_worker()
-    assert not PerformanceCheck(compare_compile=False).dirties_worker()
+    # per task (the default) the reference worker that timed torch.compile is the one replaced
+    assert not PerformanceCheck(compare_compile=True).dirties_worker()
+    assert PerformanceCheck(compare_compile=True).baseline_dirties_worker()
+    assert not PerformanceCheck(compare_compile=False).baseline_dirties_worker()
+    # timed in the candidate's process, the candidate's worker is
+    assert PerformanceCheck(compare_compile=True, baseline_per_task=False).dirties_worker()
+    assert not PerformanceCheck(compare_compile=False, baseline_per_task=False).dirties_worker()
+
+
+def test_speedups_come_from_the_per_task_baseline_the_judge_attached():
+    perf = _perf(median=0.5)
+    for key in ("eager_ms", "speedup_eager", "compile_ms", "speedup_compile"):
+        perf["performance"]["timing"].pop(key)
+    perf["performance"]["baseline"] = {"eager_ms": 2.0, "compile_ms": 1.0, "measured_in": "reference worker"}
+    r = PerformanceCheck().evaluate(_evidence(perf))
+    timing, _ = verdict_fields(r.data)
+    assert r.passed and "4.00x eager" in r.detail and "2.00x torch.compile" in r.detail
+    assert timing["speedup_eager"] == 4.0 and timing["speedup_compile"] == 2.0
+    assert timing["baseline_measured_in"] == "reference worker"
+
+
+def test_a_baseline_that_could_not_be_timed_costs_the_speedups_not_the_verdict():
+    perf = _perf(median=0.5)
+    perf["performance"]["baseline"] = {"error": "the task's baseline could not be timed: worker died"}
+    r = PerformanceCheck().evaluate(_evidence(perf))
+    timing, _ = verdict_fields(r.data)
+    assert r.passed and "x eager" not in r.detail
+    assert timing["speedup_eager"] is None and "worker died" in timing["baseline_error"]
+
+
+def test_a_baseline_is_keyed_by_what_changes_its_timing():
+    a, b = PerformanceCheck(), PerformanceCheck(compare_compile=False)
+    assert a.baseline_key() != b.baseline_key()
+    assert a.baseline_key() == PerformanceCheck(side_stream_ms=1.0).baseline_key()  # judging only
 
 
 # A stand-in for compute-sanitizer: drops the tool's own options and runs the program, then prints

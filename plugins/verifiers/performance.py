@@ -1,13 +1,17 @@
 """The GPU performance stage: honest timing, speedups, roofline terms, optional hardware counters.
 
-``collect`` runs in the candidate's sandboxed worker on the GPU (after correctness passed):
+``prepare`` then ``collect`` run in the candidate's sandboxed worker on the GPU (after correctness
+passed); the judge gives ``collect`` the GPU alone, ``prepare`` shares it:
 
-* the task's ``Model`` is built there too (trusted code; the static integrity check forbids the
-  candidate from patching torch) and its inputs are drawn **on the GPU** (``get_inputs()`` under
-  ``torch.device("cuda")``: no minute of CPU random numbers per trial for large level-1 tasks);
-* candidate, eager reference and ``torch.compile`` reference are timed by :mod:`core.timing`
-  (fresh inputs per run, L2 flushed, device-wide sync before the end event, median of many runs
-  adapted to the kernel's length);
+* ``prepare``: the task's ``Model`` is built there too (trusted code; the static integrity check
+  forbids the candidate from patching torch), its inputs are drawn **on the GPU** (``get_inputs()``
+  under ``torch.device("cuda")``: no minute of CPU random numbers per trial for large level-1
+  tasks), and the timer's filler kernel is compiled;
+* ``collect``: the candidate is timed by :mod:`core.timing` (fresh inputs per run, L2 flushed,
+  device-wide sync before the end event, median of many runs adapted to the kernel's length);
+* the eager and ``torch.compile`` baselines are timed by the same protocol once per task, in a
+  reference worker (``baseline``; the judge caches them, :class:`core.baselines.BaselineCache`),
+  or with ``baseline_per_task=False`` in the candidate's process after the candidate;
 * the candidate's outputs of the first and last timed runs are compared with the reference's on
   the same inputs, so a kernel that behaves while checked and cheats while timed is caught;
 * FLOPs and minimum bytes of the task give the roofline record (:mod:`core.roofline`) against the
@@ -185,6 +189,10 @@ class PerformanceCheck:
     :param counters: take achieved DRAM bytes and SM throughput from Nsight Compute.
     :param hide_launch_us: keep the host's launch latency out of the timed window by filling the GPU
         this long before the start event (:class:`core.timing.GpuFiller`); 0 times it.
+    :param baseline_per_task: time the eager and ``torch.compile`` baselines once per task, in a
+        reference worker (:meth:`baseline`; the judge keeps them for every later candidate of the
+        task), instead of in every candidate's process after the candidate. Halves the time a
+        verdict holds the GPU alone, and no candidate can slow the baseline it is compared with.
     """
 
     # The judge gives this stage the GPU alone (core.devicelock): other workers' trials would
@@ -208,6 +216,7 @@ class PerformanceCheck:
     counters: bool = False
     hide_launch_us: float = 100.0
     settle_rel: float = 0.0  # core.timing.TimingPolicy.settle_rel: stop once the median is this tight
+    baseline_per_task: bool = True
 
     def applies(self, backend: str, device: str) -> bool:
         return device == "cuda"
@@ -217,22 +226,141 @@ class PerformanceCheck:
         leaves compile threads, patched frames and caches behind in the process. (On the H200 a pool
         whose workers had run the baseline rejected 8 of 16 expert candidates, several within 0.2 s
         of trials; with the baseline off, 16 of 16 were accepted. The cause was not isolated.)"""
+        return bool(self.compare_compile) and not self.baseline_per_task
+
+    def baseline_dirties_worker(self) -> bool:
+        """The same for the reference worker that timed the baselines (:meth:`baseline`)."""
         return bool(self.compare_compile)
 
+    def baseline_key(self) -> tuple[Any, ...]:
+        """What besides the task and the device a baseline measurement depends on."""
+        return (self.compare_compile, self.budget_ms, self.min_runs, self.max_runs, self.warmup_ms,
+                self.hide_launch_us, self.settle_rel)
+
     # ----------------------------------------------------------- worker side
-    def collect(self, session: Any) -> dict[str, Any]:
+    def _policy(self) -> Any:
+        from core.timing import TimingPolicy
+
+        return TimingPolicy(warmup_ms=self.warmup_ms, budget_ms=self.budget_ms, min_runs=self.min_runs,
+                            max_runs=self.max_runs, hide_launch_us=self.hide_launch_us, settle_rel=self.settle_rel)
+
+    def _baselines(self, reference: Any, make_args: Any, timer: Any, phases: dict[str, float]) -> dict[str, Any]:
+        """Eager and (``compare_compile``) ``torch.compile`` times of the task's model."""
+        import time
+
         import torch
 
-        from core.roofline import UnknownDeviceError, find_device, from_counters, roofline
-        from core.timing import GpuTimer, TimingPolicy, _Profile, fresh_like
+        def eager(*args: Any) -> Any:
+            with torch.no_grad():
+                return reference(*args)
 
+        t = time.perf_counter()
+        eager(*make_args(0))
+        eager_t = timer.time(eager, make_args)
+        phases["eager"] = time.perf_counter() - t
+        out: dict[str, Any] = {"eager_ms": eager_t.median_ms, "eager_runs": eager_t.stats.runs,
+                               "compile_ms": None}
+        if self.compare_compile:
+            t = time.perf_counter()
+            try:
+                compiled = torch.compile(reference)
+
+                def compiled_fn(*args: Any) -> Any:
+                    with torch.no_grad():
+                        return compiled(*args)
+
+                compiled_fn(*make_args(0))
+                torch.cuda.synchronize()
+                out["compile_ms"] = timer.time(compiled_fn, make_args).median_ms
+            except Exception as exc:  # the baseline failed to compile: no speedup against it
+                out["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            phases["compile"] = time.perf_counter() - t
+        return out
+
+    def _setup(self, task: types.ModuleType, init_seed: int | None) -> dict[str, Any]:
+        """What a timed stage needs besides the GPU to itself: the task's model and inputs, the
+        device's record, the filler's kernel compiled. Built while the GPU is shared."""
+        import torch
+
+        from core.roofline import UnknownDeviceError, find_device
+        from core.timing import _Profile, fresh_like, warm_filler
+
+        torch.manual_seed(init_seed if init_seed is not None else secrets.randbits(31))
+        reference = task.Model(*task.get_init_inputs()).cuda().eval()
+        base = gpu_inputs(task, secrets.randbits(31))
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(secrets.randbits(62))
+        profiles = [_Profile(x) if isinstance(x, torch.Tensor) else None for x in base]
+
+        def make_args(_: int) -> list[Any]:
+            return fresh_like(base, gen, profiles)
+
+        gpu_name = torch.cuda.get_device_name()
+        try:
+            spec, device_note = find_device(gpu_name), ""
+        except UnknownDeviceError as exc:
+            spec, device_note = None, str(exc)
+        if self.hide_launch_us > 0:
+            try:
+                warm_filler()
+            except Exception:  # no Triton for this GPU: the timer says so when it builds its filler
+                pass
+        return {"reference": reference, "base": base, "make_args": make_args, "gpu_name": gpu_name,
+                "spec": spec, "device_note": device_note, "comparable": init_seed is not None or not has_state(reference)}
+
+    def prepare(self, session: Any) -> dict[str, Any]:
+        """Everything before the timed runs, done while other workers share the GPU: the judge then
+        gives the GPU to :meth:`collect` alone (``exclusive_device``) for the timing only."""
+        import time
+
+        t = time.perf_counter()
+        source = task_source_of(session)
+        if source is None:
+            return {"error": "the worker session exposes no task source (Session.task_source)", "blame": "harness"}
+        state = self._setup(load_task_module(source), getattr(session, "init_seed", None))
+        prepared = getattr(session, "prepared", None)
+        if isinstance(prepared, dict):
+            prepared[self.name] = state
+        return {"prepare_s": time.perf_counter() - t}
+
+    def baseline(self, task: types.ModuleType, init_seed: int) -> dict[str, Any]:
+        """Reference-worker side: the task's eager (and torch.compile) times, measured once per task
+        and shared by every candidate of that task (``baseline_per_task``). Measured in a trusted
+        process, so no candidate can slow the baseline it is compared with."""
+        import time
+
+        from core.timing import GpuTimer
+
+        t = time.perf_counter()
+        state = self._setup(task, init_seed)
+        phases = {"prepare": time.perf_counter() - t}
+        spec = state["spec"]
+        timer = GpuTimer(self._policy(), l2_bytes=spec.l2_bytes if spec else 0)
+        return {**self._baselines(state["reference"], state["make_args"], timer, phases), "device": state["gpu_name"],
+                "phases_s": phases, "measured_in": "reference worker, once per task"}
+
+    def collect(self, session: Any) -> dict[str, Any]:
+        import time
+
+        import torch
+
+        from core.roofline import from_counters, roofline
+        from core.timing import GpuTimer
+
+        began = time.perf_counter()
+        phases: dict[str, float] = {}
         source = task_source_of(session)
         if source is None:
             return {"error": "the worker session exposes no task source (Session.task_source), so there is no "
                              "reference to time against", "blame": "harness"}
-        task = load_task_module(source)
+        state = (getattr(session, "prepared", None) or {}).pop(self.name, None)
+        if state is None:  # not prepared beforehand (a caller that does not know prepare)
+            state = self._setup(load_task_module(source), getattr(session, "init_seed", None))
+            phases["prepare"] = time.perf_counter() - began
         guard = getattr(getattr(session, "worker", None), "guard", None)
         model = session.model
+        reference, base, make_args, spec = state["reference"], state["base"], state["make_args"], state["spec"]
+        comparable = state["comparable"]
 
         def candidate(*args: Any) -> Any:
             if guard is not None:
@@ -244,34 +372,13 @@ class PerformanceCheck:
                 if guard is not None:
                     guard.armed = False
 
-        init_seed = getattr(session, "init_seed", None)
-        torch.manual_seed(init_seed if init_seed is not None else secrets.randbits(31))
-        reference = task.Model(*task.get_init_inputs()).cuda().eval()
-        comparable = init_seed is not None or not has_state(reference)
-
         def eager(*args: Any) -> Any:
             with torch.no_grad():
                 return reference(*args)
 
-        base = gpu_inputs(task, secrets.randbits(31))
-        gen = torch.Generator(device="cuda")
-        gen.manual_seed(secrets.randbits(62))
-        profiles = [_Profile(x) if isinstance(x, torch.Tensor) else None for x in base]
-
-        def make_args(_: int) -> list[Any]:
-            return fresh_like(base, gen, profiles)
-
-        gpu_name = torch.cuda.get_device_name()
-        try:
-            spec = find_device(gpu_name)
-        except UnknownDeviceError as exc:
-            spec, device_note = None, str(exc)
-        else:
-            device_note = ""
-        policy = TimingPolicy(warmup_ms=self.warmup_ms, budget_ms=self.budget_ms, min_runs=self.min_runs,
-                              max_runs=self.max_runs, hide_launch_us=self.hide_launch_us,
-                              settle_rel=self.settle_rel)
-        timer = GpuTimer(policy, l2_bytes=spec.l2_bytes if spec else 0)
+        t = time.perf_counter()
+        timer = GpuTimer(self._policy(), l2_bytes=spec.l2_bytes if spec else 0)
+        phases["timer"] = time.perf_counter() - t
         mismatches: list[str] = []
 
         def check(run: int, args: Any, out: Any) -> None:
@@ -285,35 +392,23 @@ class PerformanceCheck:
             if not cmp.ok:
                 mismatches.append(f"timed run {run}: {cmp.detail}")
 
-        result: dict[str, Any] = {"device": gpu_name, "device_note": device_note}
+        result: dict[str, Any] = {"device": state["gpu_name"], "device_note": state["device_note"]}
+        t = time.perf_counter()
         try:
             candidate(*make_args(0))  # first call: CuPy/Triton build and load the kernels, untimed
             torch.cuda.synchronize()
             cand = timer.time(candidate, make_args, check=check, check_runs=(0, -1))
         except Exception as exc:  # the candidate failed while being timed
             return {"error": f"{type(exc).__name__}: {exc}"[:600], "blame": "candidate", **result}
-        eager(*make_args(0))
-        eager_t = timer.time(eager, make_args)
-        timing = {**cand.to_dict(), "eager_ms": eager_t.median_ms, "speedup_eager": eager_t.median_ms / cand.median_ms
-                  if cand.median_ms > 0 else None, "compile_ms": None, "speedup_compile": None,
-                  "outputs_checked": comparable}
-        if self.compare_compile:
-            try:
-                compiled = torch.compile(reference)
-
-                def compiled_fn(*args: Any) -> Any:
-                    with torch.no_grad():
-                        return compiled(*args)
-
-                compiled_fn(*make_args(0))
-                torch.cuda.synchronize()
-                comp_t = timer.time(compiled_fn, make_args)
-                timing["compile_ms"] = comp_t.median_ms
-                timing["speedup_compile"] = comp_t.median_ms / cand.median_ms if cand.median_ms > 0 else None
-            except Exception as exc:  # the baseline failed to compile: no speedup against it
-                timing["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        phases["candidate"] = time.perf_counter() - t
+        timing = {**cand.to_dict(), "outputs_checked": comparable, "eager_ms": None, "speedup_eager": None,
+                  "compile_ms": None, "speedup_compile": None}
+        if not self.baseline_per_task:  # timed here, in the candidate's process, after it
+            base_t = self._baselines(reference, make_args, timer, phases)
+            timing.update(with_speedups({**base_t, "measured_in": "candidate worker"}, cand.median_ms))
         result["timing"] = timing
         result["mismatches"] = mismatches
+        result["phases_s"] = phases
         flops = task_field(session, "flops")
         min_bytes = task_field(session, "min_bytes")
         dtypes = list(task_field(session, "dtypes") or [])
@@ -341,6 +436,7 @@ class PerformanceCheck:
                 except Exception as exc:  # counters unavailable (permissions, no ncu): fall back to events
                     roof.note = (roof.note + "; " if roof.note else "") + f"ncu counters unavailable: {exc}"[:400]
             result["roofline"] = roof.to_dict()
+        phases["total"] = time.perf_counter() - began
         return result
 
     # ----------------------------------------------------------- judging side
@@ -352,8 +448,12 @@ class PerformanceCheck:
             if data.get("blame") == "candidate":
                 return CheckResult(False, f"failed while being timed: {data['error']}", data=data)
             return CheckResult(True, f"not measured: {data['error']}", data=data)
-        timing, roof = data.get("timing") or {}, data.get("roofline")
-        out = {"timing": timing, "roofline": roof, "device": data.get("device")}
+        timing, roof = dict(data.get("timing") or {}), data.get("roofline")
+        if data.get("baseline") is not None:  # measured once per task by the judge's reference worker
+            timing.update(with_speedups(data["baseline"], float(timing.get("median_ms") or 0.0)))
+        out = {"timing": timing, "roofline": roof, "device": data.get("device"), "phases_s": data.get("phases_s")}
+        if data.get("baseline") is not None:  # how the baseline was had: shared, or measured for this verdict
+            out["baseline"] = {k: data["baseline"].get(k) for k in ("shared", "phases_s", "eager_runs", "error")}
         if data.get("counters"):
             out["counters"] = data["counters"]
         med = float(timing.get("median_ms") or 0.0)
@@ -380,6 +480,20 @@ class PerformanceCheck:
         return CheckResult(True, "; ".join(parts), data=out)
 
 
+def with_speedups(baseline: dict[str, Any], candidate_ms: float) -> dict[str, Any]:
+    """The verdict's baseline fields from a baseline measurement and the candidate's median."""
+    if baseline.get("error"):
+        return {"eager_ms": None, "speedup_eager": None, "compile_ms": None, "speedup_compile": None,
+                "baseline_error": str(baseline["error"])[:300]}
+    eager, comp = baseline.get("eager_ms"), baseline.get("compile_ms")
+    out = {"eager_ms": eager, "speedup_eager": eager / candidate_ms if eager and candidate_ms > 0 else None,
+           "compile_ms": comp, "speedup_compile": comp / candidate_ms if comp and candidate_ms > 0 else None,
+           "baseline_measured_in": baseline.get("measured_in")}
+    if baseline.get("compile_error"):
+        out["compile_error"] = baseline["compile_error"]
+    return out
+
+
 def verdict_fields(check_data: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """``(verdict.timing, verdict.roofline)`` from this check's ``CheckResult.data``."""
     return check_data.get("timing") or None, check_data.get("roofline") or None
@@ -390,4 +504,4 @@ def register_verifiers(register):
     register(PerformanceCheck.name, PerformanceCheck)
 
 
-__all__ = ["PerformanceCheck", "parse_ncu_csv", "verdict_fields", "gpu_inputs", "load_task_module"]
+__all__ = ["PerformanceCheck", "parse_ncu_csv", "verdict_fields", "with_speedups", "gpu_inputs", "load_task_module"]

@@ -50,11 +50,29 @@ def test_verifier_accepts_the_honest_cuda_kernel_and_times_it(verifier):
     perf = verdict.checks["performance"]
     timing = perf.data["timing"]
     assert timing["median_ms"] > 0 and timing["speedup_eager"] > 0.3
+    assert timing["baseline_measured_in"] == "reference worker, once per task"
+    # set-up happened while the GPU was shared; the exclusive part only timed the candidate
+    assert perf.data["phases_s"]["prepare"] > 0 and perf.data["phases_s"]["candidate"] > 0
+    assert "eager" not in perf.data["phases_s"]
     assert perf.data["roofline"]["device"] in ("H200", "H100", "H100 PCIe", "A100")
     # ReLU on 64 MiB in + 64 MiB out: a plain kernel reaches a good share of peak bandwidth
     assert 0.2 < perf.data["roofline"]["bandwidth_efficiency"] < 1.15
     for name in ("gpu_memcheck", "gpu_racecheck", "gpu_synccheck"):
         assert verdict.checks[name].passed, verdict.checks[name].detail
+
+
+def test_candidates_of_one_task_share_its_baseline_and_get_their_own_speedups(verifier):
+    task = Task(source=relu_task(2048, 4096))
+    variant = HONEST.replace("float v = x[i];", "float v = x[i] * 1.0f;")  # another candidate, same answer
+    first = verifier.verify(task, Candidate(source=HONEST, backend="cuda"))
+    second = verifier.verify(task, Candidate(source=variant, backend="cuda"))
+    assert first.accepted and second.accepted, (first.reason, second.reason)
+    b1, b2 = first.checks["performance"].data["baseline"], second.checks["performance"].data["baseline"]
+    assert not b1["shared"] and b2["shared"]
+    t1, t2 = first.checks["performance"].data["timing"], second.checks["performance"].data["timing"]
+    assert t1["eager_ms"] == t2["eager_ms"] > 0
+    assert t1["speedup_eager"] == pytest.approx(t1["eager_ms"] / t1["median_ms"])
+    assert t2["speedup_eager"] == pytest.approx(t2["eager_ms"] / t2["median_ms"])
 
 
 def test_verifier_reports_compile_errors_with_the_compiler_message(verifier):
