@@ -187,17 +187,18 @@ def main(argv: list[str] | None = None) -> int:
                              "(every check, racecheck/synccheck and the torch.compile baseline too); "
                              "NAME@host compares outputs in the judge (compare_on_device=False), "
                              "NAME@percandidate times the eager baseline in every candidate's process instead "
-                             "of once per task, NAME@settle stops the timed runs once the median is tight "
-                             "(--settle-rel, default 0.002); suffixes combine, for side-by-sides")
+                             "of once per task, NAME@planned times every planned run after a 25 ms warm-up "
+                             "(the timer's policy before it stopped once the median settled); suffixes "
+                             "combine, for side-by-sides")
     parser.add_argument("--rounds", type=int, default=1,
                         help="judge the whole list of pairs this many times (both harnesses): a steady state, "
                              "as in training, where many candidates of one task arrive, past the pool's start")
     parser.add_argument("--threads", default="128,256,512,1024",
                         help="block sizes: one honest solution per problem and block size")
     parser.add_argument("--workers", type=int, default=6, help="our sandboxed candidate workers on the GPU")
-    parser.add_argument("--settle-rel", type=float, default=0.0,
-                        help="our timed stage stops once the median's 95%% interval is this wide (0: planned runs, "
-                             "unless a config says @settle)")
+    parser.add_argument("--settle-rel", type=float, default=None,
+                        help="our timed stage stops once the median's 95%% interval is this wide (default: the "
+                             "verifier's; 0: every planned run)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -255,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
             options = {**options, "compare_on_device": False}
         if "percandidate" in suffixes:  # the eager baseline timed in each candidate's process, as before
             perf["baseline_per_task"] = False
-        settle = args.settle_rel or (0.002 if "settle" in suffixes else 0.0)
-        if settle > 0:  # the timed stage stops once its medians are this tight
-            perf.update(settle_rel=settle, min_runs=25)
+        if "planned" in suffixes:  # every planned run, after 25 ms of warm-up
+            perf.update(settle_rel=0.0, warmup_ms=25.0)
+        if args.settle_rel is not None:
+            perf["settle_rel"] = args.settle_rel
         options = {**options, "performance": perf}
         with Verifier(backend="cuda", device="cuda", workers=args.workers, reference_workers=args.workers,
                       timeout_s=600, checks=checks, **options) as v:

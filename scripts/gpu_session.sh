@@ -30,6 +30,9 @@
 #                                   # task): lane A (GPU 0) GPU suite + red-team suite, lane B (last GPU) timer
 #                                   # tests and shorter timing policies' repeatability; then KernelBench vs
 #                                   # ours alone (KB_CONFIGS, ROUNDS)
+#   bash scripts/gpu_session.sh 15  # the timer's new default (settle 0.5%, 5 ms warm-up) against the planned runs,
+#                                   # alone; KernelBench vs ours alone (warm workers); then GPU suite + red-team
+#                                   # suite (GPU 0) beside the timer tests (last GPU)
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -133,9 +136,27 @@ elif [ "$PART" = 14 ]; then  # the timed stage times only the candidate; shorter
   export CUDA_VISIBLE_DEVICES=0
   [ -d .kb ] && step kernelbench 240 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
       --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --rounds "${ROUNDS:-2}" \
-      --ours-configs "${KB_CONFIGS:-kb_scope,kb_scope@settle,kb_scope@percandidate}" \
+      --ours-configs "${KB_CONFIGS:-kb_scope,kb_scope@planned,kb_scope@percandidate@planned}" \
       --out "$OUT/kernelbench_vs_ours.json"
   TAILS="gpu_suites:40 gpu_timing:8 repeatability_busy:14 kernelbench:10"
+elif [ "$PART" = 15 ]; then  # new timer default vs planned runs, throughput, then the suites
+  export CUDA_VISIBLE_DEVICES=0
+  step repeatability 100 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability.json" \
+      --sizes-mib 32,128,2048 --repeats 8 --variants default,planned
+  [ -d .kb ] && step kernelbench 230 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --rounds "${ROUNDS:-3}" \
+      --ours-configs "${KB_CONFIGS:-kb_scope,kb_scope@percandidate@planned}" \
+      --out "$OUT/kernelbench_vs_ours.json"
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    step gpu_suites   250 python3 -m pytest -q -rA -p no:cacheprovider -n 6 tests/gpu/test_cuda_gpu.py tests/redteam_gpu
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    step gpu_timing    90 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_timing_gpu.py
+  }
+  lane_a & lane_b & wait
+  TAILS="repeatability:10 kernelbench:8 gpu_suites:40 gpu_timing:8"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"

@@ -247,15 +247,17 @@ def _steady_then(monkeypatch, policy, noise):
 
 
 def test_a_steady_kernel_stops_once_its_median_settles_and_its_last_run_is_still_checked(monkeypatch):
-    policy = TimingPolicy(budget_ms=100.0, min_runs=20, max_runs=500, warmup_ms=0.5, settle_rel=0.005)
+    policy = TimingPolicy(budget_ms=100.0, min_runs=20, max_runs=500, warmup_ms=0.5, settle_rel=0.005,
+                          settle_every=20)
     steady, checked = _steady_then(monkeypatch, policy, noise=0.001)
     assert steady.stats.runs == 20  # settled at the first look
     assert checked == [0, 19]
-    planned = TimingPolicy(budget_ms=100.0, min_runs=20, max_runs=500, warmup_ms=0.5)
+    planned = TimingPolicy(budget_ms=100.0, min_runs=20, max_runs=500, warmup_ms=0.5, settle_rel=0.0)
     assert _steady_then(monkeypatch, planned, noise=0.001)[0].stats.runs == 500  # off: the planned runs
 
 
 def test_a_noisy_kernel_is_timed_for_all_its_planned_runs(monkeypatch):
-    policy = TimingPolicy(budget_ms=100.0, min_runs=20, max_runs=500, warmup_ms=0.5, settle_rel=0.005)
+    policy = TimingPolicy(budget_ms=100.0, min_runs=20, max_runs=500, warmup_ms=0.5, settle_rel=0.005,
+                          settle_every=20)
     noisy, checked = _steady_then(monkeypatch, policy, noise=1.0)  # up to 2x from run to run
     assert noisy.stats.runs == 500 and checked == [0, 499]

@@ -208,14 +208,15 @@ class PerformanceCheck:
     budget_ms: float = 400.0
     min_runs: int = 10
     max_runs: int = 500
-    warmup_ms: float = 25.0
+    warmup_ms: float = 5.0
     slack: float = 1.15
     reject_implausible: bool = True
     side_stream_ms: float = 0.05
     side_stream_fraction: float = 0.10
     counters: bool = False
     hide_launch_us: float = 100.0
-    settle_rel: float = 0.0  # core.timing.TimingPolicy.settle_rel: stop once the median is this tight
+    settle_rel: float = 0.005  # core.timing.TimingPolicy.settle_rel: stop once the median is this tight
+    settle_every: int = 25
     baseline_per_task: bool = True
 
     def applies(self, backend: str, device: str) -> bool:
@@ -235,14 +236,15 @@ class PerformanceCheck:
     def baseline_key(self) -> tuple[Any, ...]:
         """What besides the task and the device a baseline measurement depends on."""
         return (self.compare_compile, self.budget_ms, self.min_runs, self.max_runs, self.warmup_ms,
-                self.hide_launch_us, self.settle_rel)
+                self.hide_launch_us, self.settle_rel, self.settle_every)
 
     # ----------------------------------------------------------- worker side
     def _policy(self) -> Any:
         from core.timing import TimingPolicy
 
         return TimingPolicy(warmup_ms=self.warmup_ms, budget_ms=self.budget_ms, min_runs=self.min_runs,
-                            max_runs=self.max_runs, hide_launch_us=self.hide_launch_us, settle_rel=self.settle_rel)
+                            max_runs=self.max_runs, hide_launch_us=self.hide_launch_us, settle_rel=self.settle_rel,
+                            settle_every=self.settle_every)
 
     def _baselines(self, reference: Any, make_args: Any, timer: Any, phases: dict[str, float]) -> dict[str, Any]:
         """Eager and (``compare_compile``) ``torch.compile`` times of the task's model."""
