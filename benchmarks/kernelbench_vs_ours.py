@@ -168,7 +168,11 @@ def _record(row: dict[str, Any], verdict: Any, config: str) -> float | None:
     row.update({f"{config}_seconds": verdict.elapsed_s, f"{config}_accepted": verdict.accepted,
                 f"{config}_reason": verdict.reason, f"{config}_median_ms": (timing or {}).get("median_ms"),
                 f"{config}_speedup_eager": (timing or {}).get("speedup_eager"),
-                f"{config}_stage_s": verdict.stage_s})
+                f"{config}_stage_s": verdict.stage_s,
+                # what the timed stage cost and why: runs, warm-up, the filler's length, exposed launches
+                f"{config}_timed": {k: (timing or {}).get(k) for k in ("runs", "warmup_runs", "wall_s",
+                                                                         "launch_hidden_us", "launch_exposed_runs")},
+                f"{config}_phases_s": (perf.data or {}).get("phases_s") if perf is not None else None})
     return row[f"{config}_median_ms"]
 
 

@@ -33,6 +33,8 @@
 #   bash scripts/gpu_session.sh 15  # the timer's new default (settle 0.5%, 5 ms warm-up) against the planned runs,
 #                                   # alone; KernelBench vs ours alone (warm workers); then GPU suite + red-team
 #                                   # suite (GPU 0) beside the timer tests (last GPU)
+#   bash scripts/gpu_session.sh 16  # each alone: 1-vs-2-GPU scaling without compute-sanitizer, KernelBench vs ours
+#                                   # (warm pool, rounds 3), 1-vs-2-GPU scaling with memcheck
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -157,6 +159,17 @@ elif [ "$PART" = 15 ]; then  # new timer default vs planned runs, throughput, th
   }
   lane_a & lane_b & wait
   TAILS="repeatability:10 kernelbench:8 gpu_suites:40 gpu_timing:8"
+elif [ "$PART" = 16 ]; then  # scaling without and with the sanitizer, throughput; each alone on the host
+  step pool_none 150 python3 benchmarks/pool_scaling.py --out "$OUT/pool_none" --tasks 96 --warm 8 \
+      --workers-per-gpu 8 --sanitizers none
+  export CUDA_VISIBLE_DEVICES=0
+  [ -d .kb ] && step kernelbench 180 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --rounds "${ROUNDS:-3}" \
+      --ours-configs "${KB_CONFIGS:-kb_scope,memcheck}" --out "$OUT/kernelbench_vs_ours.json"
+  unset CUDA_VISIBLE_DEVICES
+  step pool_memcheck 230 python3 benchmarks/pool_scaling.py --out "$OUT/pool_memcheck" --tasks 64 --warm 8 \
+      --workers-per-gpu 8 --sanitizers memcheck
+  TAILS="pool_none:5 kernelbench:8 pool_memcheck:5"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"

@@ -640,6 +640,8 @@ class CudaBackend:
     name: str = NAME
     language: str = "CUDA C (cupy.RawModule)"
     guide: str = GUIDE
+    # the guide's own example (a ReLU) is the candidate of the verifier's pool warm-up (core.verify.WARM_UP_TASK)
+    warm_up_candidate: str = GUIDE.split("```python\n")[1].split("```")[0]
     # without a GPU the static and compile stages still mean something (NVRTC to PTX); a verifier
     # may then report "compiled" and stop with supports(device) as the reason
     compiles_without_device: bool = True

@@ -60,6 +60,32 @@ def _decorator_name(node: ast.expr) -> str | None:
     return None
 
 
+# A ReLU in this backend's format: the candidate of the verifier's pool warm-up (core.verify.WARM_UP_TASK).
+WARM_UP_CANDIDATE = """\
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _relu(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        _relu[(triton.cdiv(n, 4096),)](x, y, n, BLOCK=4096)
+        return y
+"""
+
+
 @dataclass
 class TritonBackend:
     """See the module docstring. ``interpret``: "auto" (interpreter iff device is cpu), "always", "never"."""
@@ -68,6 +94,7 @@ class TritonBackend:
     language: str = "Triton"
     guide: str = GUIDE
     interpret: str = "auto"
+    warm_up_candidate: str = WARM_UP_CANDIDATE
 
     # -- judge side
 
