@@ -363,7 +363,11 @@ class Verifier:
         start = time.perf_counter()
         pairs = [(Task(source=WARM_UP_TASK, name="warm_up"), Candidate(source=source, backend=self.backend_name))
                  for _ in range(max(1, self.workers))]
-        verdicts = self.verify_many(pairs)
+        try:
+            verdicts = self.verify_many(pairs)
+        except Exception as exc:  # the pool still serves; its first verdicts pay the warm-up themselves
+            self.warm_up_report = f"warm-up failed: {type(exc).__name__}: {exc}"[:400]
+            return []
         accepted = sum(v.accepted for v in verdicts)
         self.warm_up_report = f"{accepted}/{len(verdicts)} warm-up verdicts accepted in {time.perf_counter() - start:.1f} s"
         if accepted < len(verdicts):  # the pool still serves; a user should know why it did not warm
