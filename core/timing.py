@@ -25,7 +25,9 @@ at most; ``launch_exposed_runs`` counts those that stayed exposed.
 
 Warm-up runs until ``warmup_ms`` of kernel time has passed (at least ``min_warmup`` runs); the
 number of timed runs is then adapted to the kernel's length (:func:`plan_runs`): many for short
-kernels, at least ``min_runs`` for long ones. The median is reported with the spread.
+kernels, at least ``min_runs`` for long ones. Every ``settle_every`` runs the timer stops early once
+the median's distribution-free 95% interval is within ``settle_rel`` of it (:func:`median_settled`);
+a kernel whose runs vary keeps going to its planned runs. The median is reported with the spread.
 
 The statistics and planning helpers are pure and tested on CPU; :func:`time_gpu` needs CUDA.
 """

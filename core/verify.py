@@ -655,7 +655,9 @@ class Verifier:
                     with self._gpu(budget):
                         prepared = worker.request({"op": "collect", "check": check.name, "config": config,
                                                    "phase": "prepare"}, timeout_s=left())
-                if prepared is not None and not (prepared.get("ok") and not (prepared.get("data") or {}).get("error")):
+                prepare_failed = prepared is not None and (not prepared.get("ok") or
+                                                           bool((prepared.get("data") or {}).get("error")))
+                if prepare_failed:  # nothing to time: its error is the stage's
                     answer = prepared
                 else:
                     with lock:
@@ -705,7 +707,7 @@ class Verifier:
 
         try:
             value, shared = self.baselines.get(key, measure)
-        except (WorkerFailure, GpuBusy, RuntimeError) as exc:
+        except Exception as exc:  # the verdict stands without speedups; the next candidate measures again
             return {"error": f"the task's baseline could not be timed: {getattr(exc, 'detail', exc)}"[:400]}
         return {**value, "shared": shared}
 

@@ -59,3 +59,89 @@ def test_a_failed_measurement_is_not_kept_and_the_next_caller_measures_again():
     assert len(cache) == 0
     assert cache.get("task", lambda: 3.0) == (3.0, False)
     assert cache.get("task", broken) == (3.0, True)  # kept: not measured again
+
+
+# ----------------------------------------------------------------- the judge's side (core.verify)
+
+
+class _FakeWorker:
+    """Answers the judge's ``baseline`` requests as a reference worker would."""
+
+    def __init__(self, fail: bool = False):
+        self.requests: list[dict] = []
+        self.fail = fail
+
+    def request(self, message, timeout_s):
+        self.requests.append(message)
+        if self.fail:
+            return {"ok": False, "error": "RuntimeError: CUDA error: out of memory"}
+        return {"ok": True, "data": {"eager_ms": 2.0, "compile_ms": None, "measured_in": "reference worker"}}
+
+
+class _FakePool:
+    def __init__(self, worker):
+        self.worker, self.released = worker, []
+
+    def acquire(self):
+        return self.worker
+
+    def release(self, worker, discard=False):
+        self.released.append(discard)
+
+
+class _FakeCheck:
+    name = "performance"
+
+    def __init__(self, compile_baseline=False):
+        self.compile_baseline = compile_baseline
+
+    def baseline_key(self):
+        return (self.compile_baseline,)
+
+    def baseline_dirties_worker(self):
+        return self.compile_baseline
+
+
+def _judge(worker):
+    from core.verify import Verifier
+
+    judge = Verifier.__new__(Verifier)  # the judge's state only: no worker processes
+    judge.baselines, judge.reference_pool, judge.device_lock, judge.gpu_wait_s = BaselineCache(), _FakePool(worker), None, 1.0
+    return judge
+
+
+def _evidence(source):
+    from core.evidence import Evidence
+    from core.task import Candidate, Task
+
+    return Evidence(task=Task(source=source), candidate=Candidate(source="x = 1"), backend="cuda", device="cuda")
+
+
+def test_the_judge_asks_a_reference_worker_once_per_task_and_shares_the_answer():
+    from core.verify import _Budget
+
+    worker = _FakeWorker()
+    judge = _judge(worker)
+    check, budget = _FakeCheck(), _Budget(60)
+    first = judge._baseline(check, {"compare_compile": False}, _evidence("task A"), budget)
+    again = judge._baseline(check, {"compare_compile": False}, _evidence("task A"), budget)
+    other = judge._baseline(check, {"compare_compile": False}, _evidence("task B"), budget)
+    assert [r["source"] for r in worker.requests] == ["task A", "task B"]
+    assert all(r["op"] == "baseline" and r["check"] == "performance" for r in worker.requests)
+    assert (first["shared"], again["shared"], other["shared"]) == (False, True, False)
+    assert first["eager_ms"] == again["eager_ms"] == 2.0
+    assert judge.reference_pool.released == [False, False]  # eager only: the worker serves on
+
+
+def test_a_worker_that_timed_torch_compile_is_replaced_and_a_failure_is_reported_not_kept():
+    from core.verify import _Budget
+
+    judge = _judge(_FakeWorker())
+    judge._baseline(_FakeCheck(compile_baseline=True), {}, _evidence("task A"), _Budget(60))
+    assert judge.reference_pool.released == [True]
+
+    failing = _judge(_FakeWorker(fail=True))
+    result = failing._baseline(_FakeCheck(), {}, _evidence("task A"), _Budget(60))
+    assert "could not be timed" in result["error"] and "out of memory" in result["error"]
+    # the worker answered (its error was caught there): it serves on, and the next verification asks again
+    assert len(failing.baselines) == 0 and failing.reference_pool.released == [False]
