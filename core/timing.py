@@ -63,6 +63,9 @@ class TimingPolicy:
     # >0: fill the GPU this long before the start event (module docstring). On the H200 this took the
     # spread of 8 repeated medians from 9.7% to 0.09% (x*2 over 128 MiB), docs/benchmarks.md.
     hide_launch_us: float = 100.0
+    # the filler covers this many times the 90th percentile of the host's launch time seen in warm-up
+    # (each timed run pays for it: on a loaded host 160-430 us of a ~0.5 ms run, docs/benchmarks.md)
+    filler_margin: float = 2.0
     launch_retries: int = 2  # re-runs of a timed run whose launch outlasted the filler (host descheduled)
     # >0: stop timing once the median is known to this relative width (a 95% distribution-free interval,
     # :func:`median_settled`), checked every ``settle_every`` runs; 0: always the planned runs. On the
@@ -79,6 +82,8 @@ class TimingPolicy:
             raise ValueError(f"hide_launch_us must be in [0, 10000], got {self.hide_launch_us}")
         if not 0.0 <= self.settle_rel < 1.0:
             raise ValueError(f"settle_rel must be in [0, 1), got {self.settle_rel}")
+        if self.filler_margin < 1.0:
+            raise ValueError(f"filler_margin must be >= 1 (the filler must outlast the launch), got {self.filler_margin}")
         if self.settle_every < 1:
             raise ValueError(f"settle_every must be >= 1, got {self.settle_every}")
 
@@ -392,6 +397,8 @@ class GpuTimer:
         self.torch = torch
         self.policy = policy
         nbytes = max(policy.l2_flush_bytes, 2 * int(l2_bytes)) if policy.flush_l2 else 0
+        if policy.flush_l2 and nbytes <= 0:  # a flush of nothing would leave inputs warm in L2, unsaid
+            raise ValueError("flush_l2 needs l2_flush_bytes > 0 or the device's L2 size (l2_bytes)")
         self.flush_bytes = nbytes
         self._flush = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda") if nbytes else None
         self._overhead_ms: float | None = None
@@ -470,7 +477,7 @@ class GpuTimer:
         if self._filler is not None:
             # As long as this host takes to launch fn (a loaded host, a chatty forward), within bounds.
             recent_launches = (launches[1:] or launches)[-20:]  # the first call also compiled
-            needed = 2.0 * quantile(sorted(recent_launches), 0.9)
+            needed = policy.filler_margin * quantile(sorted(recent_launches), 0.9)
             self._filler.resize(min(MAX_FILLER_US, max(policy.hide_launch_us, needed)))
         runs = plan_runs(statistics.median(warm[-5:]), policy)
         wanted = {r % runs for r in check_runs}

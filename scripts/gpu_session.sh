@@ -35,6 +35,8 @@
 #                                   # suite (GPU 0) beside the timer tests (last GPU)
 #   bash scripts/gpu_session.sh 16  # each alone: 1-vs-2-GPU scaling without compute-sanitizer, KernelBench vs ours
 #                                   # (warm pool, rounds 3), 1-vs-2-GPU scaling with memcheck
+#   bash scripts/gpu_session.sh 17  # cheaper timed runs (filler 1.3x the launch, flush 2x L2): repeatability
+#                                   # alone, then on a busy host beside the suites; KernelBench vs ours alone
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -170,6 +172,25 @@ elif [ "$PART" = 16 ]; then  # scaling without and with the sanitizer, throughpu
   step pool_memcheck 230 python3 benchmarks/pool_scaling.py --out "$OUT/pool_memcheck" --tasks 64 --warm 8 \
       --workers-per-gpu 8 --sanitizers memcheck
   TAILS="pool_none:5 kernelbench:8 pool_memcheck:5"
+elif [ "$PART" = 17 ]; then  # cheaper timed runs: repeatability quiet and busy, then throughput alone
+  export CUDA_VISIBLE_DEVICES=0
+  step repeatability 120 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability.json" \
+      --sizes-mib 32,128,2048 --repeats 8 --variants default,margin1.3,flush2xL2
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    step gpu_suites   280 python3 -m pytest -q -rA -p no:cacheprovider -n 6 tests/gpu/test_cuda_gpu.py tests/redteam_gpu
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    step repeatability_busy 150 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability_busy.json" \
+        --sizes-mib 32,128,2048 --repeats 8 --variants default,margin1.3,flush2xL2
+  }
+  lane_a & lane_b & wait
+  export CUDA_VISIBLE_DEVICES=0
+  [ -d .kb ] && step kernelbench 170 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --rounds "${ROUNDS:-3}" \
+      --ours-configs "${KB_CONFIGS:-kb_scope,kb_scope@lean}" --out "$OUT/kernelbench_vs_ours.json"
+  TAILS="repeatability:8 gpu_suites:6 repeatability_busy:8 kernelbench:8"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"

@@ -59,6 +59,10 @@ def test_run_plan_examples_and_degenerate_estimates():
     for bad in (-1.0, 20_000.0):  # a negative filler, or one longer than any kernel we time
         with pytest.raises(ValueError, match="hide_launch_us"):
             TimingPolicy(hide_launch_us=bad)
+    with pytest.raises(ValueError, match="filler_margin"):  # a filler shorter than the launch hides nothing
+        TimingPolicy(filler_margin=0.5)
+    with pytest.raises(ValueError, match="settle_every"):
+        TimingPolicy(settle_every=0)
 
 
 def test_quantile_and_spread():

@@ -217,6 +217,8 @@ class PerformanceCheck:
     hide_launch_us: float = 100.0
     settle_rel: float = 0.005  # core.timing.TimingPolicy.settle_rel: stop once the median is this tight
     settle_every: int = 25
+    filler_margin: float = 2.0  # core.timing.TimingPolicy.filler_margin
+    l2_flush_bytes: int = 256 << 20  # at least this, and at least twice the device's L2
     baseline_per_task: bool = True
 
     def applies(self, backend: str, device: str) -> bool:
@@ -236,7 +238,7 @@ class PerformanceCheck:
     def baseline_key(self) -> tuple[Any, ...]:
         """What besides the task and the device a baseline measurement depends on."""
         return (self.compare_compile, self.budget_ms, self.min_runs, self.max_runs, self.warmup_ms,
-                self.hide_launch_us, self.settle_rel, self.settle_every)
+                self.hide_launch_us, self.settle_rel, self.settle_every, self.filler_margin, self.l2_flush_bytes)
 
     # ----------------------------------------------------------- worker side
     def _policy(self) -> Any:
@@ -244,7 +246,8 @@ class PerformanceCheck:
 
         return TimingPolicy(warmup_ms=self.warmup_ms, budget_ms=self.budget_ms, min_runs=self.min_runs,
                             max_runs=self.max_runs, hide_launch_us=self.hide_launch_us, settle_rel=self.settle_rel,
-                            settle_every=self.settle_every)
+                            settle_every=self.settle_every, filler_margin=self.filler_margin,
+                            l2_flush_bytes=self.l2_flush_bytes)
 
     def _baselines(self, reference: Any, make_args: Any, timer: Any, phases: dict[str, float]) -> dict[str, Any]:
         """Eager and (``compare_compile``) ``torch.compile`` times of the task's model."""
