@@ -277,8 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             def progress(i, verdict, config=config, t0=t0):
                 stages = {k: round(x, 1) for k, x in verdict.stage_s.items()}
                 perf_data = (verdict.checks["performance"].data or {}) if "performance" in verdict.checks else {}
-                phases = {k: round(x, 2) for k, x in ((perf_data.get("timing") or {}).get("phases_s") or
-                                                       perf_data.get("phases_s") or {}).items() if x is not None}
+                phases = {k: round(x, 2) for k, x in (perf_data.get("phases_s") or {}).items() if x is not None}
                 median = _record(rows[i], verdict, config)
                 print(f"ours[{config}] {rows[i]['pair']}: {verdict.status} in {verdict.elapsed_s:.1f} s "
                       f"(at {time.perf_counter() - t0:.1f} s); median {median} ms, KernelBench "

@@ -83,7 +83,8 @@ class TimingPolicy:
         if not 0.0 <= self.settle_rel < 1.0:
             raise ValueError(f"settle_rel must be in [0, 1), got {self.settle_rel}")
         if self.filler_margin < 1.0:
-            raise ValueError(f"filler_margin must be >= 1 (the filler must outlast the launch), got {self.filler_margin}")
+            raise ValueError(f"filler_margin must be >= 1 (the filler must outlast the launch), "
+                             f"got {self.filler_margin}")
         if self.settle_every < 1:
             raise ValueError(f"settle_every must be >= 1, got {self.settle_every}")
 
@@ -305,6 +306,17 @@ def fresh_like(base: Sequence[Any], generator: Any, profiles: list[_Profile | No
         prof.fill(flat, generator)
         out.append(flat.as_strided(x.size(), x.stride(), x.storage_offset()))
     return out
+
+
+def fresh_arguments(base: Sequence[Any], seed: int) -> Callable[[int], list[Any]]:
+    """``make_args`` for :meth:`GpuTimer.time`: at every call, fresh values shaped and drawn like
+    ``base`` (CUDA tensors; other arguments as they are), from a generator seeded with ``seed``."""
+    import torch
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    profiles = [_Profile(x) if isinstance(x, torch.Tensor) else None for x in base]
+    return lambda _: fresh_like(base, gen, profiles)
 
 
 def warm_filler() -> None:
@@ -532,11 +544,9 @@ def time_gpu(
     import torch
 
     timer = GpuTimer(policy, l2_bytes=l2_bytes)
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed if seed is not None else torch.seed())
-    profiles = [_Profile(x) if isinstance(x, torch.Tensor) else None for x in inputs]
-
-    def make_args(_: int) -> Sequence[Any]:
-        return fresh_like(inputs, gen, profiles) if policy.fresh_inputs else inputs
-
+    if policy.fresh_inputs:
+        make_args = fresh_arguments(inputs, seed if seed is not None else torch.seed())
+    else:
+        def make_args(_: int) -> Sequence[Any]:
+            return inputs
     return timer.time(fn, make_args)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import secrets
@@ -369,7 +368,8 @@ class Verifier:
             self.warm_up_report = f"warm-up failed: {type(exc).__name__}: {exc}"[:400]
             return []
         accepted = sum(v.accepted for v in verdicts)
-        self.warm_up_report = f"{accepted}/{len(verdicts)} warm-up verdicts accepted in {time.perf_counter() - start:.1f} s"
+        self.warm_up_report = (f"{accepted}/{len(verdicts)} warm-up verdicts accepted in "
+                               f"{time.perf_counter() - start:.1f} s")
         if accepted < len(verdicts):  # the pool still serves; a user should know why it did not warm
             worst = next(v for v in verdicts if not v.accepted)
             self.warm_up_report += f"; first refusal: {worst.status}: {worst.reason}"[:400]
@@ -683,7 +683,7 @@ class Verifier:
         a reference worker with the GPU to itself, then shared (:class:`core.baselines.BaselineCache`).
         A failure is returned as ``{"error": ...}`` and not kept."""
         task = evidence.task
-        key = (check.name, hashlib.sha256(task.source.encode()).hexdigest(), check.baseline_key())
+        key = (check.name, task.id, check.baseline_key())  # task.id: a hash of the task's source
 
         def measure() -> dict[str, Any]:
             # the verification's own keeper when it has one: every reference worker may be some

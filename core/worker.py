@@ -25,9 +25,9 @@ import resource
 import sys
 import time
 import traceback
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from core.evidence import input_digests
 from core.sandbox import read_frame, to_device, write_frame
@@ -94,13 +94,11 @@ def warm_gpu() -> str:
         import torch
 
         from core.evidence import compare_outputs, device_fingerprint
-        from core.timing import _Profile, fresh_like, warm_filler
+        from core.timing import fresh_arguments, warm_filler
 
-        gen = torch.Generator(device="cuda")
-        gen.manual_seed(0)
         torch.manual_seed(0)
-        x = torch.randn(4096, device="cuda", generator=gen)
-        y = fresh_like([x], gen, [_Profile(x)])[0]
+        x = torch.randn(4096, device="cuda")
+        y = fresh_arguments([x], 0)(0)[0]
         torch.full_like(x, float("nan"))
         compare_outputs([x], [x.clone()])
         compare_outputs([x], [y])
@@ -602,72 +600,79 @@ class WorkerMain:
             return self.exec_test(req)
         return {"ok": False, "error": f"worker of role {self.role!r} does not answer {op!r}"}
 
+    @contextmanager
+    def _task_module(self, source: str) -> Iterator[Any]:
+        """The task's source imported from a scratch file under a fresh module name; both gone after."""
+        path = Path(self.scratch) / f"task_{self.loaded}.py"
+        self.loaded += 1
+        path.write_text(source)
+        name = f"kz_task_{self.loaded}"
+        try:
+            yield load_module(path, name)
+        finally:
+            sys.modules.pop(name, None)
+            path.unlink(missing_ok=True)
+
     def reference(self, req: dict[str, Any]) -> dict[str, Any]:
         import torch
 
         device = self.device
-        path = Path(self.scratch) / f"task_{self.loaded}.py"
-        self.loaded += 1
-        path.write_text(req["source"])
-        name = f"kz_task_{self.loaded}"
         try:
-            module = load_module(path, name)
-            init_inputs = list(module.get_init_inputs())
-            torch.manual_seed(int(req["init_seed"]))
-            model = module.Model(*init_inputs).to(device).eval()
-            truth = Float64Truth(model, device, int(req.get("float64_max_elements", 0)))
-            keep = req.get("keep")  # a verification token: outputs stay here (core.devicemem.Vault)
-            later = bool(req.get("float64_later")) or bool(keep)
-            vault = None
-            trials = []
-            # "digest" mode: the candidate worker draws the inputs itself from the seed, so only
-            # digests travel, when get_inputs is reproducible under a seed (checked here, once).
-            by_seed, redrawn, redrawn_digest = False, None, None
-            if req.get("inputs_mode") == "digest" and req["seeds"]:
-                # digested where the candidate's worker digests them: on the device (the kind of
-                # digest follows the tensor's device, core.evidence.input_digests)
-                first = input_digests(to_device(draw_inputs(module, req["seeds"][0], req["scales"][0], device), device))
-                redrawn = to_device(draw_inputs(module, req["seeds"][0], req["scales"][0], device), device)
-                redrawn_digest = input_digests(redrawn)
-                by_seed = first == redrawn_digest
-            if keep:
-                from core.devicemem import Vault
+            with self._task_module(req["source"]) as module:
+                init_inputs = list(module.get_init_inputs())
+                torch.manual_seed(int(req["init_seed"]))
+                model = module.Model(*init_inputs).to(device).eval()
+                truth = Float64Truth(model, device, int(req.get("float64_max_elements", 0)))
+                keep = req.get("keep")  # a verification token: outputs stay here (core.devicemem.Vault)
+                later = bool(req.get("float64_later")) or bool(keep)
+                vault = None
+                trials = []
+                # "digest" mode: the candidate worker draws the inputs itself from the seed, so only
+                # digests travel, when get_inputs is reproducible under a seed (checked here, once).
+                by_seed, redrawn, redrawn_digest = False, None, None
+                if req.get("inputs_mode") == "digest" and req["seeds"]:
+                    # digested where the candidate's worker digests them: on the device (the kind of
+                    # digest follows the tensor's device, core.evidence.input_digests)
+                    seed, scale = req["seeds"][0], req["scales"][0]
+                    first = input_digests(to_device(draw_inputs(module, seed, scale, device), device))
+                    redrawn = to_device(draw_inputs(module, seed, scale, device), device)
+                    redrawn_digest = input_digests(redrawn)
+                    by_seed = first == redrawn_digest
+                if keep:
+                    from core.devicemem import Vault
 
-                vault = Vault(module, model, device, truth, list(req["seeds"]), list(req["scales"]),
-                              None if by_seed else [], int(req.get("trials", len(req["seeds"]))))
-            for i, (seed, scale) in enumerate(zip(req["seeds"], req["scales"])):
-                inputs = redrawn if i == 0 and redrawn is not None else draw_inputs(module, seed, scale, device)
-                dev_inputs = to_device(inputs, device)
-                rng_before = truth.rng_state()
-                with torch.no_grad():
-                    out = flatten_outputs(model(*dev_inputs))
-                synchronize(device)
-                if truth.rng_state() != rng_before:
-                    truth.refuse("the task's forward draws random numbers")
-                trial = {"output": vault.keep_reference(i, out) if vault is not None else cpu_copy(out)}
-                if vault is not None and vault.inputs is not None:
-                    vault.inputs.append(dev_inputs)
-                if later:  # the judge asks again, with the truth, only if a comparison needs it
-                    truth.possible(dev_inputs, out)
-                else:
-                    trial["truth"] = truth.outputs(dev_inputs, out)
-                if by_seed:
-                    trial["inputs_digest"] = redrawn_digest if i == 0 else input_digests(dev_inputs)
-                else:
-                    trial["inputs"] = cpu_copy(inputs)
-                trials.append(trial)
-            if vault is not None:
-                self.vaults[str(keep)] = vault
-            return {"ok": True, "init_inputs": init_inputs, "trials": trials, "truth_note": truth.note,
-                    "inputs_by_seed": by_seed, "float64_pending": later and not truth.note and vault is None,
-                    "kept": vault is not None}
+                    vault = Vault(module, model, device, truth, list(req["seeds"]), list(req["scales"]),
+                                  None if by_seed else [], int(req.get("trials", len(req["seeds"]))))
+                for i, (seed, scale) in enumerate(zip(req["seeds"], req["scales"])):
+                    inputs = redrawn if i == 0 and redrawn is not None else draw_inputs(module, seed, scale, device)
+                    dev_inputs = to_device(inputs, device)
+                    rng_before = truth.rng_state()
+                    with torch.no_grad():
+                        out = flatten_outputs(model(*dev_inputs))
+                    synchronize(device)
+                    if truth.rng_state() != rng_before:
+                        truth.refuse("the task's forward draws random numbers")
+                    trial = {"output": vault.keep_reference(i, out) if vault is not None else cpu_copy(out)}
+                    if vault is not None and vault.inputs is not None:
+                        vault.inputs.append(dev_inputs)
+                    if later:  # the judge asks again, with the truth, only if a comparison needs it
+                        truth.possible(dev_inputs, out)
+                    else:
+                        trial["truth"] = truth.outputs(dev_inputs, out)
+                    if by_seed:
+                        trial["inputs_digest"] = redrawn_digest if i == 0 else input_digests(dev_inputs)
+                    else:
+                        trial["inputs"] = cpu_copy(inputs)
+                    trials.append(trial)
+                if vault is not None:
+                    self.vaults[str(keep)] = vault
+                return {"ok": True, "init_inputs": init_inputs, "trials": trials, "truth_note": truth.note,
+                        "inputs_by_seed": by_seed, "float64_pending": later and not truth.note and vault is None,
+                        "kept": vault is not None}
         except MemoryError:
             raise
         except Exception as exc:
             return {"ok": False, "error": describe(exc), "traceback": traceback.format_exc()[-2000:]}
-        finally:
-            sys.modules.pop(name, None)
-            path.unlink(missing_ok=True)
 
     def keeper(self, req: dict[str, Any]) -> dict[str, Any]:
         """A verification's outputs, held here: adopt the candidate's, compare, fetch, forget."""
@@ -689,7 +694,8 @@ class WorkerMain:
                 runs = []
                 for run in req["runs"]:
                     try:
-                        runs.append({"outputs": vault.adopt(run["outputs"], int(run["expect"]), req.get("allowed_dir"))})
+                        adopted = vault.adopt(run["outputs"], int(run["expect"]), req.get("allowed_dir"))
+                        runs.append({"outputs": adopted})
                     except TransportError as exc:  # a descriptor the candidate's process forged
                         runs.append({"error": describe(exc), "forged": True})
                     except (RuntimeError, ValueError, TypeError, KeyError) as exc:
@@ -718,20 +724,14 @@ class WorkerMain:
         """A check's measurement of the task's own model (e.g. its eager time), in this trusted process."""
         from core.plugins import registry
 
-        path = Path(self.scratch) / f"task_{self.loaded}.py"
-        self.loaded += 1
-        path.write_text(req["source"])
-        name = f"kz_task_{self.loaded}"
         try:
             check = registry("verifier").create(req["check"], **req.get("config", {}))
-            return {"ok": True, "data": check.baseline(load_module(path, name), int(req["init_seed"]))}
+            with self._task_module(req["source"]) as module:
+                return {"ok": True, "data": check.baseline(module, int(req["init_seed"]))}
         except MemoryError:
             raise
         except Exception as exc:
             return {"ok": False, "error": describe(exc)}
-        finally:
-            sys.modules.pop(name, None)
-            path.unlink(missing_ok=True)
 
     def load(self, req: dict[str, Any]) -> dict[str, Any]:
         import torch

@@ -106,7 +106,8 @@ def _judge(worker):
     from core.verify import Verifier
 
     judge = Verifier.__new__(Verifier)  # the judge's state only: no worker processes
-    judge.baselines, judge.reference_pool, judge.device_lock, judge.gpu_wait_s = BaselineCache(), _FakePool(worker), None, 1.0
+    judge.baselines, judge.reference_pool = BaselineCache(), _FakePool(worker)
+    judge.device_lock, judge.gpu_wait_s = None, 1.0
     return judge
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from plugins.backends import nvrtc
 from plugins.backends.cuda_backend import (
-    GUIDE,
+    GUIDE_EXAMPLE,
     NEEDS_GPU,
     CudaBackend,
     CupyRecorder,
@@ -26,7 +26,7 @@ from plugins.backends.cuda_backend import (
 HAS_COMPILER = nvrtc.nvrtc_available()
 needs_compiler = pytest.mark.skipif(not HAS_COMPILER, reason="the CuPy NVRTC binding is not installed")
 
-EXAMPLE = GUIDE.split("```python\n")[1].split("```")[0]
+EXAMPLE = GUIDE_EXAMPLE
 
 KERNEL = r'''
 extern "C" __global__ void scale(const float* x, float* y, float a, long long n) {

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from plugins.backends import nvrtc
-from plugins.backends.cuda_backend import GUIDE
+from plugins.backends.cuda_backend import GUIDE_EXAMPLE
 
 pytestmark = pytest.mark.skipif(not nvrtc.nvrtc_available(), reason="the CuPy NVRTC binding is not installed")
 
@@ -40,7 +40,7 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
-GOOD = GUIDE.split("```python\n")[1].split("```")[0]
+GOOD = GUIDE_EXAMPLE
 BAD = GOOD.replace("float v = x[i];", "float v = x[i] +;")
 
 

@@ -93,6 +93,8 @@ class ModelNew(nn.Module):
         return y
 ```
 '''
+# The guide's example (a ReLU) as a candidate source: the pool warm-up's candidate, and the GPU tests' honest one.
+GUIDE_EXAMPLE = GUIDE.split("```python\n")[1].split("```")[0]
 
 _KERNEL_CLASSES = ("RawModule", "RawKernel")
 
@@ -641,7 +643,7 @@ class CudaBackend:
     language: str = "CUDA C (cupy.RawModule)"
     guide: str = GUIDE
     # the guide's own example (a ReLU) is the candidate of the verifier's pool warm-up (core.verify.WARM_UP_TASK)
-    warm_up_candidate: str = GUIDE.split("```python\n")[1].split("```")[0]
+    warm_up_candidate: str = GUIDE_EXAMPLE
     # without a GPU the static and compile stages still mean something (NVRTC to PTX); a verifier
     # may then report "compiled" and stop with supports(device) as the reason
     compiles_without_device: bool = True

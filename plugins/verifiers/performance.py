@@ -288,18 +288,12 @@ class PerformanceCheck:
         import torch
 
         from core.roofline import UnknownDeviceError, find_device
-        from core.timing import _Profile, fresh_like, warm_filler
+        from core.timing import fresh_arguments, warm_filler
 
         torch.manual_seed(init_seed if init_seed is not None else secrets.randbits(31))
         reference = task.Model(*task.get_init_inputs()).cuda().eval()
         base = gpu_inputs(task, secrets.randbits(31))
-        gen = torch.Generator(device="cuda")
-        gen.manual_seed(secrets.randbits(62))
-        profiles = [_Profile(x) if isinstance(x, torch.Tensor) else None for x in base]
-
-        def make_args(_: int) -> list[Any]:
-            return fresh_like(base, gen, profiles)
-
+        make_args = fresh_arguments(base, secrets.randbits(62))
         gpu_name = torch.cuda.get_device_name()
         try:
             spec, device_note = find_device(gpu_name), ""
@@ -310,8 +304,8 @@ class PerformanceCheck:
                 warm_filler()
             except Exception:  # no Triton for this GPU: the timer says so when it builds its filler
                 pass
-        return {"reference": reference, "base": base, "make_args": make_args, "gpu_name": gpu_name,
-                "spec": spec, "device_note": device_note, "comparable": init_seed is not None or not has_state(reference)}
+        return {"reference": reference, "base": base, "make_args": make_args, "gpu_name": gpu_name, "spec": spec,
+                "device_note": device_note, "comparable": init_seed is not None or not has_state(reference)}
 
     def prepare(self, session: Any) -> dict[str, Any]:
         """Everything before the timed runs, done while other workers share the GPU: the judge then
