@@ -168,12 +168,19 @@ def _record(row: dict[str, Any], verdict: Any, config: str) -> float | None:
     row.update({f"{config}_seconds": verdict.elapsed_s, f"{config}_accepted": verdict.accepted,
                 f"{config}_reason": verdict.reason, f"{config}_median_ms": (timing or {}).get("median_ms"),
                 f"{config}_speedup_eager": (timing or {}).get("speedup_eager"),
-                f"{config}_stage_s": verdict.stage_s,
+                f"{config}_stage_s": verdict.stage_s, f"{config}_gpu_wait_s": verdict.gpu_wait_s,
                 # what the timed stage cost and why: runs, warm-up, the filler's length, exposed launches
                 f"{config}_timed": {k: (timing or {}).get(k) for k in ("runs", "warmup_runs", "wall_s",
                                                                          "launch_hidden_us", "launch_exposed_runs")},
                 f"{config}_phases_s": (perf.data or {}).get("phases_s") if perf is not None else None})
     return row[f"{config}_median_ms"]
+
+
+def _rate_after(done_at_s: list[float], first: int) -> float | None:
+    """Verdicts per minute from the ``first``-th finish to the last (None with too few)."""
+    if len(done_at_s) <= first or first < 1 or done_at_s[-1] <= done_at_s[first - 1]:
+        return None
+    return 60 * (len(done_at_s) - first) / (done_at_s[-1] - done_at_s[first - 1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                              "NAME@percandidate times the eager baseline in every candidate's process instead "
                              "of once per task, NAME@planned times every planned run after a 25 ms warm-up "
                              "(the timer's policy before it stopped once the median settled), NAME@lean "
-                             "runs a shorter filler (1.3x the launch time) and flushes 2x L2; suffixes "
-                             "combine, for side-by-sides")
+                             "runs a filler 1.3x the launch time and flushes 2x L2 (the default now), "
+                             "NAME@previous a filler 2x the launch and a 256 MiB flush, NAME@wN runs N "
+                             "candidate workers instead of --workers; suffixes combine, for side-by-sides")
     parser.add_argument("--rounds", type=int, default=1,
                         help="judge the whole list of pairs this many times (both harnesses): a steady state, "
                              "as in training, where many candidates of one task arrive, past the pool's start")
@@ -261,14 +269,17 @@ def main(argv: list[str] | None = None) -> int:
             options = {**options, "compare_on_device": False}
         if "percandidate" in suffixes:  # the eager baseline timed in each candidate's process, as before
             perf["baseline_per_task"] = False
-        if "planned" in suffixes:  # every planned run, after 25 ms of warm-up
-            perf.update(settle_rel=0.0, warmup_ms=25.0)
+        if "planned" in suffixes:  # every planned run, after 25 ms of warm-up (and the runs then)
+            perf.update(settle_rel=0.0, warmup_ms=25.0, filler_margin=2.0, l2_flush_bytes=256 << 20)
         if "lean" in suffixes:  # cheaper timed runs: a filler 1.3x the launch time, an L2 flush of 2x L2
             perf.update(filler_margin=1.3, l2_flush_bytes=0)
+        if "previous" in suffixes:  # the runs before 2026-11-30 (fourth session): filler 2x, 256 MiB flush
+            perf.update(filler_margin=2.0, l2_flush_bytes=256 << 20)
         if args.settle_rel is not None:
             perf["settle_rel"] = args.settle_rel
         options = {**options, "performance": perf}
-        with Verifier(backend="cuda", device="cuda", workers=args.workers, reference_workers=args.workers,
+        workers = next((int(x[1:]) for x in suffixes if re.fullmatch(r"w\d+", x)), args.workers)
+        with Verifier(backend="cuda", device="cuda", workers=workers, reference_workers=workers,
                       timeout_s=600, checks=checks, **options) as v:
             v.pool.wait_ready()
             v.reference_pool.wait_ready()
@@ -279,9 +290,11 @@ def main(argv: list[str] | None = None) -> int:
                 perf_data = (verdict.checks["performance"].data or {}) if "performance" in verdict.checks else {}
                 phases = {k: round(x, 2) for k, x in (perf_data.get("phases_s") or {}).items() if x is not None}
                 median = _record(rows[i], verdict, config)
+                rows[i][f"{config}_done_at_s"] = time.perf_counter() - t0
                 print(f"ours[{config}] {rows[i]['pair']}: {verdict.status} in {verdict.elapsed_s:.1f} s "
                       f"(at {time.perf_counter() - t0:.1f} s); median {median} ms, KernelBench "
-                      f"{rows[i]['kb_runtime_ms']:.4f} ms; stages {stages}; timed stage {phases}", flush=True)
+                      f"{rows[i]['kb_runtime_ms']:.4f} ms; stages {stages}; waited for the GPU "
+                      f"{verdict.gpu_wait_s:.1f} s; timed stage {phases}", flush=True)
                 if args.out:  # a run cut short keeps every pair judged so far
                     args.out.write_text(json.dumps({"partial": True, "summary": summary, "rows": rows},
                                                    indent=1, default=str))
@@ -289,20 +302,23 @@ def main(argv: list[str] | None = None) -> int:
             verdicts = v.verify_many([(Task(source=ref, name=name), Candidate(source=sol, backend="cuda"))
                                       for name, ref, sol, _ in pairs + hack_pairs], progress=progress)
             ours_total = time.perf_counter() - t0
-        print(f"ours[{config}]: {len(verdicts)} verdicts in {ours_total:.1f} s with {args.workers} workers",
+        print(f"ours[{config}]: {len(verdicts)} verdicts in {ours_total:.1f} s with {workers} workers",
               flush=True)
         for row, verdict in zip(rows, verdicts):
             _record(row, verdict, config)
         agree = [r[f"{config}_median_ms"] / r["kb_runtime_ms"] for r in honest
                  if r.get(f"{config}_median_ms") and r["kb_runtime_ms"] > 0]
         summary["ours"][config] = {
-            "checks": checks or "all", "options": options, "seconds": ours_total,
+            "checks": checks or "all", "options": options, "workers": workers, "seconds": ours_total,
             "verdicts_per_min": 60 * len(rows) / ours_total, "throughput_ratio": kb_total / ours_total,
             "honest_accepted": sum(bool(r.get(f"{config}_accepted")) for r in honest),
             "timing_ratio_ours_over_kb": {"median": statistics.median(agree) if agree else None,
                                           "min": min(agree) if agree else None,
                                           "max": max(agree) if agree else None},
             "hacks_accepted": [r["pair"] for r in rows[len(pairs):] if r.get(f"{config}_accepted")],
+            # past the first wave (the pool's first verdicts also time each task's baseline)
+            "after_first_wave_per_min": _rate_after(sorted(r[f"{config}_done_at_s"] for r in rows), workers),
+            "gpu_wait_s": sum(r.get(f"{config}_gpu_wait_s") or 0.0 for r in rows),
         }
     summary["hacks_accepted_by_kb"] = [r["pair"] for r in rows[len(pairs):] if r["kb_correct"]]
     configs = list(summary["ours"])
@@ -317,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         t = o["timing_ratio_ours_over_kb"]
         print(f"ours[{c}]: {o['verdicts_per_min']:.1f} verdicts/min = {o['throughput_ratio']:.2f}x KernelBench; "
               f"honest accepted {o['honest_accepted']}/{len(honest)}; our median / KB mean "
-              f"{t['median']} (min {t['min']}, max {t['max']}); hacks accepted {o['hacks_accepted']}")
+              f"{t['median']} (min {t['min']}, max {t['max']}); hacks accepted {o['hacks_accepted']}; "
+              f"{o['workers']} workers; after the first wave {o['after_first_wave_per_min'] or float('nan'):.1f}/min; "
+              f"waited for the GPU {o['gpu_wait_s']:.1f} s in all")
     print(f"hacks accepted by KernelBench: {summary['hacks_accepted_by_kb']}")
     if args.out:
         args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1, default=str))

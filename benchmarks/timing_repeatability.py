@@ -15,19 +15,22 @@ import argparse
 import json
 import sys
 
+_MiB = 1 << 20
+_PREVIOUS = {"filler_margin": 2.0, "l2_flush_bytes": 256 * _MiB}  # filler 2x the launch, 256 MiB flush
 VARIANTS = {  # name -> TimingPolicy overrides
-    # the verifier's timer: the GPU filler hides the host's launch latency; 5 ms warm-up; stops once the
-    # median's 95% interval is 0.5% wide (core.timing)
+    # the verifier's timer: the GPU filler (1.3x the host's launch time) hides the launch latency; 5 ms
+    # warm-up; L2 flushed with twice its size; stops once the median's 95% interval is 0.5% wide (core.timing)
     "default": {},
-    "planned": {"settle_rel": 0.0, "warmup_ms": 25.0},  # the default before 2026-11-30 (third session)
-    "launch_timed": {"hide_launch_us": 0.0, "settle_rel": 0.0, "warmup_ms": 25.0},  # and before the filler
-    "warm200": {"warmup_ms": 200.0, "settle_rel": 0.0},
-    "launch_timed_warm200": {"hide_launch_us": 0.0, "warmup_ms": 200.0, "settle_rel": 0.0},
+    "previous": dict(_PREVIOUS),  # the default before 2026-11-30 (fourth session)
+    "planned": {"settle_rel": 0.0, "warmup_ms": 25.0, **_PREVIOUS},  # the default before the third session
+    "launch_timed": {"hide_launch_us": 0.0, "settle_rel": 0.0, "warmup_ms": 25.0, **_PREVIOUS},  # and before the filler
+    "warm200": {"warmup_ms": 200.0, "settle_rel": 0.0, **_PREVIOUS},
+    "launch_timed_warm200": {"hide_launch_us": 0.0, "warmup_ms": 200.0, "settle_rel": 0.0, **_PREVIOUS},
     "tight": {"settle_rel": 0.002},  # a narrower interval: more runs
-    # cheaper runs: a filler 1.3x the host's launch time instead of 2x; an L2 flush of 2x L2 (the
-    # timer's floor; 100 MiB on an H200) instead of 256 MiB
-    "margin1.3": {"filler_margin": 1.3},
-    "flush2xL2": {"l2_flush_bytes": 0},
+    # one knob of the previous default at a time
+    "margin1.3": {"filler_margin": 1.3, "l2_flush_bytes": 256 * _MiB},
+    "flush2xL2": {"filler_margin": 2.0, "l2_flush_bytes": 0},
+    "lean": {"filler_margin": 1.3, "l2_flush_bytes": 0},  # both: the default since the fourth session
 }
 
 

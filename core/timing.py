@@ -59,13 +59,16 @@ class TimingPolicy:
     max_runs: int = 500
     flush_l2: bool = True
     fresh_inputs: bool = True
-    l2_flush_bytes: int = 256 * MiB
+    # the L2 flush writes at least this many bytes and twice the device's L2 (0: just twice the L2, 100 MiB on
+    # an H200). On the H200 twice the L2 kept repeated medians within 1% as 256 MiB did, in less time per run.
+    l2_flush_bytes: int = 0
     # >0: fill the GPU this long before the start event (module docstring). On the H200 this took the
     # spread of 8 repeated medians from 9.7% to 0.09% (x*2 over 128 MiB), docs/benchmarks.md.
     hide_launch_us: float = 100.0
     # the filler covers this many times the 90th percentile of the host's launch time seen in warm-up
-    # (each timed run pays for it: on a loaded host 160-430 us of a ~0.5 ms run, docs/benchmarks.md)
-    filler_margin: float = 2.0
+    # (each timed run pays for it: on a loaded host 160-430 us of a ~0.5 ms run at 2x, docs/benchmarks.md);
+    # a run whose launch outlasts it anyway is run again (launch_retries)
+    filler_margin: float = 1.3
     launch_retries: int = 2  # re-runs of a timed run whose launch outlasted the filler (host descheduled)
     # >0: stop timing once the median is known to this relative width (a 95% distribution-free interval,
     # :func:`median_settled`), checked every ``settle_every`` runs; 0: always the planned runs. On the
@@ -87,6 +90,26 @@ class TimingPolicy:
                              f"got {self.filler_margin}")
         if self.settle_every < 1:
             raise ValueError(f"settle_every must be >= 1, got {self.settle_every}")
+        if self.l2_flush_bytes < 0:
+            raise ValueError(f"l2_flush_bytes must be >= 0, got {self.l2_flush_bytes}")
+
+
+def flush_bytes(policy: TimingPolicy, l2_bytes: int = 0, device_l2_bytes: int = 0) -> int:
+    """What the L2 flush between runs writes: at least ``policy.l2_flush_bytes`` and twice the L2,
+    whose size is the registered device's (``l2_bytes``) or else the driver's (``device_l2_bytes``);
+    0 when the policy does not flush. A flush of nothing would leave inputs warm in L2, unsaid: refused.
+
+    >>> flush_bytes(TimingPolicy(), l2_bytes=50 * MiB) // MiB
+    100
+    >>> flush_bytes(TimingPolicy(l2_flush_bytes=256 * MiB), l2_bytes=50 * MiB) // MiB
+    256
+    """
+    if not policy.flush_l2:
+        return 0
+    nbytes = max(policy.l2_flush_bytes, 2 * int(l2_bytes or device_l2_bytes))
+    if nbytes <= 0:
+        raise ValueError("flush_l2 needs l2_flush_bytes > 0 or the device's L2 size (l2_bytes)")
+    return nbytes
 
 
 def plan_runs(estimate_ms: float, policy: TimingPolicy = TimingPolicy()) -> int:
@@ -408,9 +431,8 @@ class GpuTimer:
             raise RuntimeError("GPU timing needs CUDA; none is visible (performance is measured on a GPU only)")
         self.torch = torch
         self.policy = policy
-        nbytes = max(policy.l2_flush_bytes, 2 * int(l2_bytes)) if policy.flush_l2 else 0
-        if policy.flush_l2 and nbytes <= 0:  # a flush of nothing would leave inputs warm in L2, unsaid
-            raise ValueError("flush_l2 needs l2_flush_bytes > 0 or the device's L2 size (l2_bytes)")
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        nbytes = flush_bytes(policy, l2_bytes, int(getattr(props, "L2_cache_size", 0) or 0))
         self.flush_bytes = nbytes
         self._flush = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda") if nbytes else None
         self._overhead_ms: float | None = None

@@ -42,6 +42,7 @@ class Verdict:
     device: str | None = None
     elapsed_s: float = 0.0
     stage_s: dict[str, float] = field(default_factory=dict)
+    gpu_wait_s: float = 0.0  # of elapsed_s, spent waiting for a turn on the GPU (neighbours' timed stages)
 
     @property
     def hack_flags(self) -> list[str]:

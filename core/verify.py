@@ -100,8 +100,14 @@ class _Budget:
     a neighbour holding the GPU (a hanging candidate until its own limit) is not this candidate's
     fault, so it must not turn an honest kernel's verdict into a timeout."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, verdict: Verdict | None = None):
         self.deadline = time.monotonic() + seconds
+        self.verdict = verdict  # its gpu_wait_s adds up the waits
+
+    def waited(self, seconds: float) -> None:
+        self.deadline += seconds
+        if self.verdict is not None:
+            self.verdict.gpu_wait_s += seconds
 
     def left(self) -> float:
         return max(1.0, self.deadline - time.monotonic())
@@ -195,7 +201,7 @@ class _GpuTurn(contextlib.AbstractContextManager):
             self.inner.__enter__()
         except DeviceLockTimeout as exc:
             raise GpuBusy("error", f"the GPU stayed busy with other verifications: {exc}") from exc
-        self.budget.deadline += time.monotonic() - self.started
+        self.budget.waited(time.monotonic() - self.started)
 
     def __exit__(self, *exc: Any) -> None:
         return self.inner.__exit__(*exc)
@@ -405,6 +411,7 @@ class Verifier:
             self._verify(task, candidate, verdict, self.timeout_s if timeout_s is None else float(timeout_s))
         finally:
             verdict.elapsed_s = round(time.perf_counter() - start, 4)
+            verdict.gpu_wait_s = round(verdict.gpu_wait_s, 4)
         return verdict
 
     def _verify(self, task: Task, candidate: Candidate, verdict: Verdict, timeout_s: float) -> None:
@@ -429,7 +436,7 @@ class Verifier:
             verdict.stage_s["static"] = time.perf_counter() - stage_t
             return
         verdict.stage_s["static"] = time.perf_counter() - stage_t
-        budget = _Budget(timeout_s)
+        budget = _Budget(timeout_s, verdict)
         if self.compile_only is not None:
             self._compile_only(evidence, verdict, budget)
             return
@@ -664,7 +671,7 @@ class Verifier:
                         answer = worker.request({"op": "collect", "check": check.name, "config": config},
                                                 timeout_s=left() + lock_wait_s)
                 if lock_wait_s:  # its wait for the GPU is given back too, as in _gpu
-                    budget.deadline += float((answer.get("data") or {}).get("gpu_lock_wait_s") or 0.0)
+                    budget.waited(float((answer.get("data") or {}).get("gpu_lock_wait_s") or 0.0))
                 if getattr(check, "dirties_worker", lambda: False)():  # the next candidate gets a fresh worker
                     evidence.config["worker_dirty"] = True
                 data = answer.get("data") if answer.get("ok") else {"error": answer.get("error")}

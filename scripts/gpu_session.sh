@@ -37,6 +37,8 @@
 #                                   # (warm pool, rounds 3), 1-vs-2-GPU scaling with memcheck
 #   bash scripts/gpu_session.sh 17  # cheaper timed runs (filler 1.3x the launch, flush 2x L2): repeatability
 #                                   # alone, then on a busy host beside the suites; KernelBench vs ours alone
+#   bash scripts/gpu_session.sh 18  # each alone: KernelBench vs ours with cheaper timed runs (@lean) and more
+#                                   # workers (@w12, @w16), then timer repeatability of those runs (4 variants)
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -191,6 +193,15 @@ elif [ "$PART" = 17 ]; then  # cheaper timed runs: repeatability quiet and busy,
       --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --rounds "${ROUNDS:-3}" \
       --ours-configs "${KB_CONFIGS:-kb_scope,kb_scope@lean}" --out "$OUT/kernelbench_vs_ours.json"
   TAILS="repeatability:8 gpu_suites:6 repeatability_busy:8 kernelbench:8"
+elif [ "$PART" = 18 ]; then  # throughput levers, then the timer's repeatability with them; each alone
+  export CUDA_VISIBLE_DEVICES=0
+  [ -d .kb ] && step kernelbench 330 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --rounds "${ROUNDS:-3}" \
+      --ours-configs "${KB_CONFIGS:-kb_scope@lean,kb_scope@lean@w12,kb_scope@lean@w16,kb_scope}" \
+      --out "$OUT/kernelbench_vs_ours.json"
+  step repeatability 160 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability.json" \
+      --sizes-mib 32,128,2048 --repeats 8 --variants default,lean,margin1.3,flush2xL2
+  TAILS="kernelbench:12 repeatability:14"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"

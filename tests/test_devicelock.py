@@ -106,6 +106,7 @@ def test_waiting_for_the_gpu_is_not_charged_to_the_candidate(tmp_path):
     import types
 
     from core.sandbox import WorkerFailure
+    from core.verdict import Verdict
     from core.verify import Verifier, _Budget
 
     lock = DeviceLock("cuda-budget", tmp_path)
@@ -121,11 +122,17 @@ def test_waiting_for_the_gpu_is_not_charged_to_the_candidate(tmp_path):
     thread.start()
     held.wait(10)
     threading.Timer(1.0, release.set).start()
-    budget = _Budget(5.0)
+    verdict = Verdict()
+    budget = _Budget(5.0, verdict)
     before = budget.deadline
     with Verifier._gpu(judge, budget, exclusive=True):  # the timed stage waits ~1 s for the GPU ...
         pass
     assert budget.deadline - before >= 0.9  # ... and gets that second back
+    assert verdict.gpu_wait_s == pytest.approx(budget.deadline - before)  # which the verdict reports
+    with Verifier._gpu(judge, budget):  # a free GPU: next to no wait added
+        pass
+    assert verdict.gpu_wait_s < budget.deadline - before + 0.5
+    assert Verdict.from_dict(verdict.to_dict()).gpu_wait_s == verdict.gpu_wait_s
     thread.join()
 
     release.clear()

@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.timing import (
+    MiB,
     TimingPolicy,
     _Profile,
+    flush_bytes,
     fresh_like,
     honest_sample,
     plan_runs,
@@ -63,6 +65,31 @@ def test_run_plan_examples_and_degenerate_estimates():
         TimingPolicy(filler_margin=0.5)
     with pytest.raises(ValueError, match="settle_every"):
         TimingPolicy(settle_every=0)
+    with pytest.raises(ValueError, match="l2_flush_bytes"):
+        TimingPolicy(l2_flush_bytes=-1)
+
+
+@given(floor=st.integers(0, 1 << 31), registered=st.integers(0, 1 << 30), driver=st.integers(0, 1 << 30))
+@settings(max_examples=200, deadline=None)
+def test_flush_covers_twice_the_l2_and_the_floor(floor, registered, driver):
+    """The flush must evict everything a run left in L2: twice the L2 at least (the registered
+    device's size wins over the driver's), never less than the policy's floor, never nothing."""
+    policy = TimingPolicy(l2_flush_bytes=floor)
+    l2 = registered or driver
+    if floor == 0 and l2 == 0:
+        with pytest.raises(ValueError, match="flush"):
+            flush_bytes(policy, registered, driver)
+        return
+    n = flush_bytes(policy, registered, driver)
+    assert n >= floor and n >= 2 * l2
+    assert n in (floor, 2 * l2)
+    assert flush_bytes(TimingPolicy(flush_l2=False, l2_flush_bytes=floor), registered, driver) == 0
+
+
+def test_default_flush_is_twice_the_l2():
+    """The default policy flushes twice the device's L2 (100 MiB on an H200's 50 MiB), not a fixed size."""
+    assert flush_bytes(TimingPolicy(), l2_bytes=50 * MiB) == 100 * MiB
+    assert flush_bytes(TimingPolicy(), device_l2_bytes=40 * MiB) == 80 * MiB
 
 
 def test_quantile_and_spread():
@@ -188,7 +215,8 @@ def test_the_filler_grows_to_the_hosts_launch_time_and_descheduled_runs_are_run_
 
     policy = TimingPolicy(budget_ms=5.0, min_runs=12, max_runs=12, warmup_ms=1.0, min_warmup=4)
     result = _cpu_timer(policy, monkeypatch).time(launch, lambda i: ())
-    assert result.launch_hidden_us == pytest.approx(600.0)  # twice the warm-up launch time
+    # filler_margin (1.3) times the warm-up launch time: still long enough that no kept run is exposed
+    assert result.launch_hidden_us == pytest.approx(policy.filler_margin * 300.0)
     assert MAX_FILLER_US > 600.0
     assert result.stats.runs == 12 and len(calls) == 4 + 12 + 2  # two descheduled runs were run again
     assert result.launch_exposed_runs == 0  # no kept run had its launch in the window

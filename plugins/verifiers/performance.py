@@ -217,8 +217,8 @@ class PerformanceCheck:
     hide_launch_us: float = 100.0
     settle_rel: float = 0.005  # core.timing.TimingPolicy.settle_rel: stop once the median is this tight
     settle_every: int = 25
-    filler_margin: float = 2.0  # core.timing.TimingPolicy.filler_margin
-    l2_flush_bytes: int = 256 << 20  # at least this, and at least twice the device's L2
+    filler_margin: float = 1.3  # core.timing.TimingPolicy.filler_margin
+    l2_flush_bytes: int = 0  # at least this, and twice the device's L2 (core.timing.flush_bytes)
     baseline_per_task: bool = True
 
     def applies(self, backend: str, device: str) -> bool:
