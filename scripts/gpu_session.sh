@@ -39,6 +39,10 @@
 #                                   # alone, then on a busy host beside the suites; KernelBench vs ours alone
 #   bash scripts/gpu_session.sh 18  # each alone: KernelBench vs ours with cheaper timed runs (@lean) and more
 #                                   # workers (@w12, @w16), then timer repeatability of those runs (4 variants)
+#   bash scripts/gpu_session.sh 19  # the new timer default (filler 1.3x, flush 2x L2): lane A (GPU 0) GPU suite +
+#                                   # red-team suite, lane B (last GPU) timer tests and repeatability on a busy
+#                                   # host against the previous default; then KernelBench vs ours alone
+#   bash scripts/gpu_session.sh 20  # each alone: timer repeatability (default, previous), KernelBench vs ours
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -202,6 +206,31 @@ elif [ "$PART" = 18 ]; then  # throughput levers, then the timer's repeatability
   step repeatability 160 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability.json" \
       --sizes-mib 32,128,2048 --repeats 8 --variants default,lean,margin1.3,flush2xL2
   TAILS="kernelbench:12 repeatability:14"
+elif [ "$PART" = 19 ]; then  # the new timer default on the suites, busy and alone
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    step gpu_suites   280 python3 -m pytest -q -rA -p no:cacheprovider -n 6 tests/gpu/test_cuda_gpu.py tests/redteam_gpu
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    step gpu_timing    90 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_timing_gpu.py
+    step repeatability_busy 160 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability_busy.json" \
+        --sizes-mib 32,128,2048 --repeats 8 --variants default,previous
+  }
+  lane_a & lane_b & wait
+  export CUDA_VISIBLE_DEVICES=0
+  [ -d .kb ] && step kernelbench 200 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --rounds "${ROUNDS:-3}" \
+      --ours-configs "${KB_CONFIGS:-kb_scope,kb_scope@previous}" --out "$OUT/kernelbench_vs_ours.json"
+  TAILS="gpu_suites:6 gpu_timing:8 repeatability_busy:10 kernelbench:8"
+elif [ "$PART" = 20 ]; then  # the new timer default alone on the host: repeatability, then throughput
+  export CUDA_VISIBLE_DEVICES=0
+  step repeatability 120 python3 -m benchmarks.timing_repeatability --out "$OUT/repeatability.json" \
+      --sizes-mib 32,128,2048 --repeats 8 --variants default,previous
+  [ -d .kb ] && step kernelbench 240 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --rounds "${ROUNDS:-3}" \
+      --ours-configs "${KB_CONFIGS:-kb_scope,memcheck}" --out "$OUT/kernelbench_vs_ours.json"
+  TAILS="repeatability:10 kernelbench:8"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"
