@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
     kb_total = time.perf_counter() - t0
 
+    from core.devicelock import summarise_turns
     from core.plugins import registry
 
     summary: dict[str, Any] = {"device": torch.cuda.get_device_name(), "pairs": len(rows),
@@ -299,9 +300,11 @@ def main(argv: list[str] | None = None) -> int:
                     args.out.write_text(json.dumps({"partial": True, "summary": summary, "rows": rows},
                                                    indent=1, default=str))
 
+            m0 = time.monotonic()
             verdicts = v.verify_many([(Task(source=ref, name=name), Candidate(source=sol, backend="cuda"))
                                       for name, ref, sol, _ in pairs + hack_pairs], progress=progress)
             ours_total = time.perf_counter() - t0
+            gpu_time = summarise_turns(list(v.gpu_turns), start=m0, end=time.monotonic())
         print(f"ours[{config}]: {len(verdicts)} verdicts in {ours_total:.1f} s with {workers} workers",
               flush=True)
         for row, verdict in zip(rows, verdicts):
@@ -319,7 +322,13 @@ def main(argv: list[str] | None = None) -> int:
             # past the first wave (the pool's first verdicts also time each task's baseline)
             "after_first_wave_per_min": _rate_after(sorted(r[f"{config}_done_at_s"] for r in rows), workers),
             "gpu_wait_s": sum(r.get(f"{config}_gpu_wait_s") or 0.0 for r in rows),
+            "gpu_time": gpu_time,  # the GPU lock's view: held alone, shared, idle (core.devicelock)
         }
+        g = gpu_time
+        print(f"ours[{config}]: the GPU was held alone {g['exclusive_s']:.1f} s ({g['exclusive_turns']} turns, "
+              f"which waited {g['exclusive_wait_s']:.1f} s for readers to leave), shared {g['shared_s']:.1f} s, "
+              f"idle {g['idle_s']:.1f} s of {g['span_s']:.1f} s; shared turns by kind (s): "
+              f"{ {k: round(x, 1) for k, x in g['shared_by_label_s'].items()} }", flush=True)
     summary["hacks_accepted_by_kb"] = [r["pair"] for r in rows[len(pairs):] if r["kb_correct"]]
     configs = list(summary["ours"])
     head = "".join(f" {c[:10] + ' s':>12} {'ok':>5} {'ms':>8}" for c in configs)

@@ -106,3 +106,54 @@ class DeviceLock:
     def exclusive(self, deadline: float | None = None) -> contextlib.AbstractContextManager[None]:
         """Have the GPU alone (timing)."""
         return self._hold(fcntl.LOCK_EX, deadline)
+
+
+# --------------------------------------------------------------------------- where the GPU's time went
+
+
+def _union_s(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def summarise_turns(turns: list[dict], start: float | None = None, end: float | None = None) -> dict:
+    """Where a judge's time on one GPU went, from its turns (``Verifier.gpu_turns``: dicts with
+    ``label``, ``exclusive``, ``asked``, ``got``, ``done`` on one monotonic clock), within [start, end]:
+
+    * ``exclusive_s``: the GPU held alone (timed stages, baselines); ``exclusive_wait_s``: what those
+      waited for, summed (the readers inside had to finish first, and no new reader got in meanwhile);
+    * ``shared_s``: time during which at least one shared turn (loads, trials, references, comparisons)
+      held the GPU; ``idle_s``: time with no turn at all; ``span_s``: the window;
+    * ``shared_by_label_s``: each kind of shared turn's holding time, summed over turns.
+
+    The judge's time divides into ``exclusive_s + shared_s + idle_s == span_s`` (no turn is both).
+    """
+    turns = [t for t in turns if t["done"] >= t["got"]]
+    if start is None:
+        start = min((t["asked"] for t in turns), default=0.0)
+    if end is None:
+        end = max((t["done"] for t in turns), default=start)
+    span = max(0.0, end - start)
+
+    def clip(t: dict) -> tuple[float, float]:
+        return min(max(t["got"], start), end), max(min(t["done"], end), start)
+
+    held_alone = [clip(t) for t in turns if t["exclusive"]]
+    shared = [clip(t) for t in turns if not t["exclusive"]]
+    exclusive_s = _union_s(held_alone)
+    shared_s = _union_s(shared)
+    by_label: dict[str, float] = {}
+    for t in turns:
+        if not t["exclusive"]:
+            a, b = clip(t)
+            by_label[t["label"]] = by_label.get(t["label"], 0.0) + (b - a)
+    return {"span_s": span, "exclusive_s": exclusive_s, "shared_s": shared_s,
+            "idle_s": max(0.0, span - exclusive_s - shared_s),
+            "exclusive_turns": len(held_alone),
+            "exclusive_wait_s": sum(t["got"] - t["asked"] for t in turns if t["exclusive"]),
+            "shared_by_label_s": dict(sorted(by_label.items(), key=lambda kv: -kv[1]))}

@@ -22,6 +22,7 @@ One verification, cheapest first, stopping at the first hard failure:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -128,7 +129,7 @@ class _Keeper:
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         # GPU work (copies, comparisons): under the shared lock, so never inside another's timed stage
-        with self.verifier._gpu(self.budget):
+        with self.verifier._gpu(self.budget, label=f"keeper {message.get('op')}"):
             try:
                 answer = self.worker.request({**message, "token": self.token}, timeout_s=max(10.0, self.budget.left()))
             except WorkerFailure as exc:
@@ -193,18 +194,27 @@ class _GpuTurn(contextlib.AbstractContextManager):
     """Holds a device lock for one worker request; the wait extends the budget, and a GPU busy
     past ``wait_s`` is reported as an error of the run (status ``error``), not of the candidate."""
 
-    def __init__(self, inner: Any, budget: _Budget, started: float):
+    def __init__(self, inner: Any, budget: _Budget, started: float, journal: Any = None, label: str = "",
+                 exclusive: bool = False):
         self.inner, self.budget, self.started = inner, budget, started
+        self.journal, self.label, self.exclusive = journal, label, exclusive
+        self.got = started
 
     def __enter__(self) -> None:
         try:
             self.inner.__enter__()
         except DeviceLockTimeout as exc:
             raise GpuBusy("error", f"the GPU stayed busy with other verifications: {exc}") from exc
-        self.budget.waited(time.monotonic() - self.started)
+        self.got = time.monotonic()
+        self.budget.waited(self.got - self.started)
 
     def __exit__(self, *exc: Any) -> None:
-        return self.inner.__exit__(*exc)
+        try:
+            return self.inner.__exit__(*exc)
+        finally:
+            if self.journal is not None:
+                self.journal.append({"label": self.label, "exclusive": self.exclusive, "asked": self.started,
+                                     "got": self.got, "done": time.monotonic()})
 
 
 def _task_dtype(task: Task) -> str:
@@ -302,6 +312,9 @@ class Verifier:
         self.gpu_wait_s = float(gpu_wait_s)
         # None: where a GPU lock is held (the saving is the lock's; on CPU it would cost a round trip)
         self.split_transfers = self.device_lock is not None if split_transfers is None else bool(split_transfers)
+        # every turn this judge took on the GPU lock, newest last: core.devicelock.summarise_turns says
+        # where the time went (held alone, shared, idle)
+        self.gpu_turns: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
         self.baselines = BaselineCache()  # per-task reference timings, shared by that task's candidates
         self._closed = False
         self.warm_up_report = "not warmed up"
@@ -545,7 +558,7 @@ class Verifier:
         held back by the worker and fetched after the lock is released: moving 100 MB outputs
         through a pipe takes seconds, and a timed stage waiting for the lock should not wait for
         that."""
-        with self._gpu(budget):
+        with self._gpu(budget, label=str(message.get("op"))):
             answer = worker.request({**message, "hold": self.split_transfers}, timeout_s=budget.left())
         if answer.get("held"):
             heavy = worker.request({"op": "take_held"}, timeout_s=budget.left())
@@ -565,7 +578,7 @@ class Verifier:
 
         t = time.perf_counter()
         # The task travels as plain data: performance checks (collect hooks) time it beside the candidate.
-        with self._gpu(budget):
+        with self._gpu(budget, label="load"):
             loaded = worker.request({"op": "load", "source": evidence.candidate.source, "init_seed": init_seed,
                                      "init_inputs": ref["init_inputs"], "task": evidence.task.to_dict()},
                                     timeout_s=left())
@@ -649,7 +662,7 @@ class Verifier:
                 config = {k: v for k, v in asdict(check).items() if k not in ("name", "stage", "hard", "where", "needs")} \
                     if hasattr(check, "__dataclass_fields__") else {}
                 t_check = time.perf_counter()
-                lock = self._gpu(budget, exclusive=bool(getattr(check, "exclusive_device", False)))
+                lock = self._gpu(budget, exclusive=bool(getattr(check, "exclusive_device", False)), label=check.name)
                 lock_wait_s = 0.0
                 if getattr(check, "locks_device_itself", False) and self.device_lock is not None:
                     # e.g. a sanitizer run: seconds of CPU start-up around a moment of GPU work, which
@@ -659,7 +672,7 @@ class Verifier:
                     lock, lock_wait_s = contextlib.nullcontext(), self.gpu_wait_s
                 prepared = None
                 if hasattr(check, "prepare"):  # set-up while the GPU is shared, so an exclusive stage only times
-                    with self._gpu(budget):
+                    with self._gpu(budget, label=f"{check.name} prepare"):
                         prepared = worker.request({"op": "collect", "check": check.name, "config": config,
                                                    "phase": "prepare"}, timeout_s=left())
                 prepare_failed = prepared is not None and (not prepared.get("ok") or
@@ -698,7 +711,7 @@ class Verifier:
             worker = keeper.worker if keeper is not None else self.reference_pool.acquire()
             dirty = True
             try:
-                with self._gpu(budget, exclusive=True):
+                with self._gpu(budget, exclusive=True, label=f"{check.name} baseline"):
                     answer = worker.request({"op": "baseline", "check": check.name, "config": config,
                                              "source": task.source, "init_seed": _fresh_seed()},
                                             timeout_s=budget.left())
@@ -753,15 +766,15 @@ class Verifier:
         evidence.config["float64_truth"] = trusted
         evidence.config["float64_truth_note"] = note or "float64 reference in use"
 
-    def _gpu(self, budget: _Budget, exclusive: bool = False):
+    def _gpu(self, budget: _Budget, exclusive: bool = False, label: str = ""):
         """Hold this GPU's host-wide lock (shared, or alone for timing) around one worker request,
-        waiting at most ``gpu_wait_s``; the wait is added to ``budget``."""
+        waiting at most ``gpu_wait_s``; the wait is added to ``budget``, the turn to ``gpu_turns``."""
         if self.device_lock is None:
             return contextlib.nullcontext()
         started = time.monotonic()
         wait_until = started + self.gpu_wait_s
         inner = self.device_lock.exclusive(wait_until) if exclusive else self.device_lock.shared(wait_until)
-        return _GpuTurn(inner, budget, started)
+        return _GpuTurn(inner, budget, started, self.gpu_turns, label, exclusive)
 
     def _run(self, worker, runs: list[dict[str, Any]], budget: _Budget,
              keeper: _Keeper | None = None) -> list[RunObservation]:

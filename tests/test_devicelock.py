@@ -110,7 +110,7 @@ def test_waiting_for_the_gpu_is_not_charged_to_the_candidate(tmp_path):
     from core.verify import Verifier, _Budget
 
     lock = DeviceLock("cuda-budget", tmp_path)
-    judge = types.SimpleNamespace(device_lock=lock, gpu_wait_s=30.0)
+    judge = types.SimpleNamespace(device_lock=lock, gpu_wait_s=30.0, gpu_turns=[])
     held, release = threading.Event(), threading.Event()
 
     def neighbour():  # e.g. a hanging candidate's trial, holding the GPU until its own limit
@@ -133,6 +133,9 @@ def test_waiting_for_the_gpu_is_not_charged_to_the_candidate(tmp_path):
         pass
     assert verdict.gpu_wait_s < budget.deadline - before + 0.5
     assert Verdict.from_dict(verdict.to_dict()).gpu_wait_s == verdict.gpu_wait_s
+    alone, shared = judge.gpu_turns  # both turns are in the judge's journal, in order
+    assert alone["exclusive"] and not shared["exclusive"]
+    assert alone["got"] - alone["asked"] >= 0.9 and shared["asked"] >= alone["done"]
     thread.join()
 
     release.clear()
@@ -147,3 +150,43 @@ def test_waiting_for_the_gpu_is_not_charged_to_the_candidate(tmp_path):
     assert failure.value.status == "error" and "busy" in failure.value.detail
     release.set()
     thread.join()
+
+
+@st.composite
+def _timelines(draw):
+    """Turns as the lock allows them: an exclusive turn alone, or shared turns that overlap each
+    other, in blocks separated by idle gaps; returns (turns, exclusive_s, shared_s, idle_s)."""
+    t, turns, exclusive_s, shared_s, idle_s = 0.0, [], 0.0, 0.0, 0.0
+    for _ in range(draw(st.integers(0, 12))):
+        gap = draw(st.floats(0.0, 2.0))
+        t += gap
+        idle_s += gap
+        length = draw(st.floats(0.01, 3.0))
+        asked = t - draw(st.floats(0.0, 1.0))
+        if draw(st.booleans()):
+            turns.append({"label": "performance", "exclusive": True, "asked": asked, "got": t, "done": t + length})
+            exclusive_s += length
+        else:  # readers inside [t, t + length], one of them spanning it
+            turns.append({"label": "load", "exclusive": False, "asked": asked, "got": t, "done": t + length})
+            for _ in range(draw(st.integers(0, 3))):
+                a = t + draw(st.floats(0.0, length))
+                b = a + draw(st.floats(0.0, t + length - a))
+                turns.append({"label": "run", "exclusive": False, "asked": a, "got": a, "done": b})
+            shared_s += length
+        t += length
+    return turns, exclusive_s, shared_s, idle_s
+
+
+@given(_timelines())
+def test_the_gpu_time_divides_into_alone_shared_and_idle(timeline):
+    """How a judge's GPU time divided (``Verifier.gpu_turns``): what a user reads to size a pool."""
+    from core.devicelock import summarise_turns
+
+    turns, exclusive_s, shared_s, idle_s = timeline
+    s = summarise_turns(turns, start=0.0)  # the window: from 0 to the last turn's end
+    assert s["exclusive_s"] == pytest.approx(exclusive_s, abs=1e-6)
+    assert s["shared_s"] == pytest.approx(shared_s, abs=1e-6)
+    assert s["idle_s"] == pytest.approx(idle_s, abs=1e-6)
+    assert s["exclusive_s"] + s["shared_s"] + s["idle_s"] == pytest.approx(s["span_s"], abs=1e-6)
+    assert s["exclusive_turns"] == sum(t["exclusive"] for t in turns)
+    assert sum(s["shared_by_label_s"].values()) >= s["shared_s"] - 1e-6  # overlapping readers count each
