@@ -577,12 +577,15 @@ class Verifier:
         left = budget.left
 
         t = time.perf_counter()
+        if self.device_lock is not None:  # the compile that needs no GPU, before the load takes it
+            ahead = worker.request({"op": "precompile", "source": evidence.candidate.source}, timeout_s=left())
+            evidence.load_sandbox = list(ahead.get("sandbox") or [])
         # The task travels as plain data: performance checks (collect hooks) time it beside the candidate.
         with self._gpu(budget, label="load"):
             loaded = worker.request({"op": "load", "source": evidence.candidate.source, "init_seed": init_seed,
                                      "init_inputs": ref["init_inputs"], "task": evidence.task.to_dict()},
                                     timeout_s=left())
-        evidence.load_sandbox = list(loaded.get("sandbox") or [])
+        evidence.load_sandbox += list(loaded.get("sandbox") or [])
         verdict.stage_s["load"] = time.perf_counter() - t
         if not loaded.get("ok"):
             evidence.load_error = loaded.get("error")

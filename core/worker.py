@@ -585,6 +585,8 @@ class WorkerMain:
         if op == "drop_exports" and self.role == "candidate":
             self.exports.drop()
             return {"ok": True}
+        if op == "precompile" and self.role == "candidate":
+            return self.precompile(req)
         if op == "load" and self.role == "candidate":
             return self.load(req)
         if op == "run" and self.role == "candidate":
@@ -733,10 +735,29 @@ class WorkerMain:
         except Exception as exc:
             return {"ok": False, "error": describe(exc)}
 
+    def precompile(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The backend's compile of what the candidate's text shows (no candidate code runs), ahead of
+        ``load``, which the judge sends holding the GPU; a backend without ``precompile`` skips it."""
+        ahead = getattr(self.backend, "precompile", None)
+        if ahead is None:
+            return {"ok": True, "precompiled": 0}
+        self.guard.armed = True  # as in load: the compiler reads what the source includes
+        try:
+            return {"ok": True, **ahead(req["source"], self.device), "sandbox": self.guard.take()}
+        except MemoryError:
+            raise
+        except Exception as exc:
+            return {"ok": False, "error": describe(exc), "sandbox": self.guard.take()}
+        finally:
+            self.guard.armed = False
+
     def load(self, req: dict[str, Any]) -> dict[str, Any]:
         import torch
 
-        self.unload()
+        if self.session is not None or CANDIDATE_MODULE in sys.modules:
+            # the judge unloads after each verdict, before asking for the GPU; a full collection here
+            # would hold the GPU lock for ~0.1 s
+            self.unload()
         path = Path(self.scratch) / f"candidate_{self.loaded}.py"
         self.loaded += 1
         path.write_text(req["source"])

@@ -43,6 +43,8 @@
 #                                   # red-team suite, lane B (last GPU) timer tests and repeatability on a busy
 #                                   # host against the previous default; then KernelBench vs ours alone
 #   bash scripts/gpu_session.sh 20  # each alone: timer repeatability (default, previous), KernelBench vs ours
+#   bash scripts/gpu_session.sh 21  # the load's compile ahead of the GPU lock: KernelBench vs ours alone, then
+#                                   # lane A (GPU 0) GPU suite + red-team suite, lane B (last GPU) timer tests
 #   bash scripts/gpu_session.sh 4   # re-measure what is still open: repeatability and KernelBench vs ours
 #                                   # (GPU 0); the inductor teacher's GPU test and elementwise fusion (last GPU)
 #
@@ -231,6 +233,21 @@ elif [ "$PART" = 20 ]; then  # the new timer default alone on the host: repeatab
       --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --rounds "${ROUNDS:-3}" \
       --ours-configs "${KB_CONFIGS:-kb_scope,memcheck}" --out "$OUT/kernelbench_vs_ours.json"
   TAILS="repeatability:10 kernelbench:8"
+elif [ "$PART" = 21 ]; then  # throughput alone, then the suites
+  export CUDA_VISIBLE_DEVICES=0
+  [ -d .kb ] && step kernelbench 200 python3 -m benchmarks.kernelbench_vs_ours --kernelbench .kb \
+      --dim-scale 0.015625 --threads 256,512,1024 --workers 8 --rounds "${ROUNDS:-3}" \
+      --ours-configs "${KB_CONFIGS:-kb_scope,memcheck}" --out "$OUT/kernelbench_vs_ours.json"
+  lane_a() {
+    export CUDA_VISIBLE_DEVICES=0
+    step gpu_suites   330 python3 -m pytest -q -rA -p no:cacheprovider -n 6 tests/gpu/test_cuda_gpu.py tests/redteam_gpu
+  }
+  lane_b() {
+    export CUDA_VISIBLE_DEVICES=$LAST
+    step gpu_timing    90 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_timing_gpu.py
+  }
+  lane_a & lane_b & wait
+  TAILS="kernelbench:10 gpu_suites:40 gpu_timing:8"
 elif [ "$PART" = 9 ]; then  # 1-vs-2-GPU scaling alone, with time for both runs of 96 tasks
   step pool 540 python3 benchmarks/pool_scaling.py --out "$OUT" --tasks 96 --warm 4 --workers-per-gpu 8
   TAILS="pool:8"

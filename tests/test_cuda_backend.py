@@ -178,6 +178,43 @@ def test_backend_protocol_load_compiles_recorded_sources_on_cpu():
         backend._recorder.uninstall()
 
 
+@needs_compiler
+def test_precompile_compiles_the_literal_sources_once_and_load_uses_them(monkeypatch):
+    """On a GPU the verifier compiles a candidate's literal CUDA sources before its load takes the GPU
+    lock (precompile): the load then does not compile them again, and a source that failed ahead is
+    compiled again in the load, which reports the compiler's message as before."""
+    backend = CudaBackend()
+    backend.prepare_worker("cpu")
+    calls = []
+    compile_to_ptx = nvrtc.compile_to_ptx
+
+    def counting(*args, **kwargs):
+        calls.append(args[0])
+        return compile_to_ptx(*args, **kwargs)
+
+    monkeypatch.setattr(nvrtc, "compile_to_ptx", counting)
+    try:
+        assert backend.precompile(EXAMPLE, "cpu") == {"precompiled": 1} and len(calls) == 1
+        backend.load(execute_candidate(EXAMPLE), "cpu")
+        assert backend.last_compile.ok and len(calls) == 1  # nothing compiled twice
+        backend.load(execute_candidate(EXAMPLE), "cpu")  # a load uses a precompile once
+        assert backend.last_compile.ok and len(calls) == 2
+
+        broken = EXAMPLE.replace("y[i] =", "y[i] = undefined_name +")
+        assert backend.precompile(broken, "cpu") == {"precompiled": 0}
+        with pytest.raises(RuntimeError, match="undefined_name"):
+            backend.load(execute_candidate(broken), "cpu")
+        assert len(calls) == 4
+
+        other = EXAMPLE.replace("y[i] =", "y[i] = 2.0f *")  # precompiled text and loaded module differ
+        backend.precompile(EXAMPLE, "cpu")
+        backend.load(execute_candidate(other), "cpu")
+        assert backend.last_compile.ok and calls[-1] != calls[-2] and "2.0f" in calls[-1]
+        assert backend.precompile("def broken(:", "cpu") == {"precompiled": 0}  # unparsable: nothing ahead
+    finally:
+        backend._recorder.uninstall()
+
+
 def test_registered_as_cuda(plugin_manager):
     from core.plugins import registry
 
@@ -213,3 +250,35 @@ def test_static_resolver_reassembles_split_literals(parts, via_names):
 def test_rebound_names_are_not_trusted_statically():
     body = f"SRC = {KERNEL!r}\nfor _ in range(1):\n    SRC = SRC + ''\nm = cp.RawModule(code=SRC)\n"
     assert analyse_source(candidate(body)).sources is None
+
+
+@needs_compiler
+def test_a_worker_precompiles_outside_the_load_and_a_triton_worker_skips_it():
+    """The worker side of precompile: a candidate worker of the cuda backend compiles the literal
+    sources without running the candidate; its load then succeeds; a backend without precompile skips."""
+    from core.sandbox import Limits, WorkerPool
+
+    pool = WorkerPool("candidate", "cuda", "cpu", size=1, limits=Limits(memory_mb=4096))
+    try:
+        worker = pool.acquire()
+        try:
+            ahead = worker.request({"op": "precompile", "source": EXAMPLE}, timeout_s=120)
+            assert ahead["ok"] and ahead["precompiled"] == 1 and not ahead["sandbox"]
+            loaded = worker.request({"op": "load", "source": EXAMPLE, "init_seed": 0, "init_inputs": []},
+                                    timeout_s=120)
+            assert loaded["ok"], loaded
+        finally:
+            pool.release(worker)
+    finally:
+        pool.close()
+    pool = WorkerPool("candidate", "triton", "cpu", size=1, limits=Limits(memory_mb=4096),
+                      extra_env={"TRITON_INTERPRET": "1"})
+    try:
+        worker = pool.acquire()
+        try:
+            assert worker.request({"op": "precompile", "source": "x = 1"}, timeout_s=120) == \
+                {"ok": True, "precompiled": 0}
+        finally:
+            pool.release(worker)
+    finally:
+        pool.close()

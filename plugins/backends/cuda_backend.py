@@ -542,8 +542,14 @@ def device_arch(device: str) -> str:
     return nvrtc.DEFAULT_ARCH
 
 
-def compile_sources(sources: Sequence[KernelSource], arch: str) -> CompileReport:
-    """Compile every source to PTX; the first failure's compiler message becomes the reason."""
+def _compile_key(src: KernelSource, arch: str) -> tuple[Any, ...]:
+    return src.code, src.options, src.name_expressions, arch
+
+
+def compile_sources(sources: Sequence[KernelSource], arch: str,
+                    compiled: dict[tuple[Any, ...], nvrtc.CompileResult] | None = None) -> CompileReport:
+    """Compile every source to PTX; the first failure's compiler message becomes the reason.
+    ``compiled``: results already made for identical sources (:meth:`CudaBackend.precompile`)."""
     if not sources:
         return CompileReport(False, "no CUDA source was built by the candidate (no RawModule/RawKernel "
                              "construction ran)", "nothing to compile", arch)
@@ -552,8 +558,8 @@ def compile_sources(sources: Sequence[KernelSource], arch: str) -> CompileReport
     compilers = set()
     for i, src in enumerate(sources):
         try:
-            result = nvrtc.compile_to_ptx(src.code, arch=arch, options=src.options,
-                                          name_expressions=src.name_expressions)
+            result = (compiled or {}).get(_compile_key(src, arch)) or \
+                nvrtc.compile_to_ptx(src.code, arch=arch, options=src.options, name_expressions=src.name_expressions)
         except nvrtc.NoCompilerError as exc:
             return CompileReport(False, str(exc), "no CUDA compiler available", arch, len(sources))
         seconds += result.seconds
@@ -649,6 +655,8 @@ class CudaBackend:
     compiles_without_device: bool = True
     _recorder: CupyRecorder | None = field(default=None, init=False, repr=False)
     last_compile: CompileReport | None = field(default=None, init=False, repr=False)
+    # PTX of the next candidate's literal sources, compiled by precompile() before load()
+    _precompiled: dict[tuple[Any, ...], nvrtc.CompileResult] = field(default_factory=dict, init=False, repr=False)
 
     # ---------------------------------------------------------------- judge side (static only)
     def supports(self, device: str) -> str | None:
@@ -706,6 +714,23 @@ class CudaBackend:
             raise RuntimeError("CudaBackend.prepare_worker(device) must run before candidates are loaded")
         return self._recorder.log
 
+    def precompile(self, source: str, device: str) -> dict[str, Any]:
+        """Compile the CUDA sources written as literals in the candidate's text to PTX now, for the
+        next :meth:`load`: nothing of the candidate runs (its text is only parsed), so a verifier can
+        do this without holding the GPU, and the load, which holds it, compiles only what was built
+        at run time. Failures are not kept: the load compiles those again and reports them."""
+        self._precompiled = {}
+        arch = self.target_arch(device)
+        for src in analyse_source(source).sources or []:
+            try:
+                result = nvrtc.compile_to_ptx(src.code, arch=arch, options=src.options,
+                                              name_expressions=src.name_expressions)
+            except nvrtc.NoCompilerError:
+                break
+            if result.ok:
+                self._precompiled[_compile_key(src, arch)] = result
+        return {"precompiled": len(self._precompiled)}
+
     def load(self, module: types.ModuleType, device: str) -> None:
         """Compile every CUDA source the candidate built; raise with the compiler's message if any fails.
 
@@ -721,7 +746,8 @@ class CudaBackend:
             static = analyse_source(text).sources or []
             known = {s.code for s in sources}
             sources += [s for s in static if s.code not in known]
-        report = compile_sources(sources, self.target_arch(device))
+        precompiled, self._precompiled = self._precompiled, {}
+        report = compile_sources(sources, self.target_arch(device), precompiled)
         self.last_compile = report
         if not report.ok:
             raise RuntimeError(report.reason)
