@@ -165,7 +165,11 @@ class Backend(Protocol):
 
     def load(self, module: "ModuleType", device: str) -> None:
         """Worker side, compile step: called after the candidate module was imported.
-        Raise with the compiler's message when its kernels do not build."""
+        Raise with the compiler's message when its kernels do not build.
+
+        A backend may also offer ``precompile(source, device) -> dict``: the part of the compile that
+        needs only the candidate's text (nothing of it runs), which a verifier sends before the load
+        takes its turn on a shared GPU, so the load holds the GPU for less time."""
 
     def launch_tracker(self) -> "ContextManager[LaunchTracker]":
         """Worker side: a context manager counting this backend's kernel launches inside it."""
