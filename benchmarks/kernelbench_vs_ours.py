@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
     kb_total = time.perf_counter() - t0
 
+    from benchmarks.timing_repeatability import VARIANTS as TIMER_VARIANTS
     from core.devicelock import summarise_turns
     from core.plugins import registry
 
@@ -270,12 +271,9 @@ def main(argv: list[str] | None = None) -> int:
             options = {**options, "compare_on_device": False}
         if "percandidate" in suffixes:  # the eager baseline timed in each candidate's process, as before
             perf["baseline_per_task"] = False
-        if "planned" in suffixes:  # every planned run, after 25 ms of warm-up (and the runs then)
-            perf.update(settle_rel=0.0, warmup_ms=25.0, filler_margin=2.0, l2_flush_bytes=256 << 20)
-        if "lean" in suffixes:  # cheaper timed runs: a filler 1.3x the launch time, an L2 flush of 2x L2
-            perf.update(filler_margin=1.3, l2_flush_bytes=0)
-        if "previous" in suffixes:  # the runs before 2026-11-30 (fourth session): filler 2x, 256 MiB flush
-            perf.update(filler_margin=2.0, l2_flush_bytes=256 << 20)
+        for policy in ("planned", "lean", "previous"):  # the timer policies of the repeatability bench
+            if policy in suffixes:
+                perf.update(TIMER_VARIANTS[policy])
         if args.settle_rel is not None:
             perf["settle_rel"] = args.settle_rel
         options = {**options, "performance": perf}

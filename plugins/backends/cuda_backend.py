@@ -546,6 +546,10 @@ def _compile_key(src: KernelSource, arch: str) -> tuple[Any, ...]:
     return src.code, src.options, src.name_expressions, arch
 
 
+def _compile(src: KernelSource, arch: str) -> nvrtc.CompileResult:
+    return nvrtc.compile_to_ptx(src.code, arch=arch, options=src.options, name_expressions=src.name_expressions)
+
+
 def compile_sources(sources: Sequence[KernelSource], arch: str,
                     compiled: dict[tuple[Any, ...], nvrtc.CompileResult] | None = None) -> CompileReport:
     """Compile every source to PTX; the first failure's compiler message becomes the reason.
@@ -558,8 +562,7 @@ def compile_sources(sources: Sequence[KernelSource], arch: str,
     compilers = set()
     for i, src in enumerate(sources):
         try:
-            result = (compiled or {}).get(_compile_key(src, arch)) or \
-                nvrtc.compile_to_ptx(src.code, arch=arch, options=src.options, name_expressions=src.name_expressions)
+            result = (compiled or {}).get(_compile_key(src, arch)) or _compile(src, arch)
         except nvrtc.NoCompilerError as exc:
             return CompileReport(False, str(exc), "no CUDA compiler available", arch, len(sources))
         seconds += result.seconds
@@ -723,8 +726,7 @@ class CudaBackend:
         arch = self.target_arch(device)
         for src in analyse_source(source).sources or []:
             try:
-                result = nvrtc.compile_to_ptx(src.code, arch=arch, options=src.options,
-                                              name_expressions=src.name_expressions)
+                result = _compile(src, arch)
             except nvrtc.NoCompilerError:
                 break
             if result.ok:
