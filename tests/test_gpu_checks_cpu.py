@@ -166,6 +166,10 @@ def test_a_baseline_is_keyed_by_what_changes_its_timing():
     a, b = PerformanceCheck(), PerformanceCheck(compare_compile=False)
     assert a.baseline_key() != b.baseline_key()
     assert a.baseline_key() == PerformanceCheck(side_stream_ms=1.0).baseline_key()  # judging only
+    for changed in ({"warmup_ms": 25.0}, {"filler_margin": 2.0}, {"l2_flush_bytes": 256 << 20},
+                    {"settle_rel": 0.0}):  # how the timer times
+        assert PerformanceCheck(**changed).baseline_key() != a.baseline_key()
+    hash(a.baseline_key())  # a cache key
 
 
 # A stand-in for compute-sanitizer: drops the tool's own options and runs the program, then prints

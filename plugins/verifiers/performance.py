@@ -236,9 +236,9 @@ class PerformanceCheck:
         return bool(self.compare_compile)
 
     def baseline_key(self) -> tuple[Any, ...]:
-        """What besides the task and the device a baseline measurement depends on."""
-        return (self.compare_compile, self.budget_ms, self.min_runs, self.max_runs, self.warmup_ms,
-                self.hide_launch_us, self.settle_rel, self.settle_every, self.filler_margin, self.l2_flush_bytes)
+        """What besides the task and the device a baseline measurement depends on: whether
+        torch.compile is timed too, and the timer's policy (every field of it, derived)."""
+        return self.compare_compile, self._policy()
 
     # ----------------------------------------------------------- worker side
     def _policy(self) -> Any:
