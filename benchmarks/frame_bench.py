@@ -2,7 +2,7 @@
 one process and read (decoded into tensors) by another, through a pipe.
 
     python benchmarks/frame_bench.py                       # this checkout
-    python benchmarks/frame_bench.py --against 3f0c2d1     # side by side with core/sandbox.py at a revision
+    python benchmarks/frame_bench.py --against 3f0c2d1     # side by side with core/verification/sandbox.py at a revision
 
 Each configuration runs ``--repeats`` times, interleaved, and the median MiB/s is printed.
 """
@@ -49,16 +49,16 @@ def throughput(module, messages: int = 6, mib: int = 64) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--against", default=None, help="a git revision whose core/sandbox.py to compare with")
+    parser.add_argument("--against", default=None, help="a git revision whose core/verification/sandbox.py to compare with")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     import torch  # noqa: F401  (imported before forking, as the judge has it)
 
-    import core.sandbox as current
+    import core.verification.sandbox as current
 
     modules = {"this checkout": current}
     if args.against:
-        modules = {f"at {args.against}": module_at(args.against, "core/sandbox.py"), **modules}
+        modules = {f"at {args.against}": module_at(args.against, "core/verification/sandbox.py"), **modules}
     results: dict[str, list[float]] = {name: [] for name in modules}
     for _ in range(args.repeats):
         for name, module in modules.items():

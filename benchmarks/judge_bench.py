@@ -1,8 +1,8 @@
 """The judge's own work per trial on large outputs, side by side with a git revision: comparing a
-candidate's output with the reference's (``core.evidence.compare_outputs``) and digesting an input
-(``core.evidence.input_digests``).
+candidate's output with the reference's (``core.verification.evidence.compare_outputs``) and digesting an input
+(``core.verification.evidence.input_digests``).
 
-    python benchmarks/judge_bench.py --against 2cd9bc7      # this checkout against core/evidence.py there
+    python benchmarks/judge_bench.py --against 2cd9bc7      # this checkout against core/verification/evidence.py there
 
 Outputs are fp32 tensors of ``--mib`` MiB: one identical to the reference, one off by less than the
 tolerance everywhere. Each measurement is the median of ``--repeats`` runs, the revisions interleaved.
@@ -30,17 +30,17 @@ def seconds(fn) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--against", default=None, help="a git revision whose core/evidence.py to compare with")
+    parser.add_argument("--against", default=None, help="a git revision whose core/verification/evidence.py to compare with")
     parser.add_argument("--mib", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     import torch
 
-    import core.evidence as current
+    import core.verification.evidence as current
 
     modules = {"this checkout": current}
     if args.against:
-        modules = {f"at {args.against}": module_at(args.against, "core/evidence.py"), **modules}
+        modules = {f"at {args.against}": module_at(args.against, "core/verification/evidence.py"), **modules}
     ref = torch.randn((args.mib << 20) // 4)
     same = ref.clone()
     close = ref + 1e-5 * torch.randn_like(ref)  # within fp32's atol=1e-4

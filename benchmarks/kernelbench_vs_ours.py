@@ -5,7 +5,7 @@ Run on a GPU machine (the H200), in one process, side by side:
 * **throughput**: verdicts per minute with full correctness and timing (KernelBench: its default 5
   correctness trials and 100 timed trials, one pair after another, as its script runs them; ours:
   ``--workers`` sandboxed workers sharing the GPU: trials, references and compute-sanitizer overlap,
-  while the timed stage holds the GPU alone through core.devicelock so timings do not interfere).
+  while the timed stage holds the GPU alone through core.verification.devicelock so timings do not interfere).
   Ours runs once per ``--ours-configs`` entry: ``kb_scope`` is every check of ours except
   compute-sanitizer (a superset of KernelBench's: fresh seeds per trial, poisoned allocations,
   input-mutation and launch-integrity checks), ``memcheck`` adds compute-sanitizer memcheck, which
@@ -256,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     kb_total = time.perf_counter() - t0
 
     from benchmarks.timing_repeatability import VARIANTS as TIMER_VARIANTS
-    from core.devicelock import summarise_turns
     from core.plugins import registry
+    from core.verification.devicelock import summarise_turns
 
     summary: dict[str, Any] = {"device": torch.cuda.get_device_name(), "pairs": len(rows),
                                "our_workers": args.workers, "kb_seconds": kb_total,
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             # past the first wave (the pool's first verdicts also time each task's baseline)
             "after_first_wave_per_min": _rate_after(sorted(r[f"{config}_done_at_s"] for r in rows), workers),
             "gpu_wait_s": sum(r.get(f"{config}_gpu_wait_s") or 0.0 for r in rows),
-            "gpu_time": gpu_time,  # the GPU lock's view: held alone, shared, idle (core.devicelock)
+            "gpu_time": gpu_time,  # the GPU lock's view: held alone, shared, idle (core.verification.devicelock)
         }
         g = gpu_time
         print(f"ours[{config}]: the GPU was held alone {g['exclusive_s']:.1f} s ({g['exclusive_turns']} turns, "

@@ -37,7 +37,7 @@ def workload(n: int, seed: int, max_numel: int):
 
 
 def measure(label: str, device: str, shards: int, args, warm, pairs) -> dict:
-    from core.executor import LocalExecutor
+    from core.verification.executor import LocalExecutor
 
     verifier = {"timeout_s": args.timeout_s, "trials": 5, "reference_workers": args.reference_workers,
                 "performance": {"compare_compile": bool(args.compare_compile)}}

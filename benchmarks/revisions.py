@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def module_at(revision: str, path: str) -> ModuleType:
-    """Import ``path`` (e.g. ``core/sandbox.py``) as it was at ``revision``, under its own name."""
+    """Import ``path`` (e.g. ``core/verification/sandbox.py``) as it was at ``revision``, under its own name."""
     source = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout
     name = f"{Path(path).stem}_{revision}"

@@ -100,7 +100,7 @@ class DeviceSpec:
 
 
 # --------------------------------------------------------------------------- verifier: backends, checks
-# Added by the verifier (issue 3). ``core.verify`` and ``core.worker`` are the only callers.
+# Added by the verifier (issue 3). ``core.verify`` and ``core.verification.worker`` are the only callers.
 
 from typing import TYPE_CHECKING  # noqa: E402
 
@@ -109,8 +109,8 @@ if TYPE_CHECKING:  # names used only in the annotations below
     from types import ModuleType
     from typing import ContextManager
 
-    from core.evidence import Evidence
     from core.verdict import CheckResult
+    from core.verification.evidence import Evidence
 
 
 @runtime_checkable
@@ -134,7 +134,7 @@ class Backend(Protocol):
 
     The judging process only uses the static parts (``name``, ``language``, ``guide``,
     ``supports``, ``detect_kernels``, ``worker_env``); everything else runs inside sandboxed
-    worker processes (:mod:`core.worker`), never where verdicts are decided.
+    worker processes (:mod:`core.verification.worker`), never where verdicts are decided.
 
     :ivar name: registry name (``"triton"``); ``Candidate.backend`` holds it.
     :ivar language: human name of the kernel language, for prompts and reports.
@@ -193,17 +193,17 @@ class Check(Protocol):
     """One verification check (a stage of DESIGN.md), registered through ``register_verifiers``.
 
     :ivar name: key in ``Verdict.checks``.
-    :ivar stage: order; see the constants in :mod:`core.evidence` (STATIC=0 ... PERFORMANCE=8).
+    :ivar stage: order; see the constants in :mod:`core.verification.evidence` (STATIC=0 ... PERFORMANCE=8).
     :ivar hard: a failure rejects the candidate (soft checks only record their finding).
     :ivar where: ``"judge"`` for checks that only read the source (run before anything executes);
         ``"worker"`` for checks that need the candidate run (their ``evaluate`` still runs in the
         judging process, on what the worker observed).
     :ivar needs: observations the worker must make for this check, from
-        :data:`core.evidence.OBSERVATIONS` (``"trials"``, ``"shuffled"``, ``"repeat"``, ``"probes"``).
+        :data:`core.verification.evidence.OBSERVATIONS` (``"trials"``, ``"shuffled"``, ``"repeat"``, ``"probes"``).
 
     A check that needs its own measurement in the worker (GPU timing, a sanitizer run) also
     defines ``collect(session) -> dict``: it runs inside the worker with a
-    :class:`core.worker.Session` (the loaded model, input helpers, the backend) and returns plain
+    :class:`core.verification.worker.Session` (the loaded model, input helpers, the backend) and returns plain
     data (numbers, strings, lists, dicts, tensors), found at ``evidence.extra[check.name]``.
     """
 
@@ -218,3 +218,61 @@ class Check(Protocol):
 
     def evaluate(self, evidence: "Evidence") -> "CheckResult":
         """Decide, in the judging process, from what was observed."""
+
+
+# --------------------------------------------------------------------------- optional members
+# The engine reads these members of a plugin only through :func:`optional`, so everything it may
+# touch is declared here with its default; a plugin that lacks one behaves as the default says.
+
+
+def _never() -> bool:
+    return False
+
+
+def _no_dirs() -> list[str]:
+    return []
+
+
+def _compiles_on_cpu(device: str) -> bool:
+    return device == "cpu"
+
+
+OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
+    "Check": {
+        # collect(session) -> dict: the check's own measurement inside the worker (GPU timing, a
+        # sanitizer run); found at evidence.extra[check.name].
+        "collect": None,
+        # prepare(session, config) -> dict: set-up in the worker while the GPU is shared, so that an
+        # exclusive stage only times; its answer is passed to collect as config["prepared"].
+        "prepare": None,
+        # baseline(session, config) -> dict: measure the task's reference (eager, torch.compile) in a
+        # reference worker; baseline_key(config) -> hashable says which baselines are the same.
+        "baseline": None,
+        "baseline_key": None,
+        "baseline_per_task": False,  # one baseline per task, shared by its candidates
+        "baseline_dirties_worker": _never,  # the baseline leaves the reference worker unusable
+        "dirties_worker": _never,  # collect leaves the candidate worker unusable: replace it after
+        "exclusive_device": False,  # collect holds the GPU alone (timing)
+        "locks_device_itself": False,  # collect takes the GPU lock itself (a sanitizer subprocess)
+        "orders": 0,  # shuffled program orders this check needs run
+        # warm_up(device) -> None: done once in an idle worker before its first verdict (compile
+        # the check's own kernels, load its libraries), so no verdict pays for it.
+        "warm_up": None,
+    },
+    "Backend": {
+        "compiles_on": _compiles_on_cpu,  # compiles_on(device): a compile-only verdict is possible
+        "warm_up_candidate": None,  # a candidate (source) judged once per worker before verdicts
+        "compiler_dirs": _no_dirs,  # compiler_dirs(): the only folders a worker may start programs from
+        "precompile": None,  # precompile(source, device) -> dict: compile from the text alone
+    },
+}
+
+
+def optional(plugin: Any, protocol: str, member: str) -> Any:
+    """``plugin.member``, or the declared default of that optional member of ``protocol``.
+
+    A member that is not declared in :data:`OPTIONAL_MEMBERS` raises ``KeyError``: the engine may
+    not read what the contract does not promise.
+    """
+    default = OPTIONAL_MEMBERS[protocol][member]
+    return getattr(plugin, member, default)

@@ -236,10 +236,10 @@ def _catalog() -> dict[str, Any]:
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="distill")
 def _main(cfg: DictConfig) -> None:
     from core.propose import propose_tasks
-    from core.verify import Verifier
+    from core.verification.judge import Verifier
 
     try:
-        from core.suites import HeldOut
+        from core.evaluation.suites import HeldOut
 
         # Distillation pairs are training data: evaluation tasks (core.eval's registry) are excluded.
         proposer = HeldOut.load().guard(build("proposer", cfg.proposer, seed=cfg.seed))

@@ -9,7 +9,7 @@ Per level and overall: compiled, correct, fast_p at p = 0, 1, 1.2, 1.5, 2 agains
 torch.compile, geometric-mean speedup, hack-flag counts; a rich table, and results.json,
 results.csv, summary.csv and fast_p.png in the run's output directory. Verdicts are cached by
 (task, candidate, hardware, software) so a rerun verifies only what changed, and every evaluated
-task is recorded as held out so training can exclude it (:mod:`core.suites`).
+task is recorded as held out so training can exclude it (:mod:`core.evaluation.suites`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core.config import build, resolve_device, store_plugin_configs
-from core.evalcache import CacheKey, EvalCache, hardware, software_versions, split_cached
-from core.evalreport import TaskResult, summarise, table, write_results
+from core.evaluation.cache import CacheKey, EvalCache, hardware, software_versions, split_cached
+from core.evaluation.report import TaskResult, summarise, table, write_results
+from core.evaluation.suites import HeldOut, Suite, SuiteError, level_of, load_solutions, load_suite
 from core.plugins import PluginError
-from core.suites import HeldOut, Suite, SuiteError, level_of, load_solutions, load_suite
 from core.task import Candidate, Task
 from core.verdict import Verdict
 
@@ -68,7 +68,7 @@ def candidates_for(cfg: DictConfig, tasks: list[Task], backend: str, console: Co
 
 def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     """Run one evaluation from a composed config; return the JSON payload that was written."""
-    from core.executor import make_executor
+    from core.verification.executor import make_executor
 
     console = console or Console()
     started = time.perf_counter()
@@ -84,7 +84,7 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     heldout_path = cfg.heldout.get("path")
     if cfg.heldout.get("record", True):
         new = HeldOut().record(tasks, heldout_path, label=f"core.eval suite {suite.source}")
-        console.print(f"held out: {new} new task fingerprint(s) recorded (training excludes them; see core.suites)")
+        console.print(f"held out: {new} new task fingerprint(s) recorded (training excludes them; see core.evaluation.suites)")
 
     candidates, source = candidates_for(cfg, tasks, backend, console)
     attempts = [i for i, c in enumerate(candidates) if not c.declined]

@@ -77,7 +77,7 @@ def register_rewards(register: Register) -> None:
 
     :param register: call ``register(name, factory)``; ``factory(**config)`` returns a callable
         ``term(verdicts, tasks) -> list[float]`` with a stable ``name`` attribute (TRL logs
-        ``rewards/<name>/mean``). :mod:`core.rewards` mixes terms by the weights in the config.
+        ``rewards/<name>/mean``). :mod:`core.loop.rewards` mixes terms by the weights in the config.
 
     Called once, when the reward registry is first built.
     """
@@ -114,6 +114,30 @@ def register_devices(register: Register) -> None:
         so a new GPU drops in as a plugin.
 
     Called once, when the device registry is first built.
+    """
+
+
+@hookspec
+def register_executors(register: Register) -> None:
+    """Add verification executors: what spreads verdicts over workers, GPUs or machines.
+
+    :param register: call ``register(name, factory)``; ``factory(backend=, device=, verifier=, **config)``
+        returns an object following :class:`core.contracts.Executor`. ``executor.name`` in the run
+        config selects one (``local``, ``ray``).
+
+    Called once, when the executor registry is first built.
+    """
+
+
+@hookspec
+def register_trainers(register: Register) -> None:
+    """Add trainers: what ``python -m core.run`` does with the composed config.
+
+    :param register: call ``register(name, factory)``; ``factory()`` returns a callable
+        ``run(cfg) -> dict | None`` (the run's final metrics, or None). ``trainer.name`` selects one:
+        ``none`` (self-play rounds, no learning) and ``embedded`` (TRL phases) are built in.
+
+    Called once, when the trainer registry is first built.
     """
 
 

@@ -63,6 +63,8 @@ REGISTRY_HOOKS: dict[str, str] = {
     "coder": "register_coders",
     "curriculum": "register_curricula",
     "device": "register_devices",
+    "executor": "register_executors",
+    "trainer": "register_trainers",
 }
 
 

@@ -20,10 +20,10 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
 def run_selfplay(cfg: DictConfig) -> list[dict[str, float]]:
-    from core.executor import executor_for_run
-    from core.rewards import RewardMix
-    from core.selfplay import SelfPlay
-    from core.suites import HeldOut
+    from core.evaluation.suites import HeldOut
+    from core.loop.rewards import RewardMix
+    from core.loop.selfplay import SelfPlay
+    from core.verification.executor import executor_for_run
 
     backend_name = cfg.backend.name
     # Tasks ever used for evaluation (core.eval's registry) never reach training or self-play.
@@ -44,7 +44,7 @@ def _main(cfg: DictConfig) -> float | None:
         if cfg.trainer.name == "none":
             history = run_selfplay(cfg)
             return history[-1]["pass_rate"] if history else None
-        from core.train import run_training
+        from core.loop.training import run_training
 
         result = run_training(cfg)
         return (result or {}).get("pass_rate")

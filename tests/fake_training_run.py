@@ -28,7 +28,8 @@ TINY_OVERRIDES = [
 
 
 def compose(out_dir: str, overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from omegaconf import OmegaConf, open_dict
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
@@ -40,8 +41,9 @@ def compose(out_dir: str, overrides: list[str]):
 
 
 def install_fakes(*extra_plugins):
-    from core import plugins
     from train_fakes import FakesPlugin
+
+    from core import plugins
 
     pm = plugins.make_plugin_manager(autoload=False)
     pm.register(FakesPlugin(), name="train_fakes")
@@ -51,8 +53,9 @@ def install_fakes(*extra_plugins):
 
 
 def run(out_dir: str, overrides: list[str], verifier=None, extra_plugins=()):
-    from core.train import Training
     from train_fakes import StaticVerifier
+
+    from core.loop.training import Training
 
     install_fakes(*extra_plugins)
     training = Training(compose(out_dir, overrides), verifier or StaticVerifier())

@@ -1,4 +1,4 @@
-"""core.baselines: a task's reference is measured once and shared by its verifications."""
+"""core.verification.baselines: a task's reference is measured once and shared by its verifications."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.baselines import BaselineCache
+from core.verification.baselines import BaselineCache
 
 
 @settings(max_examples=50, deadline=None)
@@ -112,14 +112,14 @@ def _judge(worker):
 
 
 def _evidence(source):
-    from core.evidence import Evidence
     from core.task import Candidate, Task
+    from core.verification.evidence import Evidence
 
     return Evidence(task=Task(source=source), candidate=Candidate(source="x = 1"), backend="cuda", device="cuda")
 
 
 def test_the_judge_asks_a_reference_worker_once_per_task_and_shares_the_answer():
-    from core.verify import _Budget
+    from core.verification.judge import _Budget
 
     worker = _FakeWorker()
     judge = _judge(worker)
@@ -135,7 +135,7 @@ def test_the_judge_asks_a_reference_worker_once_per_task_and_shares_the_answer()
 
 
 def test_a_worker_that_timed_torch_compile_is_replaced_and_a_failure_is_reported_not_kept():
-    from core.verify import _Budget
+    from core.verification.judge import _Budget
 
     judge = _judge(_FakeWorker())
     judge._baseline(_FakeCheck(compile_baseline=True), {}, _evidence("task A"), _Budget(60))

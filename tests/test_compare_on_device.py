@@ -1,4 +1,4 @@
-"""compare_on_device (core.devicemem): outputs handed to the verification's keeper and compared
+"""compare_on_device (core.verification.devicemem): outputs handed to the verification's keeper and compared
 there. On CPU the hand-over goes through files in the candidate's scratch directory; the CUDA IPC
 path is exercised by tests/gpu. The verdicts themselves are covered by the red-team suite and the
 float64-truth tests, which run in both modes."""
@@ -13,9 +13,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.devicemem import EXPORT_DIR, Exports, TransportError, Vault, import_tensor
-from core.evidence import HeldTensor, bitwise_equal, compare_outputs
 from core.task import Candidate, Task
+from core.verification.devicemem import EXPORT_DIR, Exports, TransportError, Vault, import_tensor
+from core.verification.evidence import HeldTensor, bitwise_equal, compare_outputs
 from core.verify import Verifier
 
 HERE = Path(__file__).parent / "redteam"
@@ -108,7 +108,7 @@ def _pair(task: str, candidate: str) -> tuple[Task, Candidate]:
 
 
 FORGING_CANDIDATE = '''
-import core.devicemem as transport
+import core.verification.devicemem as transport
 
 _describe = transport.Exports._describe
 
@@ -160,7 +160,7 @@ def test_each_verification_gets_a_keeper_and_the_cores_are_shared_with_them(monk
 
 
 def test_a_keeper_that_dies_while_comparing_gives_an_error_verdict_and_is_replaced(monkeypatch):
-    from core import verify
+    from core.verification import judge as verify
 
     task, honest = _pair("vector_add", "honest_vector_add")
     compare = verify._Keeper.compare

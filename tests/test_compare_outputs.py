@@ -1,4 +1,4 @@
-"""core.evidence.compare_outputs, the judge's comparison: its fast paths against a plain float64
+"""core.verification.evidence.compare_outputs, the judge's comparison: its fast paths against a plain float64
 statement of the rule, and the float64 truth fetched only when an output misses the reference."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.evidence import compare_outputs, tolerance
+from core.verification.evidence import compare_outputs, tolerance
 
 
 def plain_rule(e: torch.Tensor, g: torch.Tensor) -> bool:
@@ -82,7 +82,7 @@ def test_the_judge_parses_candidates_from_many_threads_at_once():
     import gc
     from concurrent.futures import ThreadPoolExecutor
 
-    from core.evidence import parse_python
+    from core.verification.evidence import parse_python
 
     source = "\n".join(f"def f{i}(x):\n    return [[(x + {i}) * k for k in range(3)] for _ in range(2)]"
                        for i in range(100))

@@ -56,7 +56,7 @@ def test_cheap_plugins_instantiate(option):
 
 @pytest.mark.parametrize("option", options("reward"))
 def test_reward_options_build_a_reward_mix(option):
-    from core.rewards import RewardMix
+    from core.loop.rewards import RewardMix
 
     cfg = compose_with(f"reward={option}")
     mix = RewardMix(**OmegaConf.to_container(cfg.reward, resolve=True))

@@ -256,7 +256,7 @@ def test_rebound_names_are_not_trusted_statically():
 def test_a_worker_precompiles_outside_the_load_and_a_triton_worker_skips_it():
     """The worker side of precompile: a candidate worker of the cuda backend compiles the literal
     sources without running the candidate; its load then succeeds; a backend without precompile skips."""
-    from core.sandbox import Limits, WorkerPool
+    from core.verification.sandbox import Limits, WorkerPool
 
     pool = WorkerPool("candidate", "cuda", "cpu", size=1, limits=Limits(memory_mb=4096))
     try:

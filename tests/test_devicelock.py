@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.devicelock import DeviceLock, DeviceLockTimeout, gpu_key
+from core.verification.devicelock import DeviceLock, DeviceLockTimeout, gpu_key
 
 
 def _hold_shared(directory: str, key: str, held: mp.Event, release: mp.Event) -> None:
@@ -105,9 +105,9 @@ def test_waiting_for_the_gpu_is_not_charged_to_the_candidate(tmp_path):
     import threading
     import types
 
-    from core.sandbox import WorkerFailure
     from core.verdict import Verdict
-    from core.verify import Verifier, _Budget
+    from core.verification.judge import Verifier, _Budget
+    from core.verification.sandbox import WorkerFailure
 
     lock = DeviceLock("cuda-budget", tmp_path)
     judge = types.SimpleNamespace(device_lock=lock, gpu_wait_s=30.0, gpu_turns=[])
@@ -180,7 +180,7 @@ def _timelines(draw):
 @given(_timelines())
 def test_the_gpu_time_divides_into_alone_shared_and_idle(timeline):
     """How a judge's GPU time divided (``Verifier.gpu_turns``): what a user reads to size a pool."""
-    from core.devicelock import summarise_turns
+    from core.verification.devicelock import summarise_turns
 
     turns, exclusive_s, shared_s, idle_s = timeline
     s = summarise_turns(turns, start=0.0)  # the window: from 0 to the last turn's end

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.evalcache import CacheKey, EvalCache, split_cached
-from core.evalreport import THRESHOLDS, TaskResult, p_key, speedup_of, summarise
+from core.evaluation.cache import CacheKey, EvalCache, split_cached
+from core.evaluation.report import THRESHOLDS, TaskResult, p_key, speedup_of, summarise
 from core.task import Candidate, Task
 from core.verdict import Verdict
 
@@ -120,8 +120,8 @@ def test_cache_round_trip_persists_and_skips_transient_failures(tmp_path):
 def generated_suite(tmp_path_factory):
     """A small KernelBench-layout directory rendered from proposer tasks, two levels."""
     from core.contracts import CurriculumState
+    from core.evaluation.suites import write_kernelbench_dir
     from core.plugins import create
-    from core.suites import write_kernelbench_dir
 
     root = tmp_path_factory.mktemp("suite")
     proposer = create("proposer", "random", seed=5, max_numel=512, max_ops=2, adversarial_share=0.0)
@@ -167,8 +167,8 @@ def test_core_eval_contract_on_cpu_then_a_rerun_verifies_nothing(generated_suite
 
 
 def test_ready_solutions_are_matched_by_name_and_missing_ones_declined(generated_suite, tmp_path):
+    from core.evaluation.suites import load_suite
     from core.plugins import create
-    from core.suites import load_suite
 
     suite = load_suite(generated_suite)
     first, second = suite.tasks[0], suite.tasks[1]

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.executor import ExecutorError, LocalExecutor, ShardLost, ShardSet, make_executor, schedule
 from core.task import Candidate, Task
 from core.verdict import Verdict
+from core.verification.executor import ExecutorError, LocalExecutor, ShardLost, ShardSet, make_executor, schedule
 
 FAKE = "tests.test_executor:SlowVerifier"
 

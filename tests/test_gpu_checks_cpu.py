@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.evidence import Evidence
 from core.task import Candidate, Task
+from core.verification.evidence import Evidence
 from plugins.verifiers.performance import PerformanceCheck, parse_ncu_csv, task_source_of, verdict_fields
 from plugins.verifiers.sanitizer import MemcheckCheck, RacecheckCheck, SynccheckCheck, parse_sanitizer_output
 
@@ -233,7 +233,7 @@ def test_the_sanitizer_driver_waits_for_the_gpu_lock_only_around_its_gpu_work(tm
     import threading
     import time
 
-    from core.devicelock import DeviceLock
+    from core.verification.devicelock import DeviceLock
     from plugins.verifiers.sanitizer import run_sanitizer
 
     cand = tmp_path / "cand.py"
@@ -262,7 +262,7 @@ def test_the_sanitizer_driver_waits_for_the_gpu_lock_only_around_its_gpu_work(tm
 def test_a_candidate_that_hangs_under_the_sanitizer_does_not_keep_the_gpu_lock(tmp_path, fake_sanitizer):
     import time
 
-    from core.devicelock import DeviceLock
+    from core.verification.devicelock import DeviceLock
     from plugins.verifiers.sanitizer import run_sanitizer
 
     cand = tmp_path / "hang.py"

@@ -15,9 +15,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.evidence import RunObservation, Trial, input_digests, inputs_intact
 from core.task import Candidate, Task
-from core.verify import _Budget
+from core.verification.evidence import RunObservation, Trial, input_digests, inputs_intact
+from core.verification.judge import _Budget
 
 RED = Path(__file__).resolve().parent / "redteam"
 VECTOR_ADD = (RED / "tasks" / "vector_add.py").read_text()
@@ -93,7 +93,7 @@ def test_inputs_drawn_differently_in_the_candidates_process_are_a_finding():
                                                                               torch.int64, torch.bool]),
        st.integers(0, 10_000), st.booleans())
 def test_digests_see_every_element_and_the_layout(shape, dtype, position, fingerprint):
-    # fingerprint: the GPU's digest (core.evidence.device_fingerprint), here computed on the CPU
+    # fingerprint: the GPU's digest (core.verification.evidence.device_fingerprint), here computed on the CPU
     def digests(values):
         return input_digests(values, fingerprint=fingerprint)
 
@@ -111,7 +111,7 @@ def test_digests_see_every_element_and_the_layout(shape, dtype, position, finger
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 5000), st.integers(0, 2**31), st.integers(0, 7))
 def test_the_fingerprint_sees_every_bit_of_every_byte(nbytes, position, bit):
-    from core.evidence import device_fingerprint
+    from core.verification.evidence import device_fingerprint
 
     x = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=torch.Generator().manual_seed(nbytes))
     y = x.clone()
@@ -121,7 +121,7 @@ def test_the_fingerprint_sees_every_bit_of_every_byte(nbytes, position, bit):
 
 
 def test_digests_and_bitwise_equality_take_any_layout():
-    from core.evidence import bitwise_equal
+    from core.verification.evidence import bitwise_equal
 
     odd = torch.tensor([[29.24]]).as_strided((1, 1), (1, 3))  # contiguous() keeps the stride 3
     assert bitwise_equal(odd, odd.clone()) and not bitwise_equal(odd, odd + 1)
@@ -133,7 +133,7 @@ def test_digests_and_bitwise_equality_take_any_layout():
 def test_inputs_are_drawn_on_the_workers_device_unless_get_inputs_cannot_be():
     import types
 
-    from core.worker import draw_inputs
+    from core.verification.worker import draw_inputs
 
     task = types.ModuleType("kz_task_draw")
     exec("import torch\ndef get_inputs():\n    return [torch.randn(4, 3), torch.randint(0, 5, (7,))]\n", task.__dict__)

@@ -1,13 +1,23 @@
-"""core.metrics: step metrics (information density, pass rates), the JSONL log and the summary plot."""
+"""core.loop.metrics: step metrics (information density, pass rates), the JSONL log and the summary plot."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from core.metrics import Attempt, MetricsLog, aggregate, latency_ratio, plot_summary, solve_rates, sparkline, step_metrics
+from core.loop.metrics import (
+    Attempt,
+    MetricsLog,
+    aggregate,
+    latency_ratio,
+    plot_summary,
+    solve_rates,
+    sparkline,
+    step_metrics,
+)
 from core.verdict import Verdict
 
 groups_st = st.lists(  # groups of (accepted, total reward) samples

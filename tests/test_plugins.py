@@ -83,6 +83,14 @@ class Recorder:
         register("Test GPU", DeviceSpec("Test GPU", {"float32": 1e12}, 1e11))
 
     @hookimpl
+    def register_executors(self, register):
+        register("test_executor", dict)
+
+    @hookimpl
+    def register_trainers(self, register):
+        register("test_trainer", dict)
+
+    @hookimpl
     def register_configs(self, config_store):
         config_store.store(group="reward", name="test_reward_mix", node={"weights": {"test_reward": 1.0}})
 
@@ -104,6 +112,7 @@ def test_registry_hooks_reach_every_registry(register_plugin):
     expected = {
         "op": "test_negate", "proposer": "test_proposer", "backend": "test_backend", "verifier": "test_check",
         "reward": "test_reward", "coder": "test_coder", "curriculum": "test_curriculum", "device": "Test GPU",
+        "executor": "test_executor", "trainer": "test_trainer",
     }
     assert set(expected) == set(plugins.REGISTRY_HOOKS)
     for kind, name in expected.items():

@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.sandbox import (
+from core.verification.sandbox import (
     FRAME,
     MAX_FRAME_BUFFERS,
     MAX_FRAME_BYTES,
@@ -191,7 +191,7 @@ def test_the_triton_worker_may_start_the_ptxas_triton_is_pointed_at(tmp_path, mo
     import os
 
     from core.plugins import create
-    from core.worker import AuditGuard
+    from core.verification.worker import AuditGuard
 
     ptxas = tmp_path / "ptxas"
     ptxas.write_text("#!/bin/sh\n")

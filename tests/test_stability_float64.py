@@ -3,7 +3,7 @@
 Ill-conditioned compositions (a normalisation after a bias or a softmax, probed at x1e-5 / x1e3)
 amplify rounding noise by ~1/sqrt(eps); the fp32 reference carries that noise too, so an honest
 kernel that rounds differently used to fail the stability probe (issue 3, six false rejections in
-the expert's 500-task run). These tests pin both sides of the rule in core.evidence.compare_outputs:
+the expert's 500-task run). These tests pin both sides of the rule in core.verification.evidence.compare_outputs:
 honest fp32 evaluations are accepted against the truth, less accurate ones still are not.
 """
 
@@ -14,9 +14,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.evidence import REFERENCE_NOISE_FACTOR, compare_outputs
 from core.program import Node, Program, TensorSpec
 from core.task import Candidate
+from core.verification.evidence import REFERENCE_NOISE_FACTOR, compare_outputs
 from core.verify import Verifier
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -119,7 +119,7 @@ def test_a_truth_that_is_not_finite_gives_no_allowance():
 
 @pytest.fixture(scope="module", params=[False, True], ids=["judge_compares", "compare_on_device"])
 def verifier(request):
-    # compare_on_device: the keeper computes, vets and uses the float64 truth itself (core.devicemem)
+    # compare_on_device: the keeper computes, vets and uses the float64 truth itself (core.verification.devicemem)
     with Verifier(backend="triton", device="cpu", workers=2, timeout_s=120, compare_on_device=request.param) as v:
         yield v
 

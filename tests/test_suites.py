@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.suites import HeldOut, SuiteError, fingerprint, load_solutions, load_suite, write_kernelbench_dir
+from core.evaluation.suites import HeldOut, SuiteError, fingerprint, load_solutions, load_suite, write_kernelbench_dir
 from core.task import Task
 
 RELU = '''import torch

@@ -1,4 +1,4 @@
-"""core.train: phases, shared verification for TRL reward functions, metrics, hooks, resume."""
+"""core.loop.training: phases, shared verification for TRL reward functions, metrics, hooks, resume."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from core import hookimpl  # noqa: E402
-from core.contracts import CurriculumState  # noqa: E402
-from core.rewards import RewardMix  # noqa: E402
-from core.taskstream import TaskStream  # noqa: E402
-from core.train import SharedVerification, TrainingError, TrainSettings  # noqa: E402
 from fake_training_run import run  # noqa: E402
 from train_fakes import KERNEL, CatalogProposer, StaticVerifier  # noqa: E402
+
+from core import hookimpl  # noqa: E402
+from core.contracts import CurriculumState  # noqa: E402
+from core.loop.rewards import RewardMix  # noqa: E402
+from core.loop.taskstream import TaskStream  # noqa: E402
+from core.loop.training import SharedVerification, TrainingError, TrainSettings  # noqa: E402
 
 
 class Observer:
@@ -169,11 +170,11 @@ def test_settings_report_unknown_keys_and_bad_phases():
 
 
 def test_training_a_non_llm_coder_fails_with_advice(tmp_path):
+    from fake_training_run import compose, install_fakes
     from omegaconf import OmegaConf, open_dict
 
     from core import plugins
-    from core.train import Training
-    from fake_training_run import compose, install_fakes
+    from core.loop.training import Training
 
     old = plugins._pm
     install_fakes()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.task import Candidate, Task
-from core.verify import WARM_UP_TASK, Verifier
+from core.verification.judge import WARM_UP_TASK, Verifier
 
 
 @pytest.mark.parametrize("backend", ["triton", "cuda"])

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from core import hookimpl
-from core.evidence import parse_python
+from core.verification.evidence import parse_python
 from plugins.backends import nvrtc
 
 NAME = "cuda"

@@ -205,8 +205,8 @@ def build_candidate_source(task_source: str, code: str, kernels: list[KernelInfo
 def static_findings(source: str, backend: str = "triton") -> str:
     """What the verifier's static stages (``static``, ``static_integrity``) say against ``source``;
     empty when both pass."""
-    from core.evidence import Evidence
     from core.task import Candidate, Task
+    from core.verification.evidence import Evidence
     from plugins.verifiers.static import StaticCheck, StaticIntegrityCheck
 
     evidence = Evidence(task=Task(source=""), candidate=Candidate(source=source, backend=backend),

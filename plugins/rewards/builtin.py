@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from core import hookimpl
-from core.rewards import correctness_reward, roofline_reward
+from core.loop.rewards import correctness_reward, roofline_reward
 from core.task import Task
 from core.verdict import Verdict
 

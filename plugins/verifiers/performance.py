@@ -10,7 +10,7 @@ passed); the judge gives ``collect`` the GPU alone, ``prepare`` shares it:
 * ``collect``: the candidate is timed by :mod:`core.timing` (fresh inputs per run, L2 flushed,
   device-wide sync before the end event, median of many runs adapted to the kernel's length);
 * the eager and ``torch.compile`` baselines are timed by the same protocol once per task, in a
-  reference worker (``baseline``; the judge caches them, :class:`core.baselines.BaselineCache`),
+  reference worker (``baseline``; the judge caches them, :class:`core.verification.baselines.BaselineCache`),
   or with ``baseline_per_task=False`` in the candidate's process after the candidate;
 * the candidate's outputs of the first and last timed runs are compared with the reference's on
   the same inputs, so a kernel that behaves while checked and cheats while timed is caught;
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from core import hookimpl
-from core.evidence import PERFORMANCE, Evidence, compare_outputs
 from core.verdict import CheckResult
+from core.verification.evidence import PERFORMANCE, Evidence, compare_outputs
 
 NCU_METRICS = (
     "dram__bytes_read.sum",
@@ -195,7 +195,7 @@ class PerformanceCheck:
         verdict holds the GPU alone, and no candidate can slow the baseline it is compared with.
     """
 
-    # The judge gives this stage the GPU alone (core.devicelock): other workers' trials would
+    # The judge gives this stage the GPU alone (core.verification.devicelock): other workers' trials would
     # otherwise run inside the timed window.
     exclusive_device: ClassVar[bool] = True
 

@@ -1,6 +1,6 @@
 """Checks that judge what the worker observed while running the candidate.
 
-Every ``evaluate`` runs in the judging process on an :class:`core.evidence.Evidence`; the worker
+Every ``evaluate`` runs in the judging process on an :class:`core.verification.evidence.Evidence`; the worker
 only collected outputs, inputs after the call, launch counts, the ATen audit and memory findings.
 """
 
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.evidence import (
+from core.verdict import CheckResult
+from core.verification.evidence import (
     CORRECTNESS,
     DETERMINISM,
     INTEGRITY,
@@ -22,7 +23,6 @@ from core.evidence import (
     compare_outputs,
     inputs_intact,
 )
-from core.verdict import CheckResult
 
 
 def _tolerances(evidence: Evidence) -> dict:

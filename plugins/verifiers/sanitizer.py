@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from core import hookimpl
-from core.evidence import MEMORY, RACES, Evidence
 from core.verdict import CheckResult
+from core.verification.evidence import MEMORY, RACES, Evidence
 
 _SUMMARY_RE = re.compile(r"=+\s*ERROR SUMMARY:\s*(\d+)\s+error", re.I)
 _RACE_SUMMARY_RE = re.compile(r"=+\s*RACECHECK SUMMARY:\s*\d+\s+hazards?\s+displayed\s*\((\d+)\s+errors?", re.I)
@@ -48,9 +48,9 @@ def load(path, name):
 torch.empty(1, device=dev)  # the CUDA context (slow under the sanitizer) before the GPU lock
 task, cand = load(task_path, "kz_task"), load(cand_path, "kz_candidate")
 lock = contextlib.nullcontext()
-if lock_desc:  # share the GPU fairly with the judge's other workers (core/devicelock.py)
+if lock_desc:  # share the GPU fairly with the judge's other workers (core/verification/devicelock.py)
     sys.path.insert(0, project)
-    from core.devicelock import DeviceLock
+    from core.verification.devicelock import DeviceLock
     lock = DeviceLock.from_description(lock_desc).shared(time.monotonic() + float(lock_desc.get("wait_s", timeout_s)))
 t0 = time.monotonic()
 with lock:
@@ -96,7 +96,7 @@ def run_sanitizer(tool: str, task_source: str, candidate_path: str, scratch: Pat
                   extra: tuple[str, ...] = (), device_lock: dict[str, str] | None = None,
                   device: str = "cuda") -> dict[str, Any]:
     """Run the driver under ``compute-sanitizer --tool <tool>``; with ``device_lock`` (a
-    :meth:`core.devicelock.DeviceLock.describe`) the driver holds that GPU lock shared around its GPU
+    :meth:`core.verification.devicelock.DeviceLock.describe`) the driver holds that GPU lock shared around its GPU
     work only, not around the sanitizer's and Python's start-up."""
     exe = shutil.which("compute-sanitizer")
     if exe is None:

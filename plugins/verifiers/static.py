@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from core.evidence import STATIC, Evidence, parse_python
 from core.verdict import CheckResult
+from core.verification.evidence import STATIC, Evidence, parse_python
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""compare_on_device on a GPU: outputs cross processes as CUDA IPC handles (core.devicemem)."""
+"""compare_on_device on a GPU: outputs cross processes as CUDA IPC handles (core.verification.devicemem)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.devicemem import Exports, TransportError, cuda_ipc_available, import_tensor
-from core.evidence import bitwise_equal, input_digests
 from core.task import Candidate, Task
+from core.verification.devicemem import Exports, TransportError, cuda_ipc_available, import_tensor
+from core.verification.evidence import bitwise_equal, input_digests
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible")]

@@ -31,7 +31,7 @@ def header(path: Path, key: str | None = None) -> Any:
 
 @pytest.fixture(scope="module", params=[False, True], ids=["judge_compares", "compare_on_device"])
 def verifier(request):
-    # compare_on_device: outputs handed to the reference worker, compared there (core.devicemem)
+    # compare_on_device: outputs handed to the reference worker, compared there (core.verification.devicemem)
     with Verifier(backend="triton", device="cpu", workers=2, timeout_s=90, compare_on_device=request.param) as v:
         yield v
 

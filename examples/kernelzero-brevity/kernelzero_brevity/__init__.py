@@ -23,7 +23,7 @@ class BrevityTerm:
 
     def __call__(self, verdicts, tasks, candidates=None, **context):
         if candidates is None:
-            raise ValueError("the brevity term needs the candidates; call it through core.rewards.RewardMix")
+            raise ValueError("the brevity term needs the candidates; call it through core.loop.rewards.RewardMix")
         return [max(0.0, 1.0 - len(c.source) / self.max_chars) for c in candidates]
 
 

@@ -1,4 +1,4 @@
-"""The sandboxed worker: ``python -m core.worker`` (started by :mod:`core.sandbox`, never by hand).
+"""The sandboxed worker: ``python -m core.verification.worker`` (started by :mod:`core.verification.sandbox`, never by hand).
 
 It isolates itself (namespaces where the kernel allows, limits, an audit hook), imports the
 toolchain once (torch + the backend), then answers requests on its private channel:
@@ -11,7 +11,7 @@ toolchain once (torch + the backend), then answers requests on its private chann
 ``unload``     forget the candidate
 ``exit``
 
-Observations go back as plain data; nothing is decided here (see :mod:`core.evidence`).
+Observations go back as plain data; nothing is decided here (see :mod:`core.verification.evidence`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from core.evidence import input_digests
-from core.sandbox import read_frame, to_device, write_frame
+from core.verification.evidence import input_digests
+from core.verification.sandbox import read_frame, to_device, write_frame
 
 CANDIDATE_MODULE = "kz_candidate"
 MAX_ERROR_CHARS = 600
@@ -93,7 +93,7 @@ def warm_gpu() -> str:
     try:
         import torch
 
-        from core.evidence import compare_outputs, device_fingerprint
+        from core.verification.evidence import compare_outputs, device_fingerprint
         from core.timing import fresh_arguments, warm_filler
 
         torch.manual_seed(0)
@@ -477,7 +477,7 @@ class Session:
     def call(self, inputs: list[Any], order_seed: int | None = None, inputs_as_digest: bool = False,
              export: bool = False) -> dict[str, Any]:
         """Run ``forward`` once under launch counting, the ATen audit and the backend's checks.
-        ``export``: the outputs stay on the device for the verification's keeper (core.devicemem)."""
+        ``export``: the outputs stay on the device for the verification's keeper (core.verification.devicemem)."""
         import torch
 
         caps = self.backend.capabilities(self.device)
@@ -533,8 +533,8 @@ class WorkerMain:
         self.session: Session | None = None
         self.loaded = 0
         self.held: list[dict[str, Any]] | None = None  # tensors of the last "hold" answer
-        self.vaults: dict[str, Any] = {}  # keeper: verification token -> core.devicemem.Vault
-        self.exports: Any = None  # candidate: outputs handed to a keeper (core.devicemem.Exports)
+        self.vaults: dict[str, Any] = {}  # keeper: verification token -> core.verification.devicemem.Vault
+        self.exports: Any = None  # candidate: outputs handed to a keeper (core.verification.devicemem.Exports)
 
     def setup(self) -> dict[str, Any]:
         isolation = isolate(self.scratch) if self.args.isolate else "off: isolation disabled by configuration"
@@ -550,7 +550,7 @@ class WorkerMain:
         self.guard = AuditGuard(self.scratch, exec_dirs)
         sys.addaudithook(self.guard)
         self.checks = {}
-        from core.devicemem import Exports
+        from core.verification.devicemem import Exports
 
         self.exports = Exports(self.device, self.scratch)
         return {"op": "hello", "pid": os.getpid(), "isolation": isolation, "role": self.role,
@@ -625,7 +625,7 @@ class WorkerMain:
                 torch.manual_seed(int(req["init_seed"]))
                 model = module.Model(*init_inputs).to(device).eval()
                 truth = Float64Truth(model, device, int(req.get("float64_max_elements", 0)))
-                keep = req.get("keep")  # a verification token: outputs stay here (core.devicemem.Vault)
+                keep = req.get("keep")  # a verification token: outputs stay here (core.verification.devicemem.Vault)
                 later = bool(req.get("float64_later")) or bool(keep)
                 vault = None
                 trials = []
@@ -634,14 +634,14 @@ class WorkerMain:
                 by_seed, redrawn, redrawn_digest = False, None, None
                 if req.get("inputs_mode") == "digest" and req["seeds"]:
                     # digested where the candidate's worker digests them: on the device (the kind of
-                    # digest follows the tensor's device, core.evidence.input_digests)
+                    # digest follows the tensor's device, core.verification.evidence.input_digests)
                     seed, scale = req["seeds"][0], req["scales"][0]
                     first = input_digests(to_device(draw_inputs(module, seed, scale, device), device))
                     redrawn = to_device(draw_inputs(module, seed, scale, device), device)
                     redrawn_digest = input_digests(redrawn)
                     by_seed = first == redrawn_digest
                 if keep:
-                    from core.devicemem import Vault
+                    from core.verification.devicemem import Vault
 
                     vault = Vault(module, model, device, truth, list(req["seeds"]), list(req["scales"]),
                                   None if by_seed else [], int(req.get("trials", len(req["seeds"]))))
@@ -680,8 +680,8 @@ class WorkerMain:
         """A verification's outputs, held here: adopt the candidate's, compare, fetch, forget."""
         from dataclasses import asdict
 
-        from core.devicemem import TransportError
-        from core.evidence import bitwise_equal, compare_outputs
+        from core.verification.devicemem import TransportError
+        from core.verification.evidence import bitwise_equal, compare_outputs
 
         op, token = req["op"], str(req.get("token"))
         if op == "forget":
@@ -867,7 +867,7 @@ class WorkerMain:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m core.worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m core.verification.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--role", choices=("candidate", "reference"), required=True)
     parser.add_argument("--backend", required=True)
     parser.add_argument("--device", choices=("cpu", "cuda"), required=True)

@@ -10,7 +10,7 @@ queue for the judge's one process. With ``Verifier(compare_on_device=True)`` (th
   of a copy taken right after ``forward`` returned (or, on CPU, a file in its scratch directory);
 * the keeper :func:`import_tensor`-s it (checking the claimed range against the real allocation:
   a forged descriptor fails there, in the keeper, never in the judge) into its vault;
-* the judge's checks see :class:`core.evidence.HeldTensor` handles; ``compare_outputs`` and
+* the judge's checks see :class:`core.verification.evidence.HeldTensor` handles; ``compare_outputs`` and
   ``bitwise_equal`` send the comparison to the keeper, which runs the very same functions on the
   device, the float64 truth included (computed there on first need).
 
@@ -347,8 +347,8 @@ class Vault:
         return None
 
     def inputs_of(self, run: int) -> list[Any]:
-        from core.sandbox import to_device
-        from core.worker import draw_inputs
+        from core.verification.sandbox import to_device
+        from core.verification.worker import draw_inputs
 
         if self.inputs is not None:
             return self.inputs[run]
@@ -357,7 +357,7 @@ class Vault:
     def truth_of(self, run: int, tolerances: dict | None) -> list[Any] | None:
         """The float64 outputs of reference run ``run``, computed on first need; None for every run
         when the float64 task disagrees with the fp32 reference on the ordinary trials."""
-        from core.evidence import Trial, truth_agrees
+        from core.verification.evidence import Trial, truth_agrees
 
         if self.truth_trusted is None:
             for i in range(self.n_trials):

@@ -18,7 +18,7 @@ re-commented copy of an evaluation problem is still recognised. :class:`HeldOut`
 fingerprints of every evaluated suite (``core.eval`` records them in a registry file) plus an optional
 hash-bucket share reserved for evaluation among *generated* tasks. Trainers and proposers call::
 
-    from core.suites import HeldOut
+    from core.evaluation.suites import HeldOut
     heldout = HeldOut.load()                      # registry file (KERNELZERO_HELDOUT or the default)
     train_tasks = heldout.filter_training(tasks)  # drops every evaluation task
     proposer = heldout.guard(proposer)            # a proposer that never yields an evaluation task

@@ -52,7 +52,7 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 
 class HeldTensor:
     """A tensor that stays in the verification's reference worker (``compare_on_device``; see
-    core.devicemem): its shape, dtype and whether it is all finite are known here, its values are not.
+    core.verification.devicemem): its shape, dtype and whether it is all finite are known here, its values are not.
     :func:`compare_outputs` and :func:`bitwise_equal` send the comparison to where it is held;
     :meth:`fetch` brings a copy here, for a check that needs the values themselves."""
 

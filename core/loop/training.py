@@ -34,13 +34,13 @@ from rich.console import Console
 from rich.table import Table
 
 from core.config import build, resolve_device
-from core.suites import HeldOut
+from core.evaluation.suites import HeldOut
 from core.contracts import CurriculumState
-from core.metrics import Attempt, MetricsLog, aggregate, latency_ratio, plot_summary, solve_rates, sparkline, step_metrics
+from core.loop.metrics import Attempt, MetricsLog, aggregate, latency_ratio, plot_summary, solve_rates, sparkline, step_metrics
 from core.plugins import notify, registry
-from core.rewards import RewardMix, trl_reward_function
+from core.loop.rewards import RewardMix, trl_reward_function
 from core.task import Candidate, Task
-from core.taskstream import TaskStream
+from core.loop.taskstream import TaskStream
 from core.verdict import Verdict
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class TrainSettings:
     eval_tasks: int = 16
     eval_seed_offset: int = 1_000_003
     # Share of the task-fingerprint space reserved for this run's held-out evaluation: training
-    # proposers never yield a task in it, the held-out tasks come only from it (core.suites.HeldOut).
+    # proposers never yield a task in it, the held-out tasks come only from it (core.evaluation.suites.HeldOut).
     eval_share: float = 0.2
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     logging_steps: int = 1
@@ -250,7 +250,7 @@ def _completion_text(completion: Any) -> str:
 
 def make_verifier(cfg: DictConfig):
     """The verification executor for the run (tests replace this function with a fake)."""
-    from core.executor import executor_for_run
+    from core.verification.executor import executor_for_run
 
     return executor_for_run(cfg)
 

@@ -1,6 +1,6 @@
 """Worker processes that run untrusted code under limits, and a warm pool of them.
 
-The judging process starts each worker as a fresh interpreter (``python -m core.worker``; a new
+The judging process starts each worker as a fresh interpreter (``python -m core.verification.worker``; a new
 process from ``exec``, never a ``fork`` of a process that imported torch) with:
 
 * a **scrubbed environment** (only ``PATH``, locale and what the backend needs, e.g.
@@ -292,13 +292,13 @@ class Worker:
             "TORCHINDUCTOR_CACHE_DIR": f"{scratch}/.inductor", "XDG_CACHE_HOME": f"{scratch}/.cache",
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "PYTHONUNBUFFERED": "1",
             # The project first, then whatever the judge was given (e.g. wheels unpacked beside it).
-            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                            *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]),
         })
         env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
         env.update(self.extra_env)
         log = open(self.scratch / "worker.log", "wb")
-        cmd = [sys.executable, "-m", "core.worker", "--role", self.role, "--backend", self.backend,
+        cmd = [sys.executable, "-m", "core.verification.worker", "--role", self.role, "--backend", self.backend,
                "--device", self.device, "--scratch", scratch, "--in-fd", str(to_child_r),
                "--out-fd", str(from_child_w), "--memory-mb", str(self.limits.memory_mb),
                "--file-size-mb", str(self.limits.file_size_mb), "--open-files", str(self.limits.open_files),

@@ -3,7 +3,7 @@
 An **executor** has the verifier's own surface (``verify``, ``verify_many``, ``workers``, a context
 manager), so self-play, training and evaluation take either without knowing which::
 
-    from core.executor import make_executor
+    from core.verification.executor import make_executor
     with make_executor({"name": "local"}, backend="triton", device="cpu", verifier={"workers": 2}) as ex:
         verdicts = ex.verify_many(pairs)          # one verdict per pair, in order
 
@@ -47,7 +47,7 @@ from typing import Any, Protocol
 from core.task import Candidate, Task
 from core.verdict import Verdict
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_VERIFIER = "core.verify:Verifier"
 
 Pair = tuple[Task, Candidate]
@@ -121,7 +121,7 @@ class InProcessShard:
 
 
 class ProcessShard:
-    """A Verifier in its own host process (``python -m core.executor --serve``), pinned by environment.
+    """A Verifier in its own host process (``python -m core.verification.executor --serve``), pinned by environment.
 
     Messages are JSON lines on private pipes. The host answers requests concurrently (threads; the
     Verifier is thread-safe), so ``capacity + 1`` requests in flight keep its pool fed.
@@ -138,7 +138,7 @@ class ProcessShard:
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"kz-shard-{name}-{os.getpid()}-{id(self)}.log"
         log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "core.executor", "--serve", "--in-fd", str(to_host_r), "--out-fd", str(from_host_w)],
+            [sys.executable, "-m", "core.verification.executor", "--serve", "--in-fd", str(to_host_r), "--out-fd", str(from_host_w)],
             env=child_env, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             pass_fds=(to_host_r, from_host_w))
         log.close()
@@ -711,7 +711,7 @@ def make_executor(node: Mapping[str, Any] | None, *, backend: str, device: str,
 
 
 def executor_for_run(cfg: Any) -> BaseExecutor:
-    """The verification executor of a composed run config (``core.run``, ``core.train``).
+    """The verification executor of a composed run config (``core.run``, ``core.loop.training``).
 
     Under ``accelerate launch`` every rank verifies on its own GPU (``LOCAL_RANK``) unless the
     config names GPUs itself, so ranks never pile their sandbox workers onto GPU 0.
@@ -733,7 +733,7 @@ def executor_for_run(cfg: Any) -> BaseExecutor:
 
 
 def _main(argv: Iterable[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="verification shard host (started by core.executor)")
+    parser = argparse.ArgumentParser(description="verification shard host (started by core.verification.executor)")
     parser.add_argument("--serve", action="store_true", required=True)
     parser.add_argument("--in-fd", type=int, required=True)
     parser.add_argument("--out-fd", type=int, required=True)

@@ -1,7 +1,7 @@
 """Self-play rounds without learning: propose -> code -> verify -> reward -> feedback -> curriculum.
 
 This is the loop of DESIGN.md with the coder held fixed (an expert teacher, or a frozen model);
-``core.train`` runs the same data flow with a TRL trainer updating the coder between steps.
+``core.loop.training`` runs the same data flow with a TRL trainer updating the coder between steps.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from core.plugins import notify
-from core.rewards import RewardMix
+from core.loop.rewards import RewardMix
 from core.task import Candidate, Task
 from core.verdict import Verdict
 
@@ -83,7 +83,7 @@ def round_metrics(result: RoundResult, reward_terms: Sequence[str]) -> dict[str,
 class SelfPlay:
     """Ties a proposer, a coder, a verifier, a reward mix and a curriculum into rounds.
 
-    ``verifier`` is a ``core.executor`` executor (``verify_many(pairs, on_verdicts=...)``).
+    ``verifier`` is a ``core.verification.executor`` executor (``verify_many(pairs, on_verdicts=...)``).
     """
 
     def __init__(self, *, proposer: Any, coder: Any, verifier: Any, reward: RewardMix, curriculum: Any,

@@ -1,0 +1,1 @@
+"""Self-play and training: the data flow from proposer to coder update, phases, rewards, metrics."""
