@@ -10,6 +10,11 @@ Environment variables:
     do not load third-party entry points (tests use this for a clean, predictable manager).
 ``KERNELZERO_BLOCK_PLUGINS=name1,name2``
     never register the named plugins (entry-point names or built-in module paths).
+``KERNELZERO_TRACE_PLUGINS=1``
+    print every hook call, its implementations and what it returned, to stderr (pluggy's
+    ``add_hookcall_monitoring``; as ``DATASETTE_TRACE_PLUGINS`` does).
+
+``python -m core.plugins`` lists every plugin, where it came from and what it registered.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 
 ENV_DISABLE_AUTOLOAD = "KERNELZERO_DISABLE_AUTOLOAD"
 ENV_BLOCK = "KERNELZERO_BLOCK_PLUGINS"
+ENV_TRACE = "KERNELZERO_TRACE_PLUGINS"
 
 # Registry kinds and the hook that fills each.
 REGISTRY_HOOKS: dict[str, str] = {
@@ -149,7 +155,28 @@ def make_plugin_manager(*, autoload: bool | None = None, builtins: bool = True) 
         # Third-party plugins are registered after built-ins, so pluggy calls them first.
         pm.load_setuptools_entrypoints(hookspecs.PROJECT_NAME)
     pm.check_pending()
+    if _tracing():
+        _trace_hook_calls(pm)
     return pm
+
+
+def _tracing() -> bool:
+    return os.environ.get(ENV_TRACE, "") not in ("", "0", "false", "False")
+
+
+def _trace_hook_calls(pm: pluggy.PluginManager) -> None:
+    import sys
+
+    def before(hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+        names = ", ".join(_plugin_name(pm, i) for i in impls)
+        print(f"[kernelzero] hook {hook_name}({', '.join(kwargs)}) -> {len(impls)} impl(s): {names}", file=sys.stderr)
+
+    def after(outcome: Any, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+        error = outcome.exception
+        result = f"raised {type(error).__name__}: {error}" if error else f"returned {outcome.get_result()!r}"[:200]
+        print(f"[kernelzero] hook {hook_name} {result}", file=sys.stderr)
+
+    pm.add_hookcall_monitoring(before, after)
 
 
 _lock = threading.RLock()
@@ -189,7 +216,14 @@ def build_registry(kind: str, pm: pluggy.PluginManager | None = None) -> Registr
     # Call implementations one at a time so every registration knows its owner.
     for impl in reversed(hook_caller.get_hookimpls()):
         owner = _plugin_name(pm, impl)
+        before = set(registry.entries)
         impl.function(register=lambda n, f, _o=owner: registry.register(n, f, owner=_o))
+        if _tracing():  # registry hooks are called one implementation at a time, not through the monitor
+            import sys
+
+            added = sorted(set(registry.entries) - before)
+            print(f"[kernelzero] hook {hook_name}(register) by {owner}: {', '.join(added) or 'nothing'}",
+                  file=sys.stderr)
     return registry
 
 
@@ -214,3 +248,11 @@ def register_configs(config_store: Any, pm: pluggy.PluginManager | None = None) 
 def notify(event: str, **kwargs: Any) -> None:
     """Fire an event hook (``on_verdict``, ``on_step_end``, ``on_round_end``) on every plugin."""
     getattr(get_plugin_manager().hook, event)(**kwargs)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from core.plugin_listing import main
+
+    sys.exit(main())
