@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from core import hookimpl
-from core.plugin_listing import list_plugins
+from core.plugins import list_plugins
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "kernelzero-brevity"
