@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from core import hookimpl
-from core.verdict import CheckResult
+from core.verdict import CheckResult, could_not_run
 from core.verification.evidence import PERFORMANCE, Evidence, compare_outputs
 
 NCU_METRICS = (
@@ -442,11 +442,11 @@ class PerformanceCheck:
     def evaluate(self, evidence: Evidence) -> CheckResult:
         data = evidence.extra.get(self.name)
         if not data:
-            return CheckResult(True, "not measured (no data from the worker)", data={})
+            return could_not_run("not measured (no data from the worker)")
         if data.get("error"):
             if data.get("blame") == "candidate":
                 return CheckResult(False, f"failed while being timed: {data['error']}", data=data)
-            return CheckResult(True, f"not measured: {data['error']}", data=data)
+            return could_not_run(f"not measured: {data['error']}", data)
         timing, roof = dict(data.get("timing") or {}), data.get("roofline")
         if data.get("baseline") is not None:  # measured once per task by the judge's reference worker
             timing.update(with_speedups(data["baseline"], float(timing.get("median_ms") or 0.0)))
