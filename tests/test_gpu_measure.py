@@ -129,13 +129,32 @@ def test_steps_run_in_order_and_one_past_its_limit_is_reported_as_timeout(tmp_pa
     assert "3 failed" in (out / "measure.log").read_text()
 
 
-@pytest.mark.parametrize("log, figure", [
-    ("scaling 2 vs 1: 2.20x (target >= 1.8x)", "2 vs 1 GPU: 2.20x"),
-    ("1 shard          96    69.94         82.4     96  {'accepted': 96}\nscaling 1 vs 1: 1.00x (target >= 1.8x)",
-     "1 GPU: 82.4 verdicts/min (96 verdicts)"),
+# excerpts of real step logs (docs/results/) and the key figure the table shows for them
+_SANITIZER = """variant                  at once wall s/run CPU s/run runs/min
+python+torch+context           1       4.36      8.27     13.8
+memcheck stage driver          1       7.34     10.84      8.2
+memcheck stage driver          8       8.71      9.58     55.1"""
+_TIMING = """6 passed in 6.19s
+x*2 over 128 MiB       default               0.0687    0.44%    1.026   100   0.069  PASS
+x*2 over 128 MiB       previous              0.0689    1.25%    1.024   100   0.075  FAIL
+x*2 over 2048 MiB      default               1.0093    0.09%    1.003    25   0.108  PASS"""
+_EXPERT = """family     cases correct  x eager x compile   (geomean speedup of the expert)
+fusion         6       6     2.84      1.03
+softmax        4       4     2.54      1.42"""
+
+
+@pytest.mark.parametrize("figure_of, log, figure", [
+    ("scaling_figure", "scaling 2 vs 1: 2.20x (target >= 1.8x)", "2 vs 1 GPU: 2.20x"),
+    ("scaling_figure", ("1 shard          96    69.94         82.4     96  {'accepted': 96}\n"
+                        "scaling 1 vs 1: 1.00x (target >= 1.8x)"), "1 GPU: 82.4 verdicts/min (96 verdicts)"),
+    ("sanitizer_figure", _SANITIZER, "memcheck stage 7.34 s alone, 8.71 s 8 at once"),
+    ("timing_figure", _TIMING, "6 passed; repeatability 2/3 within 1%"),
+    ("expert_figure", _EXPERT, "fusion 2.84/1.03, softmax 2.54/1.42 (x eager/x compile)"),
+    ("pytest_summary", "PASSED tests/gpu/test_cuda_gpu.py::test_x\n33 passed, 1 warning in 275.61s (0:04:35)",
+     "33 passed, 1 warning"),
 ])
-def test_scaling_figure_says_what_ran_on_one_gpu_and_on_two(log, figure):
-    assert _module().scaling_figure(log) == figure
+def test_key_figures_read_from_step_logs(figure_of, log, figure):
+    assert getattr(_module(), figure_of)(log) == figure
 
 
 def test_the_suggested_calls_fit_one_device_call_and_cover_every_one_gpu_step():
