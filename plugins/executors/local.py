@@ -42,7 +42,6 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-
 class LocalExecutor(BaseExecutor):
     """Shards on this machine: one host process per GPU, or one in-process pool on CPU.
 
@@ -111,8 +110,6 @@ class LocalExecutor(BaseExecutor):
             new = self._start(f"{name.split('~')[0]}~{self._serial}", device, workers, env, True, checks)
             return new
         return replace
-
-
 
 
 @hookimpl

@@ -167,7 +167,6 @@ class RayShard:
             pass
 
 
-
 @hookimpl
 def register_executors(register):
     register(RayExecutor.name, RayExecutor)
