@@ -264,6 +264,9 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         "warm_up_candidate": None,  # a candidate (source) judged once per worker before verdicts
         "compiler_dirs": _no_dirs,  # compiler_dirs(): the only folders a worker may start programs from
         "precompile": None,  # precompile(source, device) -> dict: compile from the text alone
+        # toolchain() -> {name: version}: the compilers and libraries a verdict depends on (the eval
+        # cache keys verdicts on them); the default, dict(), declares none
+        "toolchain": dict,
     },
 }
 
@@ -276,3 +279,41 @@ def optional(plugin: Any, protocol: str, member: str) -> Any:
     """
     default = OPTIONAL_MEMBERS[protocol][member]
     return getattr(plugin, member, default)
+
+
+# --------------------------------------------------------------------------- executors
+
+from collections.abc import Callable  # noqa: E402
+
+Pair = tuple[Task, Candidate]
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Spreads verification over workers, GPUs or machines; registered through ``register_executors``.
+
+    Exactly what the training loop, self-play and the CLIs call (``core.verification.executor``
+    holds the shared base). Used as a context manager: leaving it stops every shard.
+
+    :ivar workers: candidates verified at once over all shards (0 once closed).
+    """
+
+    workers: int
+
+    def verify(self, task: Task, candidate: Candidate) -> Verdict:
+        """The verdict of one candidate."""
+
+    def verify_many(self, pairs: Sequence[Pair], on_verdicts: Callable[[list[int], list[Verdict]], None] | None = None
+                    ) -> list[Verdict]:
+        """One verdict per ``(task, candidate)`` pair, in input order; ``on_verdicts(indices, verdicts)``
+        reports each verdict once, as it lands (indices into ``pairs``)."""
+
+    def describe(self) -> str:
+        """One line for the log: the executor's name, its shards and workers."""
+
+    def close(self) -> None:
+        """Stop every shard; the executor verifies nothing afterwards."""
+
+    def __enter__(self) -> "Executor": ...
+
+    def __exit__(self, *exc: object) -> None: ...

@@ -9,7 +9,8 @@ Environment variables:
 ``KERNELZERO_DISABLE_AUTOLOAD=1``
     do not load third-party entry points (tests use this for a clean, predictable manager).
 ``KERNELZERO_BLOCK_PLUGINS=name1,name2``
-    never register the named plugins (entry-point names or built-in module paths).
+    never register the named plugins (entry-point names or built-in module paths). The plugins in
+    :data:`UNBLOCKABLE_PLUGINS` are always registered: naming one warns and is otherwise ignored.
 ``KERNELZERO_TRACE_PLUGINS=1``
     print every hook call, its implementations and what it returned, to stderr (pluggy's
     ``add_hookcall_monitoring``; as ``DATASETTE_TRACE_PLUGINS`` does).
@@ -23,6 +24,7 @@ import importlib
 import inspect
 import os
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -54,7 +56,13 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.coders.llm",
     "plugins.coders.expert",
     "plugins.coders.inductor",
+    "plugins.executors.local",
+    "plugins.executors.ray",
 )
+
+# Built-ins every run needs, which KERNELZERO_BLOCK_PLUGINS cannot remove: without the local
+# executor nothing could verify a candidate.
+UNBLOCKABLE_PLUGINS: frozenset[str] = frozenset({"plugins.executors.local"})
 
 ENV_DISABLE_AUTOLOAD = "KERNELZERO_DISABLE_AUTOLOAD"
 ENV_BLOCK = "KERNELZERO_BLOCK_PLUGINS"
@@ -131,7 +139,11 @@ class Registry:
 
 
 def _blocked() -> set[str]:
-    return {n.strip() for n in os.environ.get(ENV_BLOCK, "").split(",") if n.strip()}
+    named = {n.strip() for n in os.environ.get(ENV_BLOCK, "").split(",") if n.strip()}
+    for name in sorted(named & UNBLOCKABLE_PLUGINS):
+        warnings.warn(f"{ENV_BLOCK} names {name!r}, which cannot be blocked (every run needs it); "
+                      "it stays registered", stacklevel=3)
+    return named - UNBLOCKABLE_PLUGINS
 
 
 def make_plugin_manager(*, autoload: bool | None = None, builtins: bool = True) -> pluggy.PluginManager:

@@ -172,6 +172,16 @@ class TritonBackend:
                 allowed.append(os.path.realpath(shutil.which(cc) or cc))
         return allowed
 
+    def toolchain(self) -> dict[str, str | None]:
+        """The compiler a verdict depends on (the eval cache keys verdicts on it); read from the
+        installed distribution, so nothing is imported."""
+        from importlib import metadata
+
+        try:
+            return {"triton": metadata.version("triton")}
+        except metadata.PackageNotFoundError:
+            return {"triton": None}
+
     def load(self, module: Any, device: str) -> None:
         """Triton compiles each kernel at its first launch, so the first correctness trial is the
         compile step; nothing to build ahead of time."""
