@@ -97,3 +97,14 @@ def test_triton_standard_library_calls_compile():
     out = torch.empty_like(x)
     stdlib_kernel[(1,)](x, out, 100, BLOCK=128)
     torch.testing.assert_close(out, torch.sigmoid(x))
+
+
+def test_a_direct_call_of_a_jit_function_does_not_break_later_compiles():
+    from triton.runtime.interpreter import InterpretedFunction
+
+    assert isinstance(_double, InterpretedFunction)
+    _double(torch.ones(2))  # a grid-less call: Triton 3.9 left triton.language patched after it
+    x = torch.randn(40, dtype=torch.float16)
+    out = torch.empty_like(x)
+    honest_kernel[(1,)](x, out, 40, 0.5, BLOCK=64)
+    torch.testing.assert_close(out, x)

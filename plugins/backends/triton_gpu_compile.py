@@ -193,7 +193,30 @@ def install() -> None:
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     InterpretedFunction.run = run
+    _restore_after_device_calls(InterpretedFunction)
     _warm()
+
+
+def _restore_after_device_calls(cls: type) -> None:
+    """Triton 3.9's interpreter patches ``triton.language`` for a direct (grid-less) call of a
+    ``@jit`` function and never restores it, so after one such call every later compile in the
+    worker would see the interpreter's builtins. Restore the patch when the call returns; nested
+    calls inside a kernel restore to the kernel's own patch, as before."""
+    from triton.runtime import interpreter
+
+    if not hasattr(interpreter, "_patch_lang") or not hasattr(cls, "rewrite"):
+        return
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        scope = interpreter._patch_lang(self.fn)
+        try:
+            return self.rewrite()(*args, **kwargs)
+        except Exception as exc:
+            raise interpreter.InterpreterError(repr(exc)) from exc
+        finally:
+            scope.restore()
+
+    cls.__call__ = __call__
 
 
 def _warm() -> None:
