@@ -5,7 +5,7 @@ The key of a verdict is the SHA-256 of:
 * the task id and the candidate id (content hashes of their sources) and the candidate's backend;
 * the **hardware** the verdict was reached on (GPU model, or the CPU model for the interpreter);
 * the **software**: Python, torch, triton (and CuPy when present), KernelZero's version, and a digest
-  of the verification code itself (``core/verify.py``, ``core/verification/worker.py``, ``core/verification/sandbox.py``,
+  of the verification code itself (``core/verify.py``, ``core/verification/worker/``, ``core/verification/inputs.py``, ``core/verification/sandbox.py``,
   ``core/verification/evidence.py``, ``plugins/verifiers``, ``plugins/backends``), so editing a check invalidates
   what it judged;
 * the verifier settings that change a verdict (checks, trials, device ...).
@@ -34,7 +34,7 @@ from core.verdict import Verdict
 
 UNCACHED_STATUSES = frozenset({"timeout", "error"})
 REPO_ROOT = Path(__file__).resolve().parents[2]
-VERIFIER_CODE = ("core/verify.py", "core/verification/worker.py", "core/verification/sandbox.py", "core/verification/evidence.py", "core/verdict.py",
+VERIFIER_CODE = ("core/verify.py", "core/verification/worker", "core/verification/inputs.py", "core/verification/sandbox.py", "core/verification/evidence.py", "core/verdict.py",
                  "plugins/verifiers", "plugins/backends")
 
 
