@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from core.contracts import optional
 from core.verification.evidence import input_digests
@@ -14,10 +14,7 @@ from core.verification.inputs import draw_inputs
 from core.verification.protocol import Op
 from core.verification.sandbox import to_device
 from core.verification.worker.process import describe, sandbox_escape
-from core.verification.worker.session import Session, load_module
-
-if TYPE_CHECKING:
-    from core.verification.worker.loop import WorkerMain
+from core.verification.worker.session import Session, Worker, load_module
 
 CANDIDATE_MODULE = "kz_candidate"
 
@@ -25,7 +22,7 @@ CANDIDATE_MODULE = "kz_candidate"
 class CandidateRole:
     """What a candidate worker answers besides the requests every role answers."""
 
-    def __init__(self, worker: "WorkerMain"):
+    def __init__(self, worker: Worker):
         self.worker = worker
         self.device, self.scratch = worker.device, worker.scratch
         self.session: Session | None = None

@@ -10,7 +10,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from core.verification.devicemem import TransportError, Vault
 from core.verification.evidence import bitwise_equal, compare_outputs, input_digests
@@ -18,16 +18,13 @@ from core.verification.inputs import draw_inputs
 from core.verification.protocol import Op
 from core.verification.sandbox import to_device
 from core.verification.worker.process import describe
-from core.verification.worker.session import Float64Truth, cpu_copy, flatten_outputs, load_module, synchronize
-
-if TYPE_CHECKING:
-    from core.verification.worker.loop import WorkerMain
+from core.verification.worker.session import Float64Truth, Worker, cpu_copy, flatten_outputs, load_module, synchronize
 
 
 class ReferenceRole:
     """What a reference worker answers besides the requests every role answers."""
 
-    def __init__(self, worker: "WorkerMain"):
+    def __init__(self, worker: Worker):
         self.worker = worker
         self.device, self.scratch = worker.device, worker.scratch
         self.loaded = 0

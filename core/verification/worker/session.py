@@ -8,14 +8,24 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from core.verification.evidence import input_digests
 from core.verification.sandbox import to_device
-from core.verification.worker.process import describe, make_audit_mode, sandbox_escape
+from core.verification.worker.process import AuditGuard, describe, make_audit_mode, sandbox_escape
 
-if TYPE_CHECKING:
-    from core.verification.worker.loop import WorkerMain
+
+class Worker(Protocol):
+    """What a session and the roles read of their worker (:class:`~core.verification.worker.loop.WorkerMain`);
+    named here, not imported, so the roles do not import the loop that dispatches to them."""
+
+    device: str
+    scratch: str
+    backend: Any
+    guard: AuditGuard
+    exports: Any  # core.verification.devicemem.Exports
+
+    def unload(self) -> None: ...
 
 # --------------------------------------------------------------------------- helpers
 
@@ -149,7 +159,7 @@ class Session:
     :ivar device: ``"cpu"`` or ``"cuda"``.
     """
 
-    def __init__(self, worker: "WorkerMain", module: Any, model: Any):
+    def __init__(self, worker: Worker, module: Any, model: Any):
         self.worker, self.module, self.model = worker, module, model
         self.backend, self.device = worker.backend, worker.device
         self.task: dict[str, Any] | None = None
