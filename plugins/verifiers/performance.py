@@ -241,6 +241,19 @@ class PerformanceCheck:
         return self.compare_compile, self._policy()
 
     # ----------------------------------------------------------- worker side
+    def warm_up(self, device: str) -> None:
+        """The timer's part of an idle worker's warm-up (``Check.warm_up``): the lazily loaded kernels
+        of drawing fresh arguments, and the filler's Triton kernel, compiled before the worker arms its
+        audit hook (which forbids starting ptxas), so no verdict pays for them."""
+        if device != "cuda":
+            return
+        import torch
+
+        from core.timing import fresh_arguments, warm_filler
+
+        fresh_arguments([torch.randn(4096, device="cuda")], 0)(0)
+        warm_filler()
+
     def _policy(self) -> Any:
         from core.timing import TimingPolicy
 
