@@ -35,7 +35,8 @@ ATEN_COPY = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel
              "operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda("
              "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::"
              "{lambda(float)#1} const&)::{lambda(int)#1})")
-CUBLAS = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+CUBLAS = ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_"
+          "kernel__5x_cublas")
 CUDNN = ("void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, false, true>(int, int, int, "
          "float const*, int, float*, float const*, kernel_conv_params, unsigned long long, int, float, float, int, "
          "float const*, float const*, bool, int, int)")
@@ -155,6 +156,10 @@ def test_own_kernel_names_as_triton_and_nvcc_emit_them():
     assert own_kernel("void ns::relu_kernel(float*)", own) is None
     assert own_kernel("relu_kernel2", own) is None
     assert own_kernel("_relu_", own) is None
+    # names CUPTI gives before demangling
+    assert own_kernel("_Z11relu_kernelPKfPfx", own) == "relu_kernel"
+    assert own_kernel("_Z12relu_kernel2PKf", own) is None
+    assert own_kernel("_ZN2ns11relu_kernelEPf", own) is None
 
 
 # --------------------------------------------------------------------------- judging traces
@@ -300,6 +305,11 @@ def test_attribute_allows_only_aten_fill_and_copy_kernels():
     own = frozenset(OWN)
     assert attribute(Activity("kernel", ATEN_FILL), own).owner == "allowed"
     assert attribute(Activity("kernel", ATEN_COPY), own).owner == "allowed"
+    mangled_fill = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+    assert attribute(Activity("kernel", mangled_fill), own).owner == "allowed"
+    mangled_add = ("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_17CUDAFunctorOnSelf_addIfEESt5arrayIPcLm2EEEE"
+                   "viT0_T1_")
+    assert attribute(Activity("kernel", mangled_add), own).why.startswith("an ATen kernel")
     # the same words outside ATen's namespace are not the allow-listed kernels
     assert attribute(Activity("kernel", "void FillFunctor<float>(float*)"), own).owner == "foreign"
     assert attribute(Activity("kernel", "direct_copy_kernel_cuda"), own).owner == "foreign"

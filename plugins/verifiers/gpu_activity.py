@@ -54,9 +54,13 @@ API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 # Both move or set data and compute nothing; both are matched in the at::native namespace only.
 # Every other kernel (ATen compute, cuBLAS, cuDNN, CuPy's own kernels, a kernel the candidate does
 # not define) and every other copy (host-to-device, device-to-host, host-to-host, peer) is foreign.
+# (Kineto demangles kernel names; the mangled forms, ``_ZN2at6native...``, are matched too.)
 ALLOWED_ATEN: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("fill (ATen FillFunctor)", re.compile(r"^(?:void\s+)?at::native::.*\bFillFunctor<")),
-    ("copy (ATen direct_copy_kernel_cuda)", re.compile(r"^(?:void\s+)?at::native::.*\bdirect_copy_kernel_cuda\b")),
+    ("fill (ATen FillFunctor)",
+     re.compile(r"^(?:(?:void\s+)?at::native::.*\bFillFunctor<|_ZN2at6native.*11FillFunctorI)")),
+    ("copy (ATen direct_copy_kernel_cuda)",
+     re.compile(r"^(?:(?:void\s+)?at::native::.*\bdirect_copy_kernel_cuda\b|"
+                r"_ZN2at6native.*23direct_copy_kernel_cuda)")),
 )
 ALLOWED_COPIES = frozenset({"DtoD"})
 # A launch through the CUDA runtime API: how PyTorch and its libraries launch. Triton and CuPy's
@@ -65,6 +69,7 @@ RUNTIME_LAUNCH = re.compile(r"^cuda\w*Launch")
 
 _COPY_KIND = re.compile(r"\bMemcpy\s+([A-Za-z]+)\b")
 _CPP_NAME = re.compile(r"^(?:void\s+)?([A-Za-z_]\w*)\s*[<(]")
+_MANGLED_NAME = re.compile(r"^_Z(\d+)")  # a function at global scope (_ZN... is nested: a namespace)
 MAX_NAME_CHARS = 1000
 
 
@@ -166,7 +171,13 @@ def own_kernel(name: str, own: frozenset[str]) -> str | None:
     if name in own:
         return name
     m = _CPP_NAME.match(name)
-    return m.group(1) if m and m.group(1) in own else None
+    if m:
+        return m.group(1) if m.group(1) in own else None
+    m = _MANGLED_NAME.match(name)  # not demangled: _Z11relu_kernelPKfPfx
+    if m:
+        base = name[m.end(): m.end() + int(m.group(1))]
+        return base if base in own else None
+    return None
 
 
 def foreign_family(activity: Activity) -> str:
@@ -180,7 +191,7 @@ def foreign_family(activity: Activity) -> str:
             return f"a device-to-host copy of {size} (the host read device data during forward)"
         return f"a {a.copy} copy of {size}"
     low = a.name.lower()
-    if "at::" in low or low.startswith(("void at_", "at_cuda")):
+    if "at::" in low or low.startswith(("void at_", "at_cuda", "_zn2at")):
         return "an ATen kernel (PyTorch computed in forward)"
     if "cudnn" in low or "implicit_convolve" in low or "winograd" in low:
         return "a cuDNN kernel (PyTorch convolution in forward)"
