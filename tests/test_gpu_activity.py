@@ -363,6 +363,15 @@ def test_the_check_is_registered_and_applies_on_cuda_to_triton_and_cuda():
     assert not check.applies("triton", "cpu") and not check.applies("other", "cuda")
 
 
+def test_the_audit_comes_after_the_timed_runs():
+    """A verifier orders checks by (stage, name); the audit must follow the performance stage's
+    timed runs, so a candidate cannot pass it by behaving only until the timing starts."""
+    from plugins.verifiers.performance import PerformanceCheck
+
+    order = sorted([GpuActivityCheck(), PerformanceCheck()], key=lambda c: (c.stage, c.name))
+    assert [c.name for c in order] == ["performance", "gpu_activity"]
+
+
 # --------------------------------------------------------------------------- the series, on the CPU profiler
 
 

@@ -5,20 +5,22 @@ Check ``gpu_activity`` (CUDA; the triton and cuda backends). The ATen audit of t
 it. CUPTI, through ``torch.profiler`` with ``ProfilerActivity.CUDA``, records every kernel, copy and
 fill the process puts on the GPU, whatever thread or library launched it. So:
 
-* ``collect`` (candidate worker): the task's reference model and inputs are built as the timed runs
-  build them (:func:`core.timing.fresh_arguments` over inputs drawn on the GPU); ``forward`` is
-  called once to warm up, then ``calls`` times, each call on fresh arguments and compared with the
-  reference. One of those calls, chosen with :mod:`secrets`, is recorded (:func:`audited_series`).
-  Returns plain data: every GPU activity of that call (:class:`Activity`) and the backend's launch
-  count for it.
+* ``collect`` (candidate worker, after the performance stage's timed runs: :data:`AFTER_TIMING`):
+  the task's reference model and inputs are built as the timed runs build them
+  (:func:`core.timing.fresh_arguments` over inputs drawn on the GPU); ``forward`` is called once to
+  warm up, then ``calls`` times, each call on fresh arguments and compared with the reference. One
+  of those calls, chosen with :mod:`secrets`, is recorded (:func:`audited_series`). Returns plain
+  data: every GPU activity of that call (:class:`Activity`) and the backend's launch count for it.
 * ``evaluate`` (judge): :func:`judge`, a pure function of that data and of the candidate's kernel
   names (``Backend.detect_kernels``): each activity is the candidate's own kernel, an allow-listed
   fill or copy (:data:`ALLOWED_ATEN`, :data:`ALLOWED_COPIES`, any memset), or foreign. Anything
   foreign rejects the candidate as a hack, with a reason naming the kernel. The result reports the
   candidate kernels' share of the call's GPU time (``time_coverage``, as KernelGYM reports it).
 
-A profiler that cannot run (no CUPTI, an exception, nothing recorded) fails closed:
-:func:`core.verdict.could_not_run`.
+The audited call looks like its neighbours: same arguments (fresh, drawn alike), same host work
+around it, CUPTI already on for every call before it; the candidate cannot read the profiler's
+state without private attributes, which the static policy refuses. A profiler that cannot run (no
+CUPTI, an exception, nothing recorded) fails closed: :func:`core.verdict.could_not_run`.
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ from typing import Any, Callable, Iterable
 
 from core import hookimpl
 from core.verdict import CheckResult, could_not_run
-from core.verification.evidence import INTEGRITY, Evidence, compare_outputs, parse_python
+from core.verification.evidence import PERFORMANCE, Evidence, compare_outputs, parse_python
+
+# The check's stage: after the performance stage's timed runs. A candidate that counts its calls knows
+# where the trials end, so an audit placed before the timing could be passed by behaving until then;
+# after the timing it would have to know where the timed runs end, and their number adapts to the
+# kernel's measured times. (Hack findings still come first in the verdict's reason.)
+AFTER_TIMING = PERFORMANCE + 1
 
 KERNEL, MEMCPY, MEMSET = "kernel", "memcpy", "memset"
 # Chrome-trace categories of what runs on the GPU (Kineto's names), and of the API calls that launch it.
@@ -438,7 +446,7 @@ class GpuActivityCheck:
     """
 
     name: str = "gpu_activity"
-    stage: int = INTEGRITY
+    stage: int = AFTER_TIMING
     hard: bool = True
     where: str = "worker"
     needs: frozenset[str] = frozenset({"trials"})
