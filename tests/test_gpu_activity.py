@@ -14,6 +14,7 @@ from plugins.verifiers.gpu_activity import (
     Activity,
     Attribution,
     GpuActivityCheck,
+    aggregate,
     attribute,
     audited_series,
     coverage,
@@ -108,10 +109,12 @@ class Trace:
                                                                          "bytes": nbytes}})
         return self
 
-    def data(self, launches: int | None = None, **extra: object) -> dict:
+    def data(self, launches: int | None = None, grouped: bool = True, **extra: object) -> dict:
+        """What collect returns for this trace (activities aggregated as it does, unless not ``grouped``)."""
         trace = {"traceEvents": [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
                                  *self.events]}
         found = parse_chrome_trace(trace)
+        found = aggregate(found) if grouped else found
         return {"calls": 3, "audited_call": 2, "launches": launches, "activities": [a.to_dict() for a in found],
                 "dropped": 0, "mismatches": [], **extra}
 
@@ -237,15 +240,39 @@ def test_nothing_recorded_could_not_run():
     assert seen.unchecked and "put nothing on the GPU" in seen.detail
 
 
-def test_a_trace_too_long_to_keep_could_not_run():
+def test_a_trace_too_long_to_keep_could_not_run_unless_what_was_kept_is_foreign():
     result = judge(Trace().kernel("_relu").data(launches=1, dropped=5), OWN)
     assert result.unchecked and "5 left out" in result.detail
+    assert "activities" not in result.data  # the verdict keeps a summary, not the trace
+    foreign = judge(Trace().kernel(CUBLAS).data(launches=0, dropped=5), OWN)
+    assert not foreign.passed and foreign.hack and not foreign.unchecked
+
+
+def test_aggregating_keeps_counts_durations_and_the_judgement():
+    t = Trace()
+    for i in range(50):
+        t.kernel("_relu", dur=2.0, stream=7 + i % 3)  # three streams: still one record
+    t.memset(100).memset(28).kernel(ATEN_FILL, api="cudaLaunchKernel").kernel(ATEN_FILL, api="cudaLaunchKernel")
+    flat, grouped = t.data(launches=50, grouped=False), t.data(launches=50)
+    assert len(flat["activities"]) == 54 and len(grouped["activities"]) == 3
+    relu = Activity.from_dict(grouped["activities"][0])
+    assert (relu.count, relu.dur_us, relu.stream) == (50, pytest.approx(100.0), 7)
+    assert Activity.from_dict(grouped["activities"][1]).bytes == 128
+    a, b = judge(flat, OWN), judge(grouped, OWN)
+    assert a.passed and b.passed
+    assert (a.data["kernels"], a.data["allowed"]) == (b.data["kernels"], b.data["allowed"])
+    assert a.data["time_coverage"] == pytest.approx(b.data["time_coverage"])
+    assert a.data["gpu_time_us"] == pytest.approx(b.data["gpu_time_us"])
+    assert b.data["kernels"] == {"_relu": 50}
+    # the launch-count rule counts aggregated launches too
+    assert not judge(t.data(launches=49), OWN).passed
 
 
 def test_mismatches_of_the_series_are_a_hack_after_foreign_work():
     bad = Trace().kernel("_relu").data(launches=1, mismatches=["call 3 of 3: output: 4/16 elements differ"])
     result = judge(bad, OWN)
     assert not result.passed and result.hack and "call 3 of 3" in result.detail
+    assert result.detail.startswith("outputs differ from the reference in the audited series")
     both = Trace().kernel(ATEN_ADD, api="cudaLaunchKernel").data(launches=0, mismatches=["call 1 of 3: x"])
     assert judge(both, OWN).detail.startswith("foreign GPU work")
 
@@ -399,6 +426,24 @@ def test_the_series_keeps_the_audited_call_alone(tmp_path, audited):
     assert series.audited == audited and compared == [0, 1, 2, 3]
     assert series.mismatches == ["call 3 of 3: differs"]
     assert list(tmp_path.iterdir()) == []  # the exported trace is removed
+
+
+def test_an_output_that_cannot_be_compared_is_the_candidates_failure(tmp_path):
+    from plugins.verifiers.gpu_activity import CandidateFailed, ReferenceFailed
+
+    def compare(args, out):
+        raise TypeError("a tensor that refuses to be read")
+
+    with pytest.raises(CandidateFailed, match="comparing call 1's output failed: TypeError"):
+        audited_series(lambda args: torch.ones(1), lambda i: [i], 2, scratch=str(tmp_path), audited=2, cuda=False,
+                       compare=lambda args, out: compare(args, out) if args[0] == 1 else None)
+
+    def reference_breaks(args, out):
+        raise ReferenceFailed("the task's reference failed: boom")
+
+    with pytest.raises(ReferenceFailed):  # the harness's failure: collect reports it as not checked
+        audited_series(lambda args: torch.ones(1), lambda i: [i], 2, scratch=str(tmp_path), audited=1, cuda=False,
+                       compare=reference_breaks)
 
 
 def test_a_failing_forward_is_the_candidates_failure(tmp_path):

@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable
 
 from core import hookimpl
@@ -90,6 +90,8 @@ class Activity:
     :ivar api: the CUDA call that launched it (``cuLaunchKernelEx``, ``cudaLaunchKernel``,
         ``cudaMemcpyAsync`` ...), matched by CUPTI's correlation id; None if not recorded.
     :ivar tid: the thread of that call; ``op``: the PyTorch op it ran under (on the caller's thread).
+    :ivar count: how many such activities this record stands for (:func:`aggregate`); ``dur_us`` and
+        ``bytes`` are then their totals.
     """
 
     kind: str
@@ -102,6 +104,7 @@ class Activity:
     api: str | None = None
     tid: int | None = None
     op: str | None = None
+    count: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -156,6 +159,23 @@ def parse_chrome_trace(trace: dict[str, Any]) -> list[Activity]:
             bytes=_int(args.get("bytes")) if kind != KERNEL else None, api=api, tid=tid,
             op=ops.get(ext) if ext is not None else None)))
     return [a for _, a in sorted(found, key=lambda p: p[0])]
+
+
+def aggregate(activities: Iterable[Activity]) -> list[Activity]:
+    """One record per distinct (kind, name, copy kind, launch call), with the count and the summed
+    durations and bytes, in order of first appearance (stream, thread and op are the first one's): a
+    forward of thousands of launches of a few kernels is judged whole from a few records, and the
+    number of records is bounded by the names, not by streams or threads."""
+    groups: dict[tuple[Any, ...], Activity] = {}
+    for a in activities:
+        key = (a.kind, a.name, a.copy, a.api)
+        g = groups.get(key)
+        if g is None:
+            groups[key] = a
+            continue
+        nbytes = None if g.bytes is None and a.bytes is None else (g.bytes or 0) + (a.bytes or 0)
+        groups[key] = replace(g, dur_us=g.dur_us + a.dur_us, bytes=nbytes, count=g.count + a.count)
+    return list(groups.values())
 
 
 # --------------------------------------------------------------------------- attribution (judge side)
@@ -264,33 +284,33 @@ def _short(name: str, limit: int = 160) -> str:
 
 def _describe(group: list[Attribution]) -> str:
     a = group[0].activity
-    us = sum(g.activity.dur_us for g in group)
+    us, n = sum(g.activity.dur_us for g in group), sum(g.activity.count for g in group)
     where = []
     if a.op:
         where.append(f"under {a.op}")
     if a.api:
         where.append(f"launched by {a.api}")
     tail = f", {', '.join(where)}" if where else ""
-    return f"{_short(a.name)!r}: {group[0].why}, {len(group)}x, {us:.1f} us{tail}"
+    return f"{_short(a.name)!r}: {group[0].why}, {n}x, {us:.1f} us{tail}"
 
 
 def judge(data: dict[str, Any], own_names: Iterable[str]) -> CheckResult:
     """Decide from what :meth:`GpuActivityCheck.collect` recorded (pure; the judge's side)."""
     own = frozenset(own_names)
-    if data.get("dropped"):
-        return could_not_run(f"the trace held more GPU activities than recorded ({data['dropped']} left out), "
-                             "so not every one could be attributed", data)
+    summary = {k: v for k, v in data.items() if k != "activities"}  # what a verdict keeps of an unjudged trace
     activities = [Activity.from_dict(a) for a in data.get("activities") or []]
     if not activities:
         seen = data.get("canary")
         why = ("the profiler saw a canary kernel, so the audited call itself put nothing on the GPU" if seen else
                "the profiler recorded no GPU activity, not even a canary kernel: CUPTI does not record here"
                if seen is False else "no GPU activity was recorded")
-        return could_not_run(f"nothing to attribute: {why}", data)
+        return could_not_run(f"nothing to attribute: {why}", summary)
     attributions = [attribute(a, own) for a in activities]
     cov = coverage(attributions)
-    kernels = Counter(at.why for at in attributions if at.owner == "candidate")
-    allowed = Counter(at.why for at in attributions if at.owner == "allowed")
+    kernels, allowed = Counter[str](), Counter[str]()
+    for at in attributions:
+        if at.owner in ("candidate", "allowed"):
+            (kernels if at.owner == "candidate" else allowed)[at.why] += at.activity.count
     out = {"calls": data.get("calls"), "audited_call": data.get("audited_call"), "activities": len(activities),
            "kernels": dict(kernels.most_common(16)), "allowed": dict(allowed), "time_coverage": cov.share,
            "gpu_time_us": cov.total_us, "own_time_us": cov.own_us, "allowed_time_us": cov.allowed_us,
@@ -311,9 +331,12 @@ def judge(data: dict[str, Any], own_names: Iterable[str]) -> CheckResult:
         return CheckResult(False, f"foreign GPU work during forward: {shown}. Only the candidate's own kernels "
                                   f"({', '.join(sorted(own)[:6]) or 'none found'}) and allow-listed fills and copies "
                                   "may run", data=out, hack=True)
+    if data.get("dropped"):  # nothing foreign among those kept, but not every activity was kept
+        return could_not_run(f"the trace held more distinct GPU activities than were kept ({data['dropped']} left "
+                             "out), so not every one could be attributed", summary)
     if data.get("mismatches"):
         out["mismatches"] = list(data["mismatches"])[:8]
-        return CheckResult(False, f"outputs differ from the reference while its GPU work was recorded: "
+        return CheckResult(False, f"outputs differ from the reference in the audited series: "
                                   f"{data['mismatches'][0]}", data=out, hack=True)
     parts = [f"{own_runs} launch(es) of the candidate's kernels ({', '.join(kernels)})"]
     if allowed:
@@ -335,7 +358,11 @@ def own_kernel_names(evidence: Evidence) -> list[str]:
 
 
 class CandidateFailed(Exception):
-    """``forward`` raised while audited: the candidate's failure, not the profiler's."""
+    """``forward`` raised while audited, or its output could not be compared: the candidate's failure."""
+
+
+class ReferenceFailed(Exception):
+    """The task's reference failed on the series' arguments: the harness's failure, not the candidate's."""
 
 
 def trace_of(prof: Any, scratch: str) -> dict[str, Any]:
@@ -412,7 +439,12 @@ def audited_series(call: Callable[[list[Any]], Any], make_args: Callable[[int], 
             if c == k + 1:
                 launches = getattr(counted, "count", None)
                 result.launches = launches if isinstance(launches, int) else None
-            bad = compare(args, out) if compare is not None else None
+            try:  # past the reference's own run (ReferenceFailed), what fails here is the candidate's output
+                bad = compare(args, out) if compare is not None else None
+            except ReferenceFailed:
+                raise
+            except Exception as exc:
+                raise CandidateFailed(f"comparing call {c}'s output failed: {type(exc).__name__}: {exc}"[:600]) from exc
             if bad:
                 result.mismatches.append(f"{'the warm-up call' if c == 0 else f'call {c} of {calls}'}: {bad}")
             del out, args
@@ -440,8 +472,8 @@ class GpuActivityCheck:
     """Every kernel that ran during one audited ``forward`` is the candidate's own (CUPTI, process-wide).
 
     :param calls: calls after the warm-up; one of them, chosen at random, is recorded.
-    :param max_activities: GPU activities kept from the recorded call; a longer trace could not be
-        attributed whole, so the check could not run.
+    :param max_activities: distinct GPU activities (:func:`aggregate`) kept from the recorded call;
+        with more, nothing foreign among those kept still means the check could not run.
     :param backends: the backends whose candidates this applies to.
     """
 
@@ -451,7 +483,7 @@ class GpuActivityCheck:
     where: str = "worker"
     needs: frozenset[str] = frozenset({"trials"})
     calls: int = 3
-    max_activities: int = 10_000
+    max_activities: int = 5_000
     backends: tuple[str, ...] = ("triton", "cuda")
 
     def applies(self, backend: str, device: str) -> bool:
@@ -509,8 +541,11 @@ class GpuActivityCheck:
         def compare(args: list[Any], out: Any) -> str | None:
             if not comparable:
                 return None
-            with torch.no_grad():
-                want = [o.detach() if isinstance(o, torch.Tensor) else o for o in flatten(reference(*args))]
+            try:
+                with torch.no_grad():
+                    want = [o.detach() if isinstance(o, torch.Tensor) else o for o in flatten(reference(*args))]
+            except Exception as exc:
+                raise ReferenceFailed(f"the task's reference failed: {type(exc).__name__}: {exc}") from exc
             got = [o.detach() if isinstance(o, torch.Tensor) else o for o in flatten(out)]
             cmp = compare_outputs(want, got)
             return None if cmp.ok else cmp.detail
@@ -525,7 +560,7 @@ class GpuActivityCheck:
         except Exception as exc:  # the profiler (CUPTI, Kineto, the export) or the tracker failed: not checked
             return {"error": f"recording failed: {type(exc).__name__}: {exc}"[:600], "blame": "harness"}
         t = time.perf_counter()
-        activities = parse_chrome_trace(series.trace)
+        activities = aggregate(parse_chrome_trace(series.trace))
         data: dict[str, Any] = {
             "calls": series.calls, "audited_call": series.audited, "launches": series.launches,
             "activities": [a.to_dict() for a in activities[: self.max_activities]],
@@ -561,5 +596,5 @@ def register_verifiers(register):
     register(GpuActivityCheck.name, GpuActivityCheck)
 
 
-__all__ = ["ALLOWED_ATEN", "ALLOWED_COPIES", "Activity", "Attribution", "Coverage", "GpuActivityCheck", "attribute",
-           "audited_series", "coverage", "judge", "own_kernel", "parse_chrome_trace"]
+__all__ = ["ALLOWED_ATEN", "ALLOWED_COPIES", "Activity", "Attribution", "Coverage", "GpuActivityCheck", "aggregate",
+           "attribute", "audited_series", "coverage", "judge", "own_kernel", "parse_chrome_trace"]
