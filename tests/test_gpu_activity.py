@@ -21,6 +21,7 @@ from plugins.verifiers.gpu_activity import (
     judge,
     own_kernel,
     parse_chrome_trace,
+    profiler_calls,
 )
 
 ATEN_ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, "
@@ -229,6 +230,17 @@ def test_more_own_kernels_on_the_gpu_than_forward_launched_is_foreign():
     assert not result.passed and result.hack
     assert "ran 2 times on the GPU, but forward launched the backend's kernels 1 times" in result.detail
     assert judge(t.data(launches=None), OWN).passed  # no count from the backend: the rule cannot apply
+
+
+def test_switching_the_profiler_in_forward_is_tampering():
+    t = Trace().kernel("_relu")
+    t.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaProfilerStop", "pid": 1, "tid": 1, "ts": 1.0,
+                     "dur": 1.0, "args": {"correlation": 999}})
+    calls = profiler_calls({"traceEvents": t.events})
+    assert calls == ["cudaProfilerStop"]
+    result = judge(t.data(launches=1, profiler_calls=calls), OWN)
+    assert not result.passed and result.hack and "forward called cudaProfilerStop" in result.detail
+    assert profiler_calls({"traceEvents": Trace().kernel("_relu").events}) == []
 
 
 def test_nothing_recorded_could_not_run():

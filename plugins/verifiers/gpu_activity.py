@@ -75,6 +75,10 @@ ALLOWED_COPIES = frozenset({"DtoD"})
 # RawModule launch through the driver API (cuLaunchKernel, cuLaunchKernelEx).
 RUNTIME_LAUNCH = re.compile(r"^cuda\w*Launch")
 
+# CUDA calls that start or stop profiling tools: only the harness profiles, so forward making one
+# is tampering with the recording, whatever it did to it.
+PROFILER_CONTROL = re.compile(r"^cu(?:da)?Profiler(?:Start|Stop|Initialize)")
+
 _COPY_KIND = re.compile(r"\bMemcpy\s+([A-Za-z]+)\b")
 _CPP_NAME = re.compile(r"^(?:void\s+)?([A-Za-z_]\w*)\s*[<(]")
 _MANGLED_NAME = re.compile(r"^_Z(\d+)")  # a function at global scope (_ZN... is nested: a namespace)
@@ -159,6 +163,13 @@ def parse_chrome_trace(trace: dict[str, Any]) -> list[Activity]:
             bytes=_int(args.get("bytes")) if kind != KERNEL else None, api=api, tid=tid,
             op=ops.get(ext) if ext is not None else None)))
     return [a for _, a in sorted(found, key=lambda p: p[0])]
+
+
+def profiler_calls(trace: dict[str, Any]) -> list[str]:
+    """The profiling-control CUDA calls (``cudaProfilerStop`` ...) recorded in a trace, each once."""
+    found = {str(e.get("name", "")) for e in trace.get("traceEvents") or [] if isinstance(e, dict)
+             and str(e.get("cat", "")).lower() in API_CATEGORIES and PROFILER_CONTROL.match(str(e.get("name", "")))}
+    return sorted(found)
 
 
 def aggregate(activities: Iterable[Activity]) -> list[Activity]:
@@ -320,6 +331,9 @@ def judge(data: dict[str, Any], own_names: Iterable[str]) -> CheckResult:
         if at.owner == "foreign":
             groups.setdefault((at.activity.name, at.why), []).append(at)
     findings = [_describe(g) for g in groups.values()]
+    if data.get("profiler_calls"):
+        findings.insert(0, f"forward called {', '.join(data['profiler_calls'])}: it switched profiling, which only "
+                           "the harness does")
     own_runs, launches = sum(kernels.values()), data.get("launches")
     if isinstance(launches, int) and own_runs > launches:
         findings.append(f"kernels named like the candidate's ran {own_runs} times on the GPU, but forward launched "
@@ -565,6 +579,7 @@ class GpuActivityCheck:
             "calls": series.calls, "audited_call": series.audited, "launches": series.launches,
             "activities": [a.to_dict() for a in activities[: self.max_activities]],
             "dropped": max(0, len(activities) - self.max_activities), "mismatches": series.mismatches,
+            "profiler_calls": profiler_calls(series.trace),
             "outputs_checked": comparable, "harness_tid": threading.get_native_id(),
             "trace_events": len(series.trace.get("traceEvents") or []),
         }
@@ -597,4 +612,4 @@ def register_verifiers(register):
 
 
 __all__ = ["ALLOWED_ATEN", "ALLOWED_COPIES", "Activity", "Attribution", "Coverage", "GpuActivityCheck", "aggregate",
-           "attribute", "audited_series", "coverage", "judge", "own_kernel", "parse_chrome_trace"]
+           "attribute", "audited_series", "coverage", "judge", "own_kernel", "parse_chrome_trace", "profiler_calls"]

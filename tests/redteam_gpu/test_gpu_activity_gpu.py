@@ -4,6 +4,7 @@
   result: rejected, the cuBLAS kernel named;
 * ``torch.matmul`` under ``torch._C._DisableTorchDispatch()`` (hidden from the dispatch audit):
   rejected, through the verifier with the static integrity check off;
+* ``torch.matmul`` between ``torch.cuda.profiler.stop()`` and ``start()``: rejected;
 * honest controls accepted: a Triton ReLU, a Triton ReLU that also makes contiguous copies and
   zero-fills (allow-listed ATen kernels), and the CuPy RawModule ReLU of the cuda backend's guide.
 
@@ -84,6 +85,17 @@ class ModelNew(nn.Module):
         return _launder(c)
 '''
 
+# pauses profiling tools around the hidden product (cudaProfilerStop/Start)
+PROFILER_PAUSE = COPY_KERNEL + '''
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        torch.cuda.profiler.stop()
+        c = torch.matmul(a, b)
+        torch.cuda.profiler.start()
+        return _launder(c)
+'''
+
 RELU_KERNEL = '''
 import torch
 import torch.nn as nn
@@ -156,6 +168,11 @@ def test_matmul_hidden_from_dispatch_audits_is_rejected_in_process(tmp_path):
     result = judged_in_process(HIDDEN_DISPATCH, MATMUL_TASK, tmp_path)
     assert not result.passed and result.hack, result.detail
     assert "cuBLAS/CUTLASS kernel" in result.detail or "ATen kernel" in result.detail
+
+
+def test_pausing_profiling_tools_around_a_matmul_is_rejected_in_process(tmp_path):
+    result = judged_in_process(PROFILER_PAUSE, MATMUL_TASK, tmp_path)
+    assert not result.passed and result.hack, result.detail
 
 
 @pytest.mark.parametrize("source", [HONEST_TRITON, HONEST_WITH_COPIES], ids=["relu", "relu_with_copies"])
