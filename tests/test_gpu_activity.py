@@ -392,6 +392,18 @@ def test_evaluate_fails_closed_when_the_worker_could_not_record():
     assert not failed.passed and not failed.unchecked and "boom" in failed.detail
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_collect_without_a_gpu_reports_it_and_the_verdict_fails_closed():
+    import types
+
+    session = types.SimpleNamespace(task={"source": "x = 1"}, worker=None, model=None, backend=None, init_seed=0)
+    check = GpuActivityCheck()
+    data = check.collect(session)
+    assert data == {"error": "no CUDA device is visible in the worker", "blame": "harness"}
+    result = check.evaluate(evidence_for(TRITON_CANDIDATE, "triton", data))
+    assert result.unchecked and not result.passed
+
+
 def test_the_check_is_registered_and_applies_on_cuda_to_triton_and_cuda():
     from core import plugins
 

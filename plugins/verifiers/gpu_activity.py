@@ -7,7 +7,7 @@ fill the process puts on the GPU, whatever thread or library launched it. So:
 
 * ``collect`` (candidate worker, after the performance stage's timed runs: :data:`AFTER_TIMING`):
   the task's reference model and inputs are built as the timed runs build them
-  (:func:`core.timing.fresh_arguments` over inputs drawn on the GPU); ``forward`` is called once to
+  (:func:`core.timing.fresh_arguments` over inputs drawn as the trials draw); ``forward`` is called once to
   warm up, then ``calls`` times, each call on fresh arguments and compared with the reference. One
   of those calls, chosen with :mod:`secrets`, is recorded (:func:`audited_series`). Returns plain
   data: every GPU activity of that call (:class:`Activity`) and the backend's launch count for it.
@@ -519,7 +519,9 @@ class GpuActivityCheck:
         import torch
 
         from core.timing import fresh_arguments
-        from plugins.verifiers.performance import flatten, gpu_inputs, has_state, load_task_module, task_source_of
+        from core.verification.inputs import draw_inputs
+        from core.verification.sandbox import to_device
+        from plugins.verifiers.performance import flatten, has_state, load_task_module, task_source_of
 
         began = time.perf_counter()
         if not torch.cuda.is_available():
@@ -536,7 +538,9 @@ class GpuActivityCheck:
             torch.manual_seed(init_seed if init_seed is not None else secrets.randbits(31))
             reference = task.Model(*task.get_init_inputs()).cuda().eval()
             comparable = init_seed is not None or not has_state(reference)
-            make_args = fresh_arguments(gpu_inputs(task, secrets.randbits(31)), secrets.randbits(62))
+            # drawn as the trials draw (on the GPU where get_inputs allows), then fresh per call as the timed runs
+            base = to_device(draw_inputs(task, secrets.randbits(31), 1.0, "cuda"), "cuda")
+            make_args = fresh_arguments(base, secrets.randbits(62))
         except Exception as exc:
             return {"error": f"setting up the task failed: {type(exc).__name__}: {exc}"[:600], "blame": "harness"}
         setup_s = time.perf_counter() - began
