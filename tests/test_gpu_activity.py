@@ -18,6 +18,7 @@ from plugins.verifiers.gpu_activity import (
     attribute,
     audited_series,
     coverage,
+    host_ops,
     judge,
     own_kernel,
     parse_chrome_trace,
@@ -117,7 +118,13 @@ class Trace:
         found = parse_chrome_trace(trace)
         found = aggregate(found) if grouped else found
         return {"calls": 3, "audited_call": 2, "launches": launches, "activities": [a.to_dict() for a in found],
-                "dropped": 0, "mismatches": [], **extra}
+                "dropped": 0, "mismatches": [], "host_ops": host_ops(trace), **extra}
+
+    def host_op(self, name: str) -> "Trace":
+        """A PyTorch op on the profiled thread that put nothing on the GPU (a host computation)."""
+        self.events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 0.5, "dur": 1.0,
+                            "args": {"External id": 1}})
+        return self
 
 
 OWN = {"_relu"}
@@ -240,7 +247,32 @@ def test_switching_the_profiler_in_forward_is_tampering():
     assert calls == ["cudaProfilerStop"]
     result = judge(t.data(launches=1, profiler_calls=calls), OWN)
     assert not result.passed and result.hack and "forward called cudaProfilerStop" in result.detail
+    # it paused everything: still tampering, not "could not run"
+    paused = judge(Trace().data(launches=0, profiler_calls=calls, canary=True), OWN)
+    assert not paused.passed and paused.hack and not paused.unchecked
     assert profiler_calls({"traceEvents": Trace().kernel("_relu").events}) == []
+
+
+def test_pytorch_ops_the_dispatch_audit_did_not_see_are_a_hack():
+    """The trials' dispatch audit refuses aten::mm; recorded by the profiler on forward's thread, it
+    ran hidden from that audit (torch._C._DisableTorchDispatch), here on host memory: no GPU kernel."""
+    from core.verification.worker.process import ALLOWED_ATEN
+
+    t = Trace().host_op("aten::empty_like").host_op("aten::mm").host_op("aten::mm").kernel("_relu")
+    assert t.data()["host_ops"] == {"aten::empty_like": 1, "aten::mm": 2}
+    result = judge(t.data(launches=1), OWN, allowed_ops=ALLOWED_ATEN)
+    assert not result.passed and result.hack
+    assert "dispatch audit did not see: aten::mm 2x" in result.detail and "empty_like" not in result.detail
+    assert judge(t.data(launches=1), OWN).passed  # without the audit's list the ops are not judged
+    # allocation, views, copies and fills pass, as in the trials
+    honest = Trace().kernel("_relu")
+    for op in ("aten::empty_like", "aten::empty_strided", "aten::zeros_like", "aten::fill_", "aten::t",
+               "aten::transpose", "aten::contiguous", "aten::clone", "aten::copy_", "aten::view"):
+        honest.host_op(op)
+    assert judge(honest.data(launches=1), OWN, allowed_ops=ALLOWED_ATEN).passed
+    # no GPU work at all, but a hidden host computation: a hack, not "could not run"
+    host_only = judge(Trace().host_op("aten::mm").data(launches=0), OWN, allowed_ops=ALLOWED_ATEN)
+    assert not host_only.passed and host_only.hack and not host_only.unchecked
 
 
 def test_nothing_recorded_could_not_run():

@@ -34,6 +34,7 @@ from plugins.verifiers.gpu_activity.attribution import (
     attribute,
     coverage,
     foreign_family,
+    host_op_findings,
     judge,
     own_kernel,
 )
@@ -45,7 +46,7 @@ from plugins.verifiers.gpu_activity.recording import (
     audited_series,
     canary_seen,
 )
-from plugins.verifiers.gpu_activity.trace import Activity, aggregate, parse_chrome_trace, profiler_calls
+from plugins.verifiers.gpu_activity.trace import Activity, aggregate, host_ops, parse_chrome_trace, profiler_calls
 
 
 @hookimpl
@@ -55,5 +56,5 @@ def register_verifiers(register):
 
 __all__ = ["AFTER_TIMING", "ALLOWED_ATEN", "ALLOWED_COPIES", "Activity", "Attribution", "CandidateFailed", "Coverage",
            "GpuActivityCheck", "ReferenceFailed", "SeriesResult", "aggregate", "attribute", "audited_series",
-           "canary_seen", "coverage", "foreign_family", "judge", "own_kernel", "own_kernel_names",
-           "parse_chrome_trace", "profiler_calls"]
+           "canary_seen", "coverage", "foreign_family", "host_op_findings", "host_ops", "judge", "own_kernel",
+           "own_kernel_names", "parse_chrome_trace", "profiler_calls"]

@@ -148,12 +148,32 @@ def _describe(group: list[Attribution]) -> str:
     return f"{_short(a.name)!r}: {group[0].why}, {n}x, {us:.1f} us{tail}"
 
 
-def judge(data: dict[str, Any], own_names: Iterable[str]) -> CheckResult:
-    """Decide from what :meth:`GpuActivityCheck.collect` recorded (pure; the judge's side)."""
+def host_op_findings(host_ops: dict[str, int], allowed_ops: frozenset[str] | None) -> list[str]:
+    """ATen ops the profiler recorded on ``forward``'s own thread that the dispatch audit of the
+    trials would have refused (``allowed_ops``: its list): recorded here, they ran hidden from it
+    (``torch._C._DisableTorchDispatch()``), on the GPU or on host memory."""
+    if allowed_ops is None:
+        return []
+    hidden = {op: n for op, n in host_ops.items() if op.startswith("aten::") and op[6:] not in allowed_ops}
+    if not hidden:
+        return []
+    shown = ", ".join(f"{op} {n}x" for op, n in sorted(hidden.items())[:6])
+    return [f"PyTorch ops on forward's thread that the dispatch audit did not see: {shown}"]
+
+
+def judge(data: dict[str, Any], own_names: Iterable[str], allowed_ops: frozenset[str] | None = None) -> CheckResult:
+    """Decide from what :meth:`GpuActivityCheck.collect` recorded (pure; the judge's side).
+    ``allowed_ops``: the ATen ops forward may run (the trials' dispatch audit's list), to judge the
+    ops the profiler saw on forward's thread by; None leaves them unjudged."""
     own = frozenset(own_names)
     summary = {k: v for k, v in data.items() if k != "activities"}  # what a verdict keeps of an unjudged trace
     activities = [Activity.from_dict(a) for a in data.get("activities") or []]
-    if not activities:
+    findings: list[str] = []
+    if data.get("profiler_calls"):
+        findings.append(f"forward called {', '.join(data['profiler_calls'])}: it switched profiling, which only "
+                        "the harness does")
+    findings += host_op_findings(dict(data.get("host_ops") or {}), allowed_ops)
+    if not activities and not findings:
         seen = data.get("canary")
         why = ("the profiler saw a canary kernel, so the audited call itself put nothing on the GPU" if seen else
                "the profiler recorded no GPU activity, not even a canary kernel: CUPTI does not record here"
@@ -173,10 +193,7 @@ def judge(data: dict[str, Any], own_names: Iterable[str]) -> CheckResult:
     for at in attributions:
         if at.owner == "foreign":
             groups.setdefault((at.activity.name, at.why), []).append(at)
-    findings = [_describe(g) for g in groups.values()]
-    if data.get("profiler_calls"):
-        findings.insert(0, f"forward called {', '.join(data['profiler_calls'])}: it switched profiling, which only "
-                           "the harness does")
+    findings += [_describe(g) for g in groups.values()]
     own_runs, launches = sum(kernels.values()), data.get("launches")
     if isinstance(launches, int) and own_runs > launches:
         findings.append(f"kernels named like the candidate's ran {own_runs} times on the GPU, but forward launched "

@@ -20,7 +20,7 @@ from plugins.verifiers.gpu_activity.recording import (
     canary_seen,
     profiler_activities,
 )
-from plugins.verifiers.gpu_activity.trace import aggregate, parse_chrome_trace, profiler_calls
+from plugins.verifiers.gpu_activity.trace import aggregate, host_ops, parse_chrome_trace, profiler_calls
 
 # The check's stage: after the performance stage's timed runs. A candidate that counts its calls knows
 # where the trials end, so an audit placed before the timing could be passed by behaving until then;
@@ -139,7 +139,7 @@ class GpuActivityCheck:
             "calls": series.calls, "audited_call": series.audited, "launches": series.launches,
             "activities": [a.to_dict() for a in activities[: self.max_activities]],
             "dropped": max(0, len(activities) - self.max_activities), "mismatches": series.mismatches,
-            "profiler_calls": profiler_calls(series.trace),
+            "profiler_calls": profiler_calls(series.trace), "host_ops": host_ops(series.trace),
             "outputs_checked": comparable, "harness_tid": threading.get_native_id(),
             "trace_events": len(series.trace.get("traceEvents") or []),
         }
@@ -163,4 +163,6 @@ class GpuActivityCheck:
                 return CheckResult(False, f"forward failed while its GPU work was recorded: {data['error']}",
                                    data=data)
             return could_not_run(f"GPU activity not recorded: {data['error']}", data)
-        return judge(data, own_kernel_names(evidence))
+        from core.verification.worker.process import ALLOWED_ATEN as DISPATCH_AUDIT_ALLOWS  # the trials' list
+
+        return judge(data, own_kernel_names(evidence), allowed_ops=DISPATCH_AUDIT_ALLOWS)

@@ -1,6 +1,7 @@
 """Kineto's Chrome trace as GPU activities: each kernel, copy and fill with the CUDA call that
 launched it (:func:`parse_chrome_trace`), grouped by name (:func:`aggregate`); and the calls that
-switch profiling (:func:`profiler_calls`). Pure: the judge's tests feed it synthetic traces."""
+switch profiling (:func:`profiler_calls`), and the PyTorch ops of the caller's thread (:func:`host_ops`).
+Pure: the judge's tests feed it synthetic traces."""
 
 from __future__ import annotations
 
@@ -110,6 +111,17 @@ def profiler_calls(trace: dict[str, Any]) -> list[str]:
     found = {str(e.get("name", "")) for e in trace.get("traceEvents") or [] if isinstance(e, dict)
              and str(e.get("cat", "")).lower() in API_CATEGORIES and PROFILER_CONTROL.match(str(e.get("name", "")))}
     return sorted(found)
+
+
+def host_ops(trace: dict[str, Any]) -> dict[str, int]:
+    """How often each PyTorch op ran on a profiled thread (the caller's: CPU ops are recorded on the
+    thread that entered the profiler), by name (``aten::empty_like``)."""
+    found: dict[str, int] = {}
+    for e in trace.get("traceEvents") or []:
+        if isinstance(e, dict) and str(e.get("cat", "")).lower() == "cpu_op":
+            name = str(e.get("name", ""))[:200]
+            found[name] = found.get(name, 0) + 1
+    return found
 
 
 def aggregate(activities: Iterable[Activity]) -> list[Activity]:
