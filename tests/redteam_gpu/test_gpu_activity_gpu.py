@@ -4,7 +4,7 @@
   result: rejected, the cuBLAS kernel named;
 * ``torch.matmul`` under ``torch._C._DisableTorchDispatch()`` (hidden from the dispatch audit):
   rejected, through the verifier with the static integrity check off;
-* ``torch.matmul`` between ``torch.cuda.profiler.stop()`` and ``start()``: rejected;
+* ``torch.matmul`` between ``torch.cuda.profiler.stop()`` and ``start()`` on a side thread: rejected;
 * honest controls accepted: a Triton ReLU, a Triton ReLU that also makes contiguous copies and
   zero-fills (allow-listed ATen kernels), and the CuPy RawModule ReLU of the cuda backend's guide.
 
@@ -85,15 +85,24 @@ class ModelNew(nn.Module):
         return _launder(c)
 '''
 
-# pauses profiling tools around the hidden product (cudaProfilerStop/Start)
-PROFILER_PAUSE = COPY_KERNEL + '''
+# pauses profiling tools around the product, on a side thread (so no PyTorch op is recorded on
+# forward's thread): only the GPU trace, or the pause itself, can show it
+PROFILER_PAUSE = "import concurrent.futures\n" + COPY_KERNEL + '''
+
+_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+
+def _paused_matmul(a, b):
+    torch.cuda.profiler.stop()
+    try:
+        return torch.matmul(a, b)
+    finally:
+        torch.cuda.profiler.start()
+
 
 class ModelNew(nn.Module):
     def forward(self, a, b):
-        torch.cuda.profiler.stop()
-        c = torch.matmul(a, b)
-        torch.cuda.profiler.start()
-        return _launder(c)
+        return _launder(_pool.submit(_paused_matmul, a, b).result())
 '''
 
 RELU_KERNEL = '''
@@ -173,6 +182,8 @@ def test_matmul_hidden_from_dispatch_audits_is_rejected_in_process(tmp_path):
 def test_pausing_profiling_tools_around_a_matmul_is_rejected_in_process(tmp_path):
     result = judged_in_process(PROFILER_PAUSE, MATMUL_TASK, tmp_path)
     assert not result.passed and result.hack, result.detail
+    low = result.detail.lower()
+    assert "cudaprofilerstop" in low or any(w in low for w in ("gemm", "cublas", "cutlass", "xmma")), result.detail
 
 
 @pytest.mark.parametrize("source", [HONEST_TRITON, HONEST_WITH_COPIES], ids=["relu", "relu_with_copies"])
