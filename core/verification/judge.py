@@ -132,6 +132,9 @@ class Verifier:
         ``warm_up_candidate``) in every candidate worker at once, so each worker and keeper has been
         through a whole verification: a cold worker's first verdict on the H200 took 6-15 s against
         1-3 s for later ones. ``None`` (default): on CUDA; the outcome is in ``warm_up_report``.
+    :param accept_unchecked: a check that could not run (its tool missing, timed out or crashed)
+        fails closed: the candidate is not accepted. ``True`` lets every such check pass, a list of
+        check names lets those pass; either way ``Verdict.accepted_unchecked`` names them.
     :param share_gpu_fairly: on CUDA, hold the host-wide lock of core.verification.devicelock: trials, references
         and sanitizer runs share the GPU, a check with ``exclusive_device = True`` (the timed
         performance stage) has it alone, so several workers per GPU keep timings honest.
@@ -144,7 +147,7 @@ class Verifier:
                  float64_max_elements: int = DEFAULT_FLOAT64_MAX_ELEMENTS, share_gpu_fairly: bool = True,
                  inputs_by_seed: bool = True, float64_on_demand: bool = True, gpu_wait_s: float = 900.0,
                  split_transfers: bool | None = None, compare_on_device: bool | None = None,
-                 warm_up: bool | None = None, **check_options: Any):
+                 warm_up: bool | None = None, accept_unchecked: bool | Sequence[str] = False, **check_options: Any):
         from core.plugins import registry
 
         if trials < MIN_TRIALS:
@@ -166,6 +169,8 @@ class Verifier:
         self.probe_scales = {**DEFAULT_PROBE_SCALES, **(probe_scales or {})}
         self.float64_max_elements = max(0, int(float64_max_elements))
         self.checks = self._build_checks(checks, check_options)
+        # A check that could not run fails closed unless named here (True: every check).
+        self.accept_unchecked = accept_unchecked if isinstance(accept_unchecked, bool) else frozenset(accept_unchecked)
         limits = Limits(memory_mb=memory_mb, isolate=isolate, cpu_s_per_request=int(max(timeout_s, 1)) + 5)
         self.compare_on_device = self._resolve_compare_on_device(compare_on_device)
         if self.compare_on_device:
@@ -239,6 +244,11 @@ class Verifier:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def accepts_unchecked(self, check: str) -> bool:
+        """Whether a result of ``check`` that could not run may pass (``accept_unchecked``)."""
+        return self.accept_unchecked is True or (not isinstance(self.accept_unchecked, bool)
+                                                 and check in self.accept_unchecked)
 
     def close(self) -> None:
         if not self._closed:
