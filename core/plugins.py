@@ -48,6 +48,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.coders.llm",
     "plugins.coders.expert",
     "plugins.coders.inductor",
+    "plugins.trainers",
 )
 
 ENV_DISABLE_AUTOLOAD = "KERNELZERO_DISABLE_AUTOLOAD"
