@@ -18,8 +18,8 @@ python3 -m core.run trainer=embedded coder=llm curriculum=adaptive $MODEL \
   trainer.torch_threads=null trainer.eval_tasks=64 trainer.tasks_per_step=8 trainer.num_generations=8 \
   trainer.phases.distill.steps=2000 trainer.phases.distill.tasks=1024 trainer.phases.distill.batch_size=16 \
   trainer.phases.distill.learning_rate=5e-4 trainer.phases.correctness.steps=200 trainer.phases.correctness.learning_rate=1e-5 \
-  verifier.workers=8 hydra.run.dir="$OUT/embedded_gpu" 2>&1 | tee "$OUT/embedded_gpu.log" | grep -E "held-out|distill:|step +[0-9]+ " || true
+  hydra.run.dir="$OUT/embedded_gpu" 2>&1 | tee "$OUT/embedded_gpu.log" | grep -E "held-out|distill:|step +[0-9]+ " || true
 python3 scripts/run_experiments.py --out "$OUT/experiments" --seeds 0 1 2 --steps 100 \
   --model "$OUT/embedded_gpu/models/distill" -- $MODEL trainer.torch_threads=null trainer.tasks_per_step=8 \
-  trainer.num_generations=8 trainer.eval_tasks=16 verifier.workers=8 2>&1 | tee "$OUT/experiments.log" | tail -30
+  trainer.num_generations=8 trainer.eval_tasks=16 2>&1 | tee "$OUT/experiments.log" | tail -30
 cat "$OUT/embedded_gpu/result.json"
