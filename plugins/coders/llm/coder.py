@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from core.config import resolve_device
 from core.loop.distillation import PromptFormat
 from core.task import Candidate, Task
 from plugins.coders.llm.prompts import (
@@ -27,11 +28,8 @@ log = logging.getLogger(__name__)
 
 
 def _resolve_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
+    """``auto`` as everywhere (core.config); any other torch device string (``cuda:1``) as given."""
+    return resolve_device(device) if device == "auto" else device
 
 
 @dataclass
