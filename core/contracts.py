@@ -268,6 +268,24 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # cache keys verdicts on them); the default, dict(), declares none
         "toolchain": dict,
     },
+    # What the training and self-play loop (core/loop/) reads of a coder beyond ``generate``. A coder
+    # that trains (hf_model, hf_tokenizer, prompt, to_candidate, load) is a language model; these are
+    # its knobs. max_new_tokens: 512, LLMCoder's own default (it bounds both the SFT budget and GRPO's
+    # completions; every coder that can train defines it).
+    "Coder": {
+        "model": None,  # the weights it loads; "embedded" has its tokenizer trained on a corpus first
+        "corpus_tasks": 200,  # tasks in the embedded tokenizer's corpus
+        "max_prompt_tokens": 1024,  # prompt budget (SFT budget = this + max_new_tokens)
+        "max_new_tokens": 512,  # completion budget
+        "temperature": 1.0,  # GRPO sampling
+        "top_p": 1.0,  # GRPO sampling
+        # prompt_format: a core.loop.distillation.PromptFormat, the prompt a student coder is given
+        # and the completion that answers it; core.distill writes its rows in it.
+        "prompt_format": None,
+    },
+    "RewardTerm": {
+        "scores_failures": False,  # True: the term scores rejected candidates itself (no failure_reward)
+    },
 }
 
 

@@ -254,11 +254,11 @@ def _training(ctx: Context) -> list[Command]:
                "trainer.num_generations=8", "trainer.phases.distill.steps=2000", "trainer.phases.distill.tasks=1024",
                "trainer.phases.distill.batch_size=16", "trainer.phases.distill.learning_rate=5e-4",
                "trainer.phases.correctness.steps=200", "trainer.phases.correctness.learning_rate=1e-5",
-               "verifier.workers=8", f"hydra.run.dir={root / 'embedded_gpu'}", env=cache),
+               f"hydra.run.dir={root / 'embedded_gpu'}", env=cache),
         ctx.py("scripts/run_experiments.py", "--out", root / "experiments", "--seeds", "0", "1", "2", "--steps", "100",
                "--model", root / "embedded_gpu" / "models" / "distill", "--", *_TRAIN_MODEL,
                "trainer.torch_threads=null", "trainer.tasks_per_step=8", "trainer.num_generations=8",
-               "trainer.eval_tasks=16", "verifier.workers=8", env=cache),
+               "trainer.eval_tasks=16", env=cache),
     ]
 
 
