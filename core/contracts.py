@@ -60,6 +60,52 @@ class Coder(Protocol):
 
 
 @runtime_checkable
+class TrainableCoder(Coder, Protocol):
+    """A coder the training loop can update (the ``llm`` coder): what :mod:`core.loop` calls on it.
+
+    :ivar model: the weights it loads (a path, a hub name, or ``"embedded"``).
+    :ivar tokenizer: where its tokenizer comes from (defaults to ``model``).
+    :ivar adapter: a LoRA adapter directory loaded on top of ``model``, or None.
+    """
+
+    model: str | None
+    tokenizer: str | None
+    adapter: str | None
+
+    @property
+    def hf_model(self) -> Any:
+        """The ``transformers`` model (loaded by :meth:`load`)."""
+
+    @property
+    def hf_tokenizer(self) -> Any:
+        """Its tokenizer."""
+
+    def load(self, corpus: Sequence[str] | None = None) -> Any:
+        """Load ``model`` (an embedded model is built, its tokenizer trained on ``corpus``)."""
+
+    def set_model(self, model: Any) -> None:
+        """Use ``model`` (a trainer's updated model) from now on."""
+
+    def corpus(self, tasks: Sequence[Task], solutions: Sequence[str], backend: str) -> list[str]:
+        """Text an embedded tokenizer is trained on: these tasks' prompts and these solutions."""
+
+    def prompt(self, task: Task, backend: str) -> str:
+        """The prompt for ``task``."""
+
+    def fits(self, prompt: str) -> bool:
+        """Whether ``prompt`` fits the prompt budget."""
+
+    def completion_for(self, solution_source: str) -> str:
+        """The completion that answers a prompt with this solution (SFT targets)."""
+
+    def extract(self, completion: str) -> str:
+        """The candidate source inside a completion."""
+
+    def to_candidate(self, task: Task, completion: str, backend: str) -> Candidate:
+        """A completion as a candidate for ``task``."""
+
+
+@runtime_checkable
 class RewardTerm(Protocol):
     name: str
 

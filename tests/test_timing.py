@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.timing import (
+from plugins.verifiers.performance.timing import (
     MiB,
     TimingPolicy,
     _Profile,
@@ -193,10 +193,10 @@ class _Filler:
 def _cpu_timer(policy, monkeypatch):
     import types
 
-    import core.timing
-    from core.timing import GpuTimer
+    import plugins.verifiers.performance.timing
+    from plugins.verifiers.performance.timing import GpuTimer
 
-    monkeypatch.setattr(core.timing, "time", types.SimpleNamespace(perf_counter=_Clock.perf_counter))
+    monkeypatch.setattr(plugins.verifiers.performance.timing, "time", types.SimpleNamespace(perf_counter=_Clock.perf_counter))
     timer = GpuTimer.__new__(GpuTimer)  # GpuTimer's loop on CPU: fake-clock events, a no-op filler
     timer.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=_ClockEvent, synchronize=lambda: None))
     timer.policy, timer._flush, timer.flush_bytes, timer._overhead_ms = policy, None, 0, None
@@ -205,7 +205,7 @@ def _cpu_timer(policy, monkeypatch):
 
 
 def test_the_filler_grows_to_the_hosts_launch_time_and_descheduled_runs_are_run_again(monkeypatch):
-    from core.timing import MAX_FILLER_US
+    from plugins.verifiers.performance.timing import MAX_FILLER_US
 
     calls = []
 
@@ -224,7 +224,7 @@ def test_the_filler_grows_to_the_hosts_launch_time_and_descheduled_runs_are_run_
 
 
 def test_a_launch_always_slower_than_the_longest_filler_is_kept_and_counted(monkeypatch):
-    from core.timing import MAX_FILLER_US
+    from plugins.verifiers.performance.timing import MAX_FILLER_US
 
     calls = []
 
@@ -242,7 +242,7 @@ def test_a_launch_always_slower_than_the_longest_filler_is_kept_and_counted(monk
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.floats(0.01, 100.0, allow_nan=False), min_size=1, max_size=300))
 def test_the_median_interval_holds_the_median_and_shrinks_to_it(xs):
-    from core.timing import median_interval, median_settled
+    from plugins.verifiers.performance.timing import median_interval, median_settled
 
     lo, hi = median_interval(xs)
     med = statistics.median(xs)
@@ -254,7 +254,7 @@ def test_the_median_interval_holds_the_median_and_shrinks_to_it(xs):
 def test_the_interval_covers_the_true_median_about_95_percent_of_the_time():
     import random
 
-    from core.timing import median_interval
+    from plugins.verifiers.performance.timing import median_interval
 
     rng = random.Random(0)
     covered = sum(lo <= 0.0 <= hi for lo, hi in (median_interval([rng.gauss(0, 1) for _ in range(60)])

@@ -94,7 +94,7 @@ class Training:
         self.curriculum = build("curriculum", cfg.curriculum)
         self.coder = build("coder", cfg.coder)
         for attr in ("hf_model", "hf_tokenizer", "prompt", "to_candidate", "load"):
-            if not hasattr(self.coder, attr):
+            if not hasattr(type(self.coder), attr):  # on the class: hf_model is a property that loads
                 raise TrainingError(f"trainer {self.settings.name!r} trains a language-model coder; coder "
                                     f"{cfg.coder.name!r} has no {attr!r}. Use coder=llm (or trainer=none for "
                                     f"self-play without learning)")

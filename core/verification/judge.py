@@ -35,6 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Sequence
 
+from core.config import resolve_device
 from core.contracts import optional
 from core.task import Candidate, Task
 from core.verdict import Verdict
@@ -64,16 +65,6 @@ DEFAULT_FLOAT64_MAX_ELEMENTS = 1 << 25
 
 class VerifierConfigError(ValueError):
     """The verifier was configured with something that does not exist or cannot run here."""
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise VerifierConfigError(f"device must be auto, cpu or cuda; got {device!r}")
-    return device
 
 
 # The task of the pool warm-up (Verifier.warm_up): every backend's warm_up_candidate solves it.
@@ -154,7 +145,10 @@ class Verifier:
             raise VerifierConfigError(f"trials={trials}: the verifier runs at least {MIN_TRIALS} correctness trials")
         self.backend_name = backend
         self.backend = registry("backend").create(backend)  # unknown name: lists the known ones
-        self.device = resolve_device(device)
+        try:
+            self.device = resolve_device(device)
+        except ValueError as exc:
+            raise VerifierConfigError(str(exc)) from None
         unsupported = self.backend.supports(self.device)
         # A backend that cannot execute here may still compile here (CUDA C through NVRTC on a CPU
         # machine): then only static + compile run and the verdict says why nothing executed.
