@@ -59,6 +59,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.coders.inductor",
     "plugins.executors.local",
     "plugins.executors.ray",
+    "plugins.trainers",
 )
 
 # Built-ins every run needs, which KERNELZERO_BLOCK_PLUGINS cannot remove: without the local

@@ -193,18 +193,20 @@ def install() -> None:
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     InterpretedFunction.run = run
-    _restore_after_device_calls(InterpretedFunction)
+    restore_after_device_calls()
     _warm()
 
 
-def _restore_after_device_calls(cls: type) -> None:
+def restore_after_device_calls() -> None:
     """Triton 3.9's interpreter patches ``triton.language`` for a direct (grid-less) call of a
     ``@jit`` function and never restores it, so after one such call every later compile in the
     worker would see the interpreter's builtins. Restore the patch when the call returns; nested
     calls inside a kernel restore to the kernel's own patch, as before."""
     from triton.runtime import interpreter
 
-    if not hasattr(interpreter, "_patch_lang") or not hasattr(cls, "rewrite"):
+    cls = interpreter.InterpretedFunction
+    if getattr(cls.__call__, "_kz_restores", False) or not hasattr(interpreter, "_patch_lang") \
+            or not hasattr(cls, "rewrite"):
         return
 
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -216,6 +218,7 @@ def _restore_after_device_calls(cls: type) -> None:
         finally:
             scope.restore()
 
+    __call__._kz_restores = True  # type: ignore[attr-defined]
     cls.__call__ = __call__
 
 
