@@ -6,9 +6,9 @@ it. CUPTI, through ``torch.profiler`` with ``ProfilerActivity.CUDA``, records ev
 fill the process puts on the GPU, whatever thread or library launched it. So:
 
 * ``collect`` (candidate worker, after the performance stage's timed runs: :data:`AFTER_TIMING`):
-  the task's reference model and inputs are built as the timed runs build them
-  (:func:`core.timing.fresh_arguments` over inputs drawn as the trials draw); ``forward`` is called once to
-  warm up, then ``calls`` times, each call on fresh arguments and compared with the reference. One
+  the task's reference model and inputs are built as the timed runs build them (``fresh_arguments``
+  of :mod:`plugins.verifiers.performance.timing` over inputs drawn as the trials draw); ``forward`` is
+  called once to warm up, then ``calls`` times, each on fresh arguments and compared with the reference. One
   of those calls, chosen with :mod:`secrets`, is recorded (:func:`audited_series`). Returns plain
   data: every GPU activity of that call (:class:`Activity`) and the backend's launch count for it.
 * ``evaluate`` (judge): :func:`judge`, a pure function of that data and of the candidate's kernel

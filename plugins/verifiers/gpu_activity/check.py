@@ -74,10 +74,10 @@ class GpuActivityCheck:
     def collect(self, session: Any) -> dict[str, Any]:
         import torch
 
-        from core.timing import fresh_arguments
         from core.verification.inputs import draw_inputs
         from core.verification.sandbox import to_device
-        from plugins.verifiers.performance import flatten, has_state, load_task_module, task_source_of
+        from plugins.verifiers.performance.check import flatten, has_state, load_task_module, task_source_of
+        from plugins.verifiers.performance.timing import fresh_arguments
 
         began = time.perf_counter()
         if not torch.cuda.is_available():
