@@ -12,6 +12,7 @@ declares none gets :data:`STRICTEST` (torch and math only).
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
@@ -58,6 +59,10 @@ super tuple type zip True False None NotImplemented Ellipsis
 ArithmeticError AssertionError AttributeError Exception IndexError KeyError LookupError
 NotImplementedError OverflowError RuntimeError StopIteration TypeError ValueError ZeroDivisionError
 """.split())
+
+# Every builtin exception and warning class is harmless to name (raise, except, isinstance).
+SAFE_BUILTINS |= frozenset(name for name, obj in vars(builtins).items()
+                           if isinstance(obj, type) and issubclass(obj, BaseException))
 
 # Builtins a kernel body may use (Triton folds them on constexprs or lowers them itself).
 DEVICE_BUILTINS = frozenset({"range", "min", "max", "float", "int", "bool", "len", "abs", "tuple", "print",

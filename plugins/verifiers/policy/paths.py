@@ -81,7 +81,8 @@ def step(policy: StaticPolicy, ref: Ref, attr: str) -> Ref:
             return Ref("transit", full)
         if attr.startswith("_"):
             return refuse("private-attribute", f"{full} is private to {ref.path}")
-        return refuse("module-member", f"{full} is not among the paths the {policy.backend} policy allows")
+        return refuse("private-attribute", f"{full} is inside the private {ref.path}, where the {policy.backend} "
+                                           f"policy allows only {', '.join(sorted(policy.exact_paths)[:4])}")
     rule = policy.rule(ref.path)
     assert rule is not None, ref.path
     reason = rule.barred_reason(attr)

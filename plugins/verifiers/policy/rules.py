@@ -99,6 +99,10 @@ def _is_dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
+def _binds_none(b: Binding) -> bool:
+    return b.kind == "assign" and isinstance(b.value, ast.Constant) and b.value.value is None
+
+
 def _is_constant(node: ast.expr | None) -> bool:
     if isinstance(node, ast.Constant):
         return True
@@ -168,8 +172,9 @@ class PolicyChecker:
             found = self._bindings(node)
             if not found:
                 return None
-            if all(b.kind in ("import", "from") for b in found):
-                return self._import_ref(found[-1])
+            imports = [b for b in found if b.kind in ("import", "from")]
+            if imports and all(b in imports or _binds_none(b) for b in found):
+                return self._import_ref(imports[-1])  # also `except ImportError: x = None`
             if len(found) == 1 and found[0].kind == "assign" and isinstance(found[0].value, (ast.Name, ast.Attribute)):
                 return self.ref_of(found[0].value, depth + 1)  # an alias: x = torch.nn.functional
             return None
@@ -244,9 +249,9 @@ class PolicyChecker:
     def _check_rebound_imports(self) -> None:
         for scope in self.scopes.scopes():
             for name, found in scope.bindings.items():
-                kinds = {b.kind in ("import", "from") for b in found}
+                kinds = {b.kind in ("import", "from") for b in found if not _binds_none(b)}
                 if kinds == {True, False}:
-                    other = next(b for b in found if b.kind not in ("import", "from"))
+                    other = next(b for b in found if b.kind not in ("import", "from") and not _binds_none(b))
                     self.add("import", other.node, f"rebinds {name}, which names an import")
 
     # ------------------------------------------------------------------ imports
@@ -370,8 +375,6 @@ class PolicyChecker:
                 self.add(ref.rule, attr_node, ref.why)
                 self._handled.update(id(n) for n in nodes[i:])  # what follows is named by the refusal
                 return
-            if ref.kind == "object" and ref.path in self.policy.exact_paths:
-                self._handled.update(id(n) for n in nodes[i:])
         if ref.kind == "transit":
             self.add("private-attribute", node, f"{ref.path} is private")
         elif ref.kind == "module" and not (isinstance(parent, ast.Attribute) and parent.value is node):
@@ -593,7 +596,7 @@ class PolicyChecker:
         elif b.kind == "function":
             body = [s for s in b.node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # type: ignore[attr-defined]
             if len(body) != 1 or not isinstance(body[0], ast.Return):
-                self.add("launch-grid", use, f"the {what} {use.id} is a function whose body is more than "
+                self.add("launch-grid" if what == "launch grid" else "launch-hook", use, f"the {what} {use.id} is a function whose body is more than "
                                              "`return <launch arithmetic>`")
             else:
                 self._report_offence(offence(body[0].value, self.grid), what)
