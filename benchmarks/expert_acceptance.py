@@ -34,14 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     from core.contracts import CurriculumState
     from core.distill import distill, print_summary, write_rows
     from core.plugins import registry
-    from core.verify import Verifier
+    from core.verification.executor import make_executor
 
     proposer = registry("proposer").create(args.proposer, seed=args.seed)
     teacher = registry("coder").create("expert")
     started = time.perf_counter()
     tasks = proposer.propose(args.n, CurriculumState(max_tier=args.max_tier))
     propose_s = time.perf_counter() - started
-    with Verifier(backend="triton", device=args.device, workers=args.workers) as verifier:
+    pool = {"name": "local", "cpu_workers": args.workers, "workers_per_gpu": args.workers}
+    with make_executor(pool, backend="triton", device=args.device) as verifier:
         rows, summary = distill(tasks, teacher, verifier, "triton", progress=sys.stderr.isatty())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -267,6 +267,27 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # static_policy: what a candidate's source may name (plugins.verifiers.policy.StaticPolicy:
         # modules, members, builtins); None: the strictest policy, torch and math only.
         "static_policy": None,
+        # toolchain() -> {name: version}: the compilers and libraries a verdict depends on (the eval
+        # cache keys verdicts on them); the default, dict(), declares none
+        "toolchain": dict,
+    },
+    # What the training and self-play loop (core/loop/) reads of a coder beyond ``generate``. A coder
+    # that trains (hf_model, hf_tokenizer, prompt, to_candidate, load) is a language model; these are
+    # its knobs. max_new_tokens: 512, LLMCoder's own default (it bounds both the SFT budget and GRPO's
+    # completions; every coder that can train defines it).
+    "Coder": {
+        "model": None,  # the weights it loads; "embedded" has its tokenizer trained on a corpus first
+        "corpus_tasks": 200,  # tasks in the embedded tokenizer's corpus
+        "max_prompt_tokens": 1024,  # prompt budget (SFT budget = this + max_new_tokens)
+        "max_new_tokens": 512,  # completion budget
+        "temperature": 1.0,  # GRPO sampling
+        "top_p": 1.0,  # GRPO sampling
+        # prompt_format: a core.loop.distillation.PromptFormat, the prompt a student coder is given
+        # and the completion that answers it; core.distill writes its rows in it.
+        "prompt_format": None,
+    },
+    "RewardTerm": {
+        "scores_failures": False,  # True: the term scores rejected candidates itself (no failure_reward)
     },
 }
 
@@ -279,3 +300,41 @@ def optional(plugin: Any, protocol: str, member: str) -> Any:
     """
     default = OPTIONAL_MEMBERS[protocol][member]
     return getattr(plugin, member, default)
+
+
+# --------------------------------------------------------------------------- executors
+
+from collections.abc import Callable  # noqa: E402
+
+Pair = tuple[Task, Candidate]
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Spreads verification over workers, GPUs or machines; registered through ``register_executors``.
+
+    Exactly what the training loop, self-play and the CLIs call (``core.verification.executor``
+    holds the shared base). Used as a context manager: leaving it stops every shard.
+
+    :ivar workers: candidates verified at once over all shards (0 once closed).
+    """
+
+    workers: int
+
+    def verify(self, task: Task, candidate: Candidate) -> Verdict:
+        """The verdict of one candidate."""
+
+    def verify_many(self, pairs: Sequence[Pair], on_verdicts: Callable[[list[int], list[Verdict]], None] | None = None
+                    ) -> list[Verdict]:
+        """One verdict per ``(task, candidate)`` pair, in input order; ``on_verdicts(indices, verdicts)``
+        reports each verdict once, as it lands (indices into ``pairs``)."""
+
+    def describe(self) -> str:
+        """One line for the log: the executor's name, its shards and workers."""
+
+    def close(self) -> None:
+        """Stop every shard; the executor verifies nothing afterwards."""
+
+    def __enter__(self) -> "Executor": ...
+
+    def __exit__(self, *exc: object) -> None: ...

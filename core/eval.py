@@ -9,129 +9,24 @@ Per level and overall: compiled, correct, fast_p at p = 0, 1, 1.2, 1.5, 2 agains
 torch.compile, geometric-mean speedup, hack-flag counts; a rich table, and results.json,
 results.csv, summary.csv and fast_p.png in the run's output directory. Verdicts are cached by
 (task, candidate, hardware, software) so a rerun verifies only what changed, and every evaluated
-task is recorded as held out so training can exclude it (:mod:`core.evaluation.suites`).
+task is recorded as held out so training can exclude it (:mod:`core.evaluation.suites`). The work is
+:func:`core.evaluation.runner.evaluate`.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from omegaconf import DictConfig
 
-from core.config import build, resolve_device, store_plugin_configs
-from core.evaluation.cache import CacheKey, EvalCache, hardware, software_versions, split_cached
-from core.evaluation.report import TaskResult, summarise, table, write_results
-from core.evaluation.suites import HeldOut, Suite, SuiteError, level_of, load_solutions, load_suite
+from core.config import store_plugin_configs
+from core.evaluation.runner import evaluate
+from core.evaluation.suites import SuiteError
 from core.plugins import PluginError
-from core.task import Candidate, Task
-from core.verdict import Verdict
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
-# Verifier settings that change what a verdict says (the cache key includes them).
-VERDICT_SETTINGS = ("checks", "trials", "tolerances", "probe_scales", "timeout_s", "memory_mb")
-
-
-def select_tasks(suite: Suite, levels: Any = None, limit: int | None = None) -> list[Task]:
-    tasks = suite.tasks
-    if levels:
-        wanted = {str(x) for x in ([levels] if isinstance(levels, str) else levels)}
-        unknown = wanted - set(suite.levels)
-        if unknown:
-            raise SuiteError(f"levels {sorted(unknown)} are not in the suite; it has {suite.levels}")
-        tasks = [t for t in tasks if level_of(t) in wanted]
-    if limit is not None:
-        tasks = tasks[: int(limit)]
-    return tasks
-
-
-def candidates_for(cfg: DictConfig, tasks: list[Task], backend: str, console: Console) -> tuple[list[Candidate], str]:
-    """One candidate per task: from the solutions folder, else from the configured coder."""
-    if cfg.get("solutions"):
-        return load_solutions(cfg.solutions, tasks, backend), f"solutions:{cfg.solutions}"
-    coder = build("coder", cfg.coder)
-    with console.status(f"coder {coder.name}: writing {len(tasks)} candidates"):
-        samples = coder.generate(tasks, backend, 1)
-    out = []
-    for task, cands in zip(tasks, samples, strict=True):
-        if not cands:
-            cands = [Candidate(source="", backend=backend, task_id=task.id, coder=coder.name,
-                               declined="the coder returned no sample")]
-        out.append(cands[0])
-    return out, f"coder:{coder.name}"
-
-
-def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
-    """Run one evaluation from a composed config; return the JSON payload that was written."""
-    from core.verification.executor import make_executor
-
-    console = console or Console()
-    started = time.perf_counter()
-    suite = load_suite(cfg.suite)
-    tasks = select_tasks(suite, cfg.get("levels"), cfg.get("limit"))
-    if not tasks:
-        raise SuiteError(f"no task of suite {cfg.suite} was selected (levels={cfg.get('levels')}, limit={cfg.get('limit')})")
-    device = resolve_device(cfg.device)
-    backend = cfg.backend.name
-    out_dir = Path(cfg.out_dir)
-    console.print(f"suite [bold]{suite.name}[/]: {len(tasks)} tasks in {len(suite.levels)} level(s) from {suite.source}")
-
-    heldout_path = cfg.heldout.get("path")
-    if cfg.heldout.get("record", True):
-        new = HeldOut().record(tasks, heldout_path, label=f"core.eval suite {suite.source}")
-        console.print(f"held out: {new} new task fingerprint(s) recorded (training excludes them; see core.evaluation.suites)")
-
-    candidates, source = candidates_for(cfg, tasks, backend, console)
-    attempts = [i for i, c in enumerate(candidates) if not c.declined]
-    verifier_cfg = OmegaConf.to_container(cfg.verifier, resolve=True)
-    settings = {k: verifier_cfg.get(k) for k in VERDICT_SETTINGS if k in verifier_cfg}
-    key = CacheKey(device=device, settings={"backend": backend, **settings})
-    cache = EvalCache(cfg.cache.path if cfg.cache.get("enabled", True) else None)
-    pairs = [(tasks[i], candidates[i]) for i in attempts]
-    found, missing = split_cached(cache, key, pairs)
-    verdicts: dict[int, Verdict] = dict(found)
-    console.print(f"{len(candidates) - len(attempts)} declined, {len(found)} verdicts from the cache, "
-                  f"{len(missing)} to verify")
-    if missing:
-        todo = [pairs[i] for i in missing]
-        with make_executor(cfg.executor, backend=backend, device=device, verifier=cfg.verifier) as executor:
-            console.print(f"executor {executor.describe()}")
-            columns = (TextColumn("verify"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            with Progress(*columns, console=console, transient=True) as progress:
-                bar = progress.add_task("verify", total=len(todo))
-
-                def landed(idx: list[int], vs: list[Verdict]) -> None:
-                    for i, v in zip(idx, vs):
-                        cache.put(key.of(*todo[i]), v)
-                    progress.advance(bar, len(vs))
-
-                fresh = executor.verify_many(todo, on_verdicts=landed)
-        for i, v in zip(missing, fresh):
-            verdicts[i] = v
-    cache.close()
-
-    results: list[TaskResult] = []
-    slot = {task_index: k for k, task_index in enumerate(attempts)}
-    for i, (task, cand) in enumerate(zip(tasks, candidates)):
-        k = slot.get(i)
-        verdict = verdicts.get(k) if k is not None else None
-        results.append(TaskResult.of(task, level_of(task), cand, verdict, cached=k in found if k is not None else False))
-    groups = summarise(results)
-    console.print(table(groups, f"{suite.name} — {source} — {backend} on {hardware(device)}", device))
-    meta = {"suite": suite.name, "suite_source": suite.source, "candidates": source, "backend": backend,
-            "device": device, "hardware": hardware(device), "software": software_versions(),
-            "cache": {"path": cfg.cache.path if cfg.cache.get("enabled", True) else None,
-                      "hits": len(found), "verified": len(missing)},
-            "seconds": round(time.perf_counter() - started, 2),
-            "config": OmegaConf.to_container(cfg, resolve=True)}
-    paths = write_results(out_dir, results, groups, meta)
-    console.print("results: " + ", ".join(str(p) for p in paths.values()))
-    return {**meta, "summary": [g.to_dict() for g in groups]}
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="eval")

@@ -9,14 +9,22 @@ Environment variables:
 ``KERNELZERO_DISABLE_AUTOLOAD=1``
     do not load third-party entry points (tests use this for a clean, predictable manager).
 ``KERNELZERO_BLOCK_PLUGINS=name1,name2``
-    never register the named plugins (entry-point names or built-in module paths).
+    never register the named plugins (entry-point names or built-in module paths). The plugins in
+    :data:`UNBLOCKABLE_PLUGINS` are always registered: naming one warns and is otherwise ignored.
+``KERNELZERO_TRACE_PLUGINS=1``
+    print every hook call, its implementations and what it returned, to stderr (pluggy's
+    ``add_hookcall_monitoring``; as ``DATASETTE_TRACE_PLUGINS`` does).
+
+``python -m core.plugins`` lists every plugin, where it came from and what it registered.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -48,10 +56,18 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.coders.llm",
     "plugins.coders.expert",
     "plugins.coders.inductor",
+    "plugins.executors.local",
+    "plugins.executors.ray",
+    "plugins.trainers",
 )
+
+# Built-ins every run needs, which KERNELZERO_BLOCK_PLUGINS cannot remove: without the local
+# executor nothing could verify a candidate.
+UNBLOCKABLE_PLUGINS: frozenset[str] = frozenset({"plugins.executors.local"})
 
 ENV_DISABLE_AUTOLOAD = "KERNELZERO_DISABLE_AUTOLOAD"
 ENV_BLOCK = "KERNELZERO_BLOCK_PLUGINS"
+ENV_TRACE = "KERNELZERO_TRACE_PLUGINS"
 
 # Registry kinds and the hook that fills each.
 REGISTRY_HOOKS: dict[str, str] = {
@@ -124,7 +140,11 @@ class Registry:
 
 
 def _blocked() -> set[str]:
-    return {n.strip() for n in os.environ.get(ENV_BLOCK, "").split(",") if n.strip()}
+    named = {n.strip() for n in os.environ.get(ENV_BLOCK, "").split(",") if n.strip()}
+    for name in sorted(named & UNBLOCKABLE_PLUGINS):
+        warnings.warn(f"{ENV_BLOCK} names {name!r}, which cannot be blocked (every run needs it); "
+                      "it stays registered", stacklevel=3)
+    return named - UNBLOCKABLE_PLUGINS
 
 
 def make_plugin_manager(*, autoload: bool | None = None, builtins: bool = True) -> pluggy.PluginManager:
@@ -149,7 +169,28 @@ def make_plugin_manager(*, autoload: bool | None = None, builtins: bool = True) 
         # Third-party plugins are registered after built-ins, so pluggy calls them first.
         pm.load_setuptools_entrypoints(hookspecs.PROJECT_NAME)
     pm.check_pending()
+    if _tracing():
+        _trace_hook_calls(pm)
     return pm
+
+
+def _tracing() -> bool:
+    return os.environ.get(ENV_TRACE, "") not in ("", "0", "false", "False")
+
+
+def _trace_hook_calls(pm: pluggy.PluginManager) -> None:
+    import sys
+
+    def before(hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+        names = ", ".join(_plugin_name(pm, i) for i in impls)
+        print(f"[kernelzero] hook {hook_name}({', '.join(kwargs)}) -> {len(impls)} impl(s): {names}", file=sys.stderr)
+
+    def after(outcome: Any, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+        error = outcome.exception
+        result = f"raised {type(error).__name__}: {error}" if error else f"returned {outcome.get_result()!r}"[:200]
+        print(f"[kernelzero] hook {hook_name} {result}", file=sys.stderr)
+
+    pm.add_hookcall_monitoring(before, after)
 
 
 _lock = threading.RLock()
@@ -189,7 +230,14 @@ def build_registry(kind: str, pm: pluggy.PluginManager | None = None) -> Registr
     # Call implementations one at a time so every registration knows its owner.
     for impl in reversed(hook_caller.get_hookimpls()):
         owner = _plugin_name(pm, impl)
+        before = set(registry.entries)
         impl.function(register=lambda n, f, _o=owner: registry.register(n, f, owner=_o))
+        if _tracing():  # registry hooks are called one implementation at a time, not through the monitor
+            import sys
+
+            added = sorted(set(registry.entries) - before)
+            print(f"[kernelzero] hook {hook_name}(register) by {owner}: {', '.join(added) or 'nothing'}",
+                  file=sys.stderr)
     return registry
 
 
@@ -214,3 +262,98 @@ def register_configs(config_store: Any, pm: pluggy.PluginManager | None = None) 
 def notify(event: str, **kwargs: Any) -> None:
     """Fire an event hook (``on_verdict``, ``on_step_end``, ``on_round_end``) on every plugin."""
     getattr(get_plugin_manager().hook, event)(**kwargs)
+
+
+
+# --------------------------------------------------------------------------- listing (python -m core.plugins)
+# As ``llm plugins`` or ``pytest --trace-config`` do: a user can see which package provides a name.
+
+
+@dataclass
+class PluginInfo:
+    """One registered plugin.
+
+    :param name: the plugin's name in the manager (built-ins: their module path).
+    :param origin: ``"built-in"``, ``"entry point <dist> <version>"`` or ``"registered at runtime"``.
+    :param module: the module that implements its hooks.
+    :param registered: registry kind -> names this plugin registered there.
+    :param hooks: every hook it implements.
+    """
+
+    name: str
+    origin: str
+    module: str
+    registered: dict[str, list[str]] = field(default_factory=dict)
+    hooks: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "origin": self.origin, "module": self.module,
+                "registered": self.registered, "hooks": self.hooks}
+
+
+def list_plugins(pm: pluggy.PluginManager | None = None) -> list[PluginInfo]:
+    """Every plugin of ``pm`` (default: the process-wide manager), built-ins first, in load order."""
+    pm = pm or get_plugin_manager()
+    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+    infos: dict[str, PluginInfo] = {}
+    for plugin in pm.get_plugins():
+        name = pm.get_name(plugin) or repr(plugin)
+        if name in BUILTIN_PLUGINS:
+            origin = "built-in"
+        elif id(plugin) in dists:
+            dist = dists[id(plugin)]
+            origin = f"entry point {dist.project_name} {dist.version}"
+        else:
+            origin = "registered at runtime"
+        module = plugin.__name__ if inspect.ismodule(plugin) else type(plugin).__module__
+        hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
+        infos[name] = PluginInfo(name, origin, module, hooks=hooks)
+    for kind in REGISTRY_HOOKS:
+        reg = build_registry(kind, pm)
+        for entry in reg.names():
+            owner = infos.get(reg.owners[entry])
+            if owner is not None:
+                owner.registered.setdefault(kind, []).append(entry)
+    order = {n: i for i, n in enumerate(BUILTIN_PLUGINS)}
+    return sorted(infos.values(), key=lambda i: (i.origin != "built-in", order.get(i.name, 0), i.name))
+
+
+def print_listing(infos: list[PluginInfo]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="KernelZero plugins")
+    for column in ("plugin", "from", "registered", "event hooks"):
+        table.add_column(column, overflow="fold")
+    for info in infos:
+        registered = "\n".join(f"{kind}: {', '.join(names)}" for kind, names in sorted(info.registered.items()))
+        events = ", ".join(h for h in info.hooks if not h.startswith("register_"))
+        table.add_row(info.name, info.origin, registered or "-", events or "-")
+    Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m core.plugins",
+                                     description="List every loaded plugin and what it registered.")
+    parser.add_argument("--json", action="store_true", help="one JSON object per plugin")
+    args = parser.parse_args(argv)
+    try:
+        infos = list_plugins()
+    except PluginError as exc:
+        print(f"error: {exc}")
+        return 2
+    if args.json:
+        for info in infos:
+            print(json.dumps(info.to_dict(), sort_keys=True))
+    else:
+        print_listing(infos)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -18,9 +18,17 @@ class CheckResult:
     data: dict[str, Any] = field(default_factory=dict)
     # A finding that marks a hack attempt (integrity), counted apart from honest mistakes.
     hack: bool = False
+    # The check could not run (tool missing, timed out, crashed): it did not pass, it failed closed.
+    # A verifier configured with ``accept_unchecked`` may let it pass; the verdict then says so.
+    unchecked: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def could_not_run(detail: str, data: dict[str, Any] | None = None) -> CheckResult:
+    """The result of a check that could not run: it fails closed, and says why."""
+    return CheckResult(False, f"could not run: {detail}", data=dict(data or {}), unchecked=True)
 
 
 @dataclass
@@ -43,6 +51,13 @@ class Verdict:
     elapsed_s: float = 0.0
     stage_s: dict[str, float] = field(default_factory=dict)
     gpu_wait_s: float = 0.0  # of elapsed_s, spent waiting for a turn on the GPU (neighbours' timed stages)
+    # checks that could not run and were let pass only because the verifier was told to (accept_unchecked)
+    accepted_unchecked: list[str] = field(default_factory=list)
+
+    @property
+    def unchecked(self) -> list[str]:
+        """Checks that could not run (whether or not ``accept_unchecked`` let them pass)."""
+        return sorted(name for name, c in self.checks.items() if c.unchecked)
 
     @property
     def hack_flags(self) -> list[str]:
@@ -56,6 +71,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["hack_flags"] = self.hack_flags
+        data["unchecked"] = self.unchecked
         return data
 
     def to_json(self) -> str:

@@ -113,6 +113,116 @@ def test_cache_round_trip_persists_and_skips_transient_failures(tmp_path):
         assert found[0].timing["eager_ms"] == 2.0 and found[2].status == "crashed"
 
 
+# --------------------------------------------------------------------------- what the cache key covers
+
+
+def _files_defining(*needles: str) -> set[Path]:
+    """Source files of core/ and plugins/ that define all of ``needles``, wherever they were moved."""
+    found = set()
+    for path in [*(REPO / "core").rglob("*.py"), *(REPO / "plugins").rglob("*.py")]:
+        text = path.read_text()
+        if all(n in text for n in needles):
+            found.add(path.resolve())
+    return found
+
+
+def test_the_code_digest_covers_timing_roofline_devices_and_the_whole_engine():
+    from core.evaluation.digest import verdict_sources
+
+    files = set(verdict_sources().values())
+    timing = _files_defining("class GpuTimer", "def warm_filler")
+    roofline = _files_defining("def roofline(", "def find_device(")
+    assert timing and roofline and (timing | roofline) <= files
+    assert (REPO / "plugins" / "devices.py").resolve() in files
+    assert set((REPO / "core" / "verification").resolve().rglob("*.py")) <= files
+    for module in ("task", "verdict", "contracts", "program"):
+        assert (REPO / "core" / f"{module}.py").resolve() in files
+    for backend in ("cuda_backend.py", "cuda_static.py", "nvrtc.py", "triton_backend.py"):
+        assert (REPO / "plugins" / "backends" / backend).resolve() in files
+    # what cannot change a verdict does not invalidate the cache
+    assert not files & {(REPO / "core" / "loop" / "training.py").resolve(), (REPO / "core" / "eval.py").resolve(),
+                        (REPO / "plugins" / "coders" / "expert.py").resolve()}
+
+
+def test_editing_a_device_plugin_or_a_module_it_imports_changes_the_digest(tmp_path, monkeypatch):
+    """A GPU's peak numbers, and the module they are computed in (reached only by an import inside a
+    function, as the performance check reaches GPU timing), are part of the digest."""
+    from core import plugins
+    from core.evaluation.digest import code_digest, verdict_sources
+
+    pkg = tmp_path / "kzt_gpus"
+    (pkg / "measure").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "measure" / "__init__.py").write_text("")
+    (pkg / "measure" / "clock.py").write_text("PEAK = 1.0e12\n")
+    (pkg / "measure" / "unused.py").write_text("X = 1\n")
+    (pkg / "specs.py").write_text(
+        "from core import hookimpl\n"
+        "from core.contracts import DeviceSpec\n\n\n"
+        "def _peak():\n"
+        "    from kzt_gpus.measure.clock import PEAK\n"
+        "    return PEAK\n\n\n"
+        "@hookimpl\n"
+        "def register_devices(register):\n"
+        "    register('KZT-1', DeviceSpec(name='KZT-1', peak_bandwidth=_peak()))\n")
+    (tmp_path / "elsewhere.py").write_text("Y = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    module = importlib.import_module("kzt_gpus.specs")
+    try:
+        pm = plugins.make_plugin_manager(autoload=False)
+        pm.register(module, name="kzt-gpus")
+        assert "KZT-1" in plugins.build_registry("device", pm)
+        names = set(verdict_sources(pm))
+        assert {"kzt_gpus/specs.py", "kzt_gpus/__init__.py", "kzt_gpus/measure/clock.py"} <= names
+        before = code_digest(pm)
+        assert code_digest(pm) == before  # deterministic
+        spec = (pkg / "specs.py").read_text()
+        (pkg / "specs.py").write_text(spec.replace("peak_bandwidth=_peak()", "peak_bandwidth=_peak(), l2_bytes=1"))
+        edited_spec = code_digest(pm)
+        (pkg / "measure" / "clock.py").write_text("PEAK = 2.0e12\n")
+        edited_clock = code_digest(pm)
+        assert len({before, edited_spec, edited_clock}) == 3
+        (pkg / "measure" / "unused.py").write_text("X = 3\n")  # imported by nothing that judges
+        (tmp_path / "elsewhere.py").write_text("Y = 3\n")
+        assert code_digest(pm) == edited_clock
+    finally:
+        for name in ("kzt_gpus.specs", "kzt_gpus.measure.clock", "kzt_gpus.measure", "kzt_gpus"):
+            sys.modules.pop(name, None)
+
+
+def test_a_backends_declared_toolchain_is_part_of_the_key(register_plugin):
+    from importlib import metadata
+
+    from core import hookimpl
+    from core.evaluation.cache import software_versions
+
+    class Toolchained:
+        def __init__(self, version="1.0"):
+            self.name, self.version = "kzt-tool", version
+
+        def toolchain(self):
+            return {"kztcc": self.version}
+
+    class Plugin:
+        @hookimpl
+        def register_backends(self, register):
+            register("kzt-tool", Toolchained)
+            register("kzt-bare", lambda: object())  # declares no toolchain: the default, none
+
+    register_plugin(Plugin(), name="kzt-backends")
+    assert software_versions("triton")["toolchain"] == {"triton": metadata.version("triton")}
+    assert set(software_versions("cuda")["toolchain"]) == {"cupy", "nvrtc"}
+    assert software_versions("kzt-bare")["toolchain"] == {}
+    key = CacheKey("cpu", {"backend": "kzt-tool"}, hardware_name="cpu:A")
+    assert key.software["toolchain"] == {"kztcc": "1.0"}
+    task, cand = make_task(0), Candidate(source="x", backend="kzt-tool")
+    other = CacheKey("cpu", {"backend": "kzt-tool"}, hardware_name="cpu:A",
+                     software={**key.software, "toolchain": {"kztcc": "1.1"}})
+    assert key.of(task, cand) != other.of(task, cand)
+
+
 # --------------------------------------------------------------------------- the command
 
 

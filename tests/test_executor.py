@@ -5,9 +5,12 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -15,9 +18,11 @@ from hypothesis import strategies as st
 
 from core.task import Candidate, Task
 from core.verdict import Verdict
-from core.verification.executor import ExecutorError, LocalExecutor, ShardLost, ShardSet, make_executor, schedule
+from core.verification.executor import ExecutorError, ShardLost, ShardSet, make_executor, schedule
+from plugins.executors.local import LocalExecutor
 
 FAKE = "tests.test_executor:SlowVerifier"
+REPO = Path(__file__).resolve().parents[1]
 
 
 class SlowVerifier:
@@ -161,6 +166,59 @@ def test_cpu_stage_result_is_final_for_what_did_not_compile(monkeypatch):
         assert verdicts[0].accepted and not verdicts[1].accepted
     finally:
         ex.close()
+
+
+# --------------------------------------------------------------------------- the executor registry
+
+
+def test_executors_come_from_the_registry_and_satisfy_the_contract():
+    from core import plugins
+    from core.contracts import Executor
+
+    pm = plugins.make_plugin_manager(autoload=False)
+    executors = plugins.build_registry("executor", pm)
+    assert executors.names() == ["local", "ray"]
+    assert executors.owners == {"local": "plugins.executors.local", "ray": "plugins.executors.ray"}
+    with make_executor({"name": "local", "cpu_workers": 1, "verifier_path": FAKE}, backend="triton",
+                       device="cpu", verifier={"delay_s": 0.0}) as ex:
+        assert isinstance(ex, Executor) and isinstance(ex, LocalExecutor)
+        seen: list[int] = []
+        verdicts = ex.verify_many(pairs_of(3), on_verdicts=lambda idx, vs: seen.extend(idx))
+        assert sorted(seen) == [0, 1, 2] and all(v.accepted for v in verdicts)
+    assert ex.workers == 0  # closed
+
+
+def test_the_old_import_path_still_names_the_registered_executors():
+    import core.verification.executor as executor
+
+    assert executor.LocalExecutor is LocalExecutor
+    assert executor.RayExecutor.__module__ == "plugins.executors.ray"
+    with pytest.raises(AttributeError, match="no attribute 'SlurmExecutor'"):
+        executor.SlurmExecutor  # noqa: B018
+
+
+def test_the_local_executor_cannot_be_blocked(monkeypatch):
+    from core import plugins
+
+    monkeypatch.setenv(plugins.ENV_BLOCK, "plugins.executors.local,plugins.executors.ray")
+    with pytest.warns(UserWarning, match="'plugins.executors.local', which cannot be blocked"):
+        pm = plugins.make_plugin_manager(autoload=False)
+    assert plugins.build_registry("executor", pm).names() == ["local"]  # ray was blocked, local stays
+    assert not pm.is_blocked("plugins.executors.local") and pm.is_blocked("plugins.executors.ray")
+
+
+def test_registering_the_executors_does_not_import_ray():
+    """Ray is imported only when a Ray executor is built, so ``executor=local`` runs without it."""
+    code = ("import sys\n"
+            "import plugins.executors.ray\n"
+            "from core.plugins import build_registry, make_plugin_manager\n"
+            "build_registry('executor', make_plugin_manager(autoload=False))\n"
+            "print('ray' in sys.modules)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KERNELZERO_DISABLE_AUTOLOAD": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, text=True, capture_output=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False"
 
 
 @pytest.mark.gpu

@@ -74,8 +74,12 @@ def test_sanitizer_checks_judge_reports(check_cls):
     assert ok.passed and "no errors" in ok.detail
     failed = check.evaluate(_evidence({check.name: parse_sanitizer_output(MEMCHECK_BAD)}))
     assert not failed.passed and "3 error(s)" in failed.detail and "Invalid __global__ write" in failed.detail
+    # a sanitizer that could not run (missing, timed out, died before its report) fails closed
     skipped = check.evaluate(_evidence({check.name: {"skipped": "compute-sanitizer is not installed"}}))
-    assert skipped.passed and "not checked" in skipped.detail
+    assert not skipped.passed and skipped.unchecked and "could not run" in skipped.detail
+    assert "not installed" in skipped.detail
+    nothing = check.evaluate(_evidence({}))
+    assert not nothing.passed and nothing.unchecked
 
 
 def _perf(median=1.0, side=0.0, eager=2.0, implausible=False, mismatches=()):
@@ -105,11 +109,12 @@ def test_performance_hacks_fail_and_are_flagged(kw, expect):
     assert not r.passed and r.hack and expect in r.detail
 
 
-def test_performance_soft_when_not_measurable_hard_when_candidate_fails():
+def test_performance_fails_closed_when_not_measurable_and_hard_when_candidate_fails():
     check = PerformanceCheck()
-    assert check.evaluate(_evidence({})).passed
+    nothing = check.evaluate(_evidence({}))
+    assert not nothing.passed and nothing.unchecked
     harness = check.evaluate(_evidence({"performance": {"error": "no task source", "blame": "harness"}}))
-    assert harness.passed and "not measured" in harness.detail
+    assert not harness.passed and harness.unchecked and "not measured" in harness.detail and not harness.hack
     cand = check.evaluate(_evidence({"performance": {"error": "RuntimeError: boom", "blame": "candidate"}}))
     assert not cand.passed and "boom" in cand.detail
     assert not PerformanceCheck(reject_implausible=False).evaluate(_evidence(_perf(implausible=True))).hack

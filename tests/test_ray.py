@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray", reason="the Ray executor needs the 'ray' extra:
 
 from core.task import Candidate, Task
 from core.verdict import STATUSES
-from core.verification.executor import RayExecutor, init_ray
+from plugins.executors.ray import RayExecutor, init_ray
 
 REDTEAM = Path(__file__).parent / "redteam"
 HEADER = re.compile(r"^#\s*(task|expect):\s*(.+?)\s*$", re.MULTILINE)

@@ -4,10 +4,11 @@ The key of a verdict is the SHA-256 of:
 
 * the task id and the candidate id (content hashes of their sources) and the candidate's backend;
 * the **hardware** the verdict was reached on (GPU model, or the CPU model for the interpreter);
-* the **software**: Python, torch, triton (and CuPy when present), KernelZero's version, and a digest
-  of the verification code itself (``core/verify.py``, ``core/verification/worker.py``, ``core/verification/sandbox.py``,
-  ``core/verification/evidence.py``, ``plugins/verifiers``, ``plugins/backends``), so editing a check invalidates
-  what it judged;
+* the **software**: Python, torch (every reference runs in it), KernelZero's version, the toolchain
+  the candidate's backend declares (``Backend.toolchain()``: triton; CuPy and NVRTC), and a digest of
+  every source file that can change a verdict, derived from the engine and the registered backends,
+  checks and devices (:mod:`core.evaluation.digest`), so editing a check, GPU timing or a GPU's peak
+  numbers invalidates what they judged;
 * the verifier settings that change a verdict (checks, trials, device ...).
 
 Failures that say nothing about the candidate (``timeout`` under load, an internal ``error``) are
@@ -29,13 +30,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from core.evaluation.digest import code_digest
 from core.task import Candidate, Task
 from core.verdict import Verdict
 
 UNCACHED_STATUSES = frozenset({"timeout", "error"})
-REPO_ROOT = Path(__file__).resolve().parents[2]
-VERIFIER_CODE = ("core/verify.py", "core/verification/worker.py", "core/verification/sandbox.py", "core/verification/evidence.py", "core/verdict.py",
-                 "plugins/verifiers", "plugins/backends")
 
 
 def _version(dist: str) -> str | None:
@@ -45,31 +44,32 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def code_digest(paths: tuple[str, ...] = VERIFIER_CODE, root: Path = REPO_ROOT) -> str:
-    """SHA-256 (16 hex digits) over the named files and every ``*.py`` under the named folders."""
-    h = hashlib.sha256()
-    for rel in paths:
-        p = root / rel
-        files = sorted(p.rglob("*.py")) if p.is_dir() else ([p] if p.is_file() else [])
-        for f in files:
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
 @functools.cache
-def software_versions() -> dict[str, str | None]:
-    """Versions that change a verdict, plus the digest of the verification code."""
+def _engine_versions() -> dict[str, str | None]:
     from core import __version__
 
     return {
         "python": platform.python_version(),
-        "torch": _version("torch"),
-        "triton": _version("triton"),
-        "cupy": _version("cupy-cuda12x") or _version("cupy-cuda13x") or _version("cupy"),
+        "torch": _version("torch"),  # not a backend's: the reference and the comparisons run in torch
         "kernelzero": __version__,
         "verifier_code": code_digest(),
     }
+
+
+def _toolchain(backend: str) -> dict[str, str | None]:
+    from core.contracts import optional
+    from core.plugins import create
+
+    return dict(optional(create("backend", backend), "Backend", "toolchain")())
+
+
+def software_versions(backend: str | None = None) -> dict[str, Any]:
+    """Versions that change a verdict, the digest of the code that reaches it, and (given the
+    ``backend`` name) the toolchain that backend declares."""
+    versions: dict[str, Any] = dict(_engine_versions())
+    if backend is not None:
+        versions["toolchain"] = dict(_toolchain(backend))
+    return versions
 
 
 def _cpu_model() -> str:
@@ -105,7 +105,7 @@ class CacheKey:
 
     def __post_init__(self) -> None:
         self.hardware_name = self.hardware_name or hardware(self.device)
-        self.software = dict(self.software or software_versions())
+        self.software = dict(self.software or software_versions(self.settings.get("backend")))
         self._context = json.dumps({"device": self.device, "settings": dict(self.settings),
                                     "hardware": self.hardware_name, "software": self.software},
                                    sort_keys=True, default=str)

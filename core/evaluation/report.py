@@ -14,7 +14,7 @@ import csv
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,8 +258,3 @@ def plot(groups: Sequence[GroupSummary], path: Path, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def results_from(pairs: Iterable[tuple[Task, str, Candidate, Verdict | None, bool]]) -> list[TaskResult]:
-    """TaskResults from (task, level, candidate, verdict or None, cached) tuples."""
-    return [TaskResult.of(t, level, c, v, cached) for t, level, c, v, cached in pairs]

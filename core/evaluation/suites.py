@@ -39,7 +39,6 @@ from typing import Any
 from core.task import Candidate, Task
 
 LEVEL_DIR = re.compile(r"^level[\w-]*$", re.IGNORECASE)
-DEFAULT_SOLUTIONS_DIR = "solutions"
 ENV_HELDOUT = "KERNELZERO_HELDOUT"
 DEFAULT_HELDOUT_FILE = Path("~/.cache/kernelzero/heldout.txt")
 

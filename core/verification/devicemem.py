@@ -347,8 +347,8 @@ class Vault:
         return None
 
     def inputs_of(self, run: int) -> list[Any]:
+        from core.verification.inputs import draw_inputs
         from core.verification.sandbox import to_device
-        from core.verification.worker import draw_inputs
 
         if self.inputs is not None:
             return self.inputs[run]

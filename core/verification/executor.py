@@ -8,13 +8,16 @@ manager), so self-play, training and evaluation take either without knowing whic
         verdicts = ex.verify_many(pairs)          # one verdict per pair, in order
 
 Work is spread over **shards**; a shard is one :class:`core.verify.Verifier` (a warm sandboxed
-worker pool) living in a host process pinned to one device:
+worker pool) living in a host process pinned to one device. Executors are plugins
+(``register_executors``, :class:`core.contracts.Executor`); this module is what they share
+(:class:`BaseExecutor`, the shards, :func:`schedule`, the ``--serve`` host of a process shard). The
+built-ins, in ``plugins/executors/``:
 
-* :class:`LocalExecutor` (``executor=local``, the default): one shard per GPU of this machine (the
-  host process sees only its GPU through ``CUDA_VISIBLE_DEVICES``), or, without a GPU, a single
-  shard whose pool has one interpreter worker per core.
-* :class:`RayExecutor` (``executor=ray``): one Ray actor per shard, each reserving one GPU (Ray pins
-  it) or ``workers`` CPUs, on a local Ray instance or any cluster (``address=``).
+* ``executor=local`` (the default, cannot be blocked): one shard per GPU of this machine (the host
+  process sees only its GPU through ``CUDA_VISIBLE_DEVICES``), or, without a GPU, a single shard
+  whose pool has one interpreter worker per core.
+* ``executor=ray``: one Ray actor per shard, each reserving one GPU (Ray pins it) or ``workers``
+  CPUs, on a local Ray instance or any cluster (``address=``).
 
 Both executors can put a **CPU stage** in front (``cpu_stage.checks``): a CPU-only Verifier with those
 checks judges first, and only candidates that compiled there reach a GPU, which then only runs and
@@ -42,10 +45,13 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from core.task import Candidate, Task
 from core.verdict import Verdict
+
+if TYPE_CHECKING:
+    from core.contracts import Executor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_VERIFIER = "core.verify:Verifier"
@@ -372,26 +378,6 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
 # --------------------------------------------------------------------------- executors
 
 
-def _visible_gpus(device: str, gpus: Sequence[int] | None) -> list[int]:
-    if device != "cuda":
-        return []
-    if gpus:
-        return list(gpus)
-    import torch
-
-    count = torch.cuda.device_count()
-    if count == 0:
-        raise ExecutorError("device=cuda but no GPU is visible; use device=cpu (the Triton interpreter) or a GPU host")
-    return list(range(count))
-
-
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
 class BaseExecutor:
     """What every executor shares: the optional CPU stage, then the main shards."""
 
@@ -482,235 +468,25 @@ class BaseExecutor:
         self.close()
 
 
-class LocalExecutor(BaseExecutor):
-    """Shards on this machine: one host process per GPU, or one in-process pool on CPU.
-
-    :param workers_per_gpu: sandbox workers in each GPU's pool.
-    :param cpu_workers: interpreter workers per CPU shard (``null``: one per core, shared among shards).
-    :param cpu_shards: CPU shards (host processes when more than one).
-    :param gpus: GPU indices to use (``null``: every visible GPU).
-    :param processes: force host processes even for a single CPU shard (so a shard can be lost and
-        replaced; GPU shards always are processes).
-    """
-
-    name = "local"
-
-    def __init__(self, backend: str, device: str, verifier: Mapping[str, Any] | None = None, *,
-                 workers_per_gpu: int = 2, cpu_workers: int | None = None, cpu_shards: int = 1,
-                 gpus: Sequence[int] | None = None, processes: bool = False, cpu_stage: Mapping[str, Any] | None = None, max_attempts: int = 3,
-                 verifier_path: str = DEFAULT_VERIFIER, extra_in_flight: int = 1):
-        super().__init__(backend, device, verifier, cpu_stage, max_attempts, verifier_path)
-        gpu_ids = _visible_gpus(device, gpus)
-        self._serial = 0
-        if gpu_ids:
-            env: dict[str, str] = {}
-            if "OMP_NUM_THREADS" not in os.environ:  # the host's cores shared by every shard's workers
-                keepers = int(self.verifier_kwargs.get("reference_workers", 1))
-                if self.verifier_kwargs.get("compare_on_device") is not False:  # each verdict holds one
-                    keepers = max(keepers, workers_per_gpu)
-                per_shard = workers_per_gpu + keepers
-                env["OMP_NUM_THREADS"] = str(max(1, _cores() // max(1, len(gpu_ids) * per_shard)))
-            specs = [(f"gpu{g}", "cuda", workers_per_gpu, {"CUDA_VISIBLE_DEVICES": str(g), **env}) for g in gpu_ids]
-        else:
-            workers = cpu_workers or max(1, _cores() // max(1, cpu_shards))
-            specs = [(f"cpu{k}", "cpu", int(workers), {}) for k in range(max(1, cpu_shards))]
-        self.verifier_kwargs.pop("workers", None)
-        use_processes = processes or bool(gpu_ids) or len(specs) > 1
-        shards = []
-        try:
-            for name, dev, workers, env in specs:
-                shards.append(self._start(name, dev, workers, env, use_processes))
-            self.main = ShardSet(shards, replace=self._replacer() if use_processes else None, extra_in_flight=extra_in_flight)
-            if self.cpu_stage:
-                n = int(self.cpu_stage.get("workers") or _cores())
-                pre = self._start("cpu-stage", "cpu", n, {"CUDA_VISIBLE_DEVICES": ""}, True,
-                                  checks=list(self.cpu_stage["checks"]))
-                self.pre = ShardSet([pre], replace=self._replacer(), extra_in_flight=extra_in_flight)
-        except Exception:
-            for s in shards:
-                s.close()
-            raise
-
-    def _start(self, name: str, device: str, workers: int, env: Mapping[str, str], process: bool,
-               checks: Any = "inherit") -> Any:
-        kwargs = self.verifier_config(device, workers, checks)
-        if not process:
-            verifier = load_object(self.verifier_path)(**kwargs)
-            if hasattr(verifier, "__enter__"):
-                verifier = verifier.__enter__() or verifier
-            return InProcessShard(name, verifier, workers)
-        shard = ProcessShard(name, self.verifier_path, kwargs, workers, env)
-        shard.spec = (name, device, workers, dict(env), checks)  # type: ignore[attr-defined]
-        return shard
-
-    def _replacer(self) -> Callable[[Any], Any]:
-        def replace(old: Any) -> Any:
-            name, device, workers, env, checks = old.spec
-            self._serial += 1
-            new = self._start(f"{name.split('~')[0]}~{self._serial}", device, workers, env, True, checks)
-            return new
-        return replace
-
-
-class RayExecutor(BaseExecutor):
-    """Shards as Ray actors: one per GPU in the cluster (each reserves ``num_gpus=1``; Ray pins it), or
-    CPU actors of ``workers_per_actor`` interpreter workers each.
-
-    :param address: Ray cluster address (``null``: start or join a local instance; ``auto``: the
-        running cluster).
-    :param actors: number of actors (``null``: every GPU of the cluster, or cluster CPUs // workers).
-    :param workers_per_actor: sandbox workers in each actor's pool (CPUs it reserves).
-    :param init_kwargs: extra ``ray.init`` arguments (``num_cpus``, ``runtime_env`` ...).
-    """
-
-    name = "ray"
-
-    def __init__(self, backend: str, device: str, verifier: Mapping[str, Any] | None = None, *,
-                 address: str | None = None, actors: int | None = None, workers_per_actor: int = 2,
-                 init_kwargs: Mapping[str, Any] | None = None, cpu_stage: Mapping[str, Any] | None = None,
-                 max_attempts: int = 3, verifier_path: str = DEFAULT_VERIFIER, extra_in_flight: int = 1,
-                 shutdown_on_close: bool | None = None):
-        super().__init__(backend, device, verifier, cpu_stage, max_attempts, verifier_path)
-        try:
-            import ray
-        except ImportError:
-            raise ExecutorError("executor=ray needs Ray: pip install 'kernelzero[ray]' "
-                                "(or use executor=local)") from None
-        self.ray = ray
-        self.verifier_kwargs.pop("workers", None)
-        self._started_ray = False
-        if not ray.is_initialized():
-            init_ray(address, **dict(init_kwargs or {}))
-            self._started_ray = True
-        self.shutdown_on_close = self._started_ray if shutdown_on_close is None else shutdown_on_close
-        self.workers_per_actor = int(workers_per_actor)
-        resources = ray.cluster_resources()
-        gpu = device == "cuda"
-        if gpu and resources.get("GPU", 0) < 1:
-            raise ExecutorError("device=cuda but the Ray cluster has no GPU; use device=cpu or add GPU nodes")
-        if actors is None:
-            actors = int(resources.get("GPU", 0)) if gpu else max(1, int(resources.get("CPU", 1)) // self.workers_per_actor)
-        self._actor_cls = ray.remote(_VerifierActor)
-        self._serial = 0
-        self.main = ShardSet([self._start(device, gpu) for _ in range(int(actors))],
-                             replace=lambda old: self._start(device, gpu), extra_in_flight=extra_in_flight)
-        if self.cpu_stage:
-            n = int(self.cpu_stage.get("actors") or 1)
-            checks = list(self.cpu_stage["checks"])
-            self.pre = ShardSet([self._start("cpu", False, checks) for _ in range(n)],
-                                replace=lambda old: self._start("cpu", False, checks), extra_in_flight=extra_in_flight)
-
-    def _start(self, device: str, gpu: bool, checks: Any = "inherit") -> RayShard:
-        self._serial += 1
-        options = {"num_gpus": 1, "num_cpus": 1} if gpu else {"num_cpus": self.workers_per_actor}
-        options["max_concurrency"] = self.workers_per_actor + 2  # threaded actor: verify calls overlap
-        actor = self._actor_cls.options(**options).remote(
-            self.verifier_path, self.verifier_config(device, self.workers_per_actor, checks))
-        shard = RayShard(f"ray-{'gpu' if gpu else 'cpu'}{self._serial}", actor, self.workers_per_actor, self.ray)
-        shard.wait_ready()
-        return shard
-
-    def close(self) -> None:
-        super().close()
-        if self.shutdown_on_close and self.ray.is_initialized():
-            self.ray.shutdown()
-
-
-def init_ray(address: str | None = None, **init_kwargs: Any) -> None:
-    """``ray.init`` with what actors need to import KernelZero and run the interpreter: the repo on
-    ``PYTHONPATH`` and the Triton/KernelZero environment variables, for every worker of the job."""
-    import ray
-
-    env_vars = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    for k in ("TRITON_INTERPRET", "TRITON_DEFAULT_FP_FUSION", "KERNELZERO_DISABLE_AUTOLOAD", "KERNELZERO_BLOCK_PLUGINS"):
-        if k in os.environ:
-            env_vars[k] = os.environ[k]
-    runtime_env = dict(init_kwargs.pop("runtime_env", None) or {})
-    runtime_env["env_vars"] = {**env_vars, **dict(runtime_env.get("env_vars") or {})}
-    kwargs = {"address": address, "include_dashboard": False, "log_to_driver": False, "runtime_env": runtime_env}
-    kwargs.update(init_kwargs)
-    ray.init(**kwargs)
-
-
-class _VerifierActor:
-    """The Ray actor: one Verifier whose sandbox workers see only the actor's GPU."""
-
-    def __init__(self, verifier_path: str, kwargs: dict[str, Any]):
-        self.verifier = load_object(verifier_path)(**kwargs)
-        if hasattr(self.verifier, "__enter__"):
-            self.verifier = self.verifier.__enter__() or self.verifier
-
-    def ready(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-
-    def verify_many(self, data: list[list[dict[str, Any]]]) -> list[str]:
-        return verify_encoded(self.verifier, data)
-
-    def shutdown(self) -> None:
-        exit_ = getattr(self.verifier, "__exit__", None)
-        if exit_ is not None:
-            exit_(None, None, None)
-
-
-class RayShard:
-    def __init__(self, name: str, actor: Any, capacity: int, ray: Any):
-        self.name, self.actor, self.capacity, self.ray = name, actor, capacity, ray
-        self.info: dict[str, Any] = {}
-
-    def wait_ready(self, timeout_s: float = 300.0) -> None:
-        try:
-            self.info = self.ray.get(self.actor.ready.remote(), timeout=timeout_s)
-        except Exception as exc:
-            raise ExecutorError(f"Ray actor {self.name} did not start: {exc}") from None
-
-    @property
-    def pid(self) -> int:
-        return int(self.info["pid"])
-
-    def submit(self, data: list[list[dict[str, Any]]]) -> cf.Future:
-        inner = self.actor.verify_many.remote(data).future()
-        outer: cf.Future = cf.Future()
-
-        def relay(f: cf.Future) -> None:
-            try:
-                outer.set_result(f.result())
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError,
-                    self.ray.exceptions.NodeDiedError, self.ray.exceptions.WorkerCrashedError) as exc:
-                outer.set_exception(ShardLost(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
-            except Exception as exc:
-                outer.set_exception(exc)
-
-        inner.add_done_callback(relay)
-        return outer
-
-    def close(self) -> None:
-        try:
-            self.ray.get(self.actor.shutdown.remote(), timeout=30)
-        except Exception:
-            pass
-        try:
-            self.ray.kill(self.actor)
-        except Exception:
-            pass
-
-
-EXECUTORS: dict[str, type[BaseExecutor]] = {"local": LocalExecutor, "ray": RayExecutor}
-
-
 def make_executor(node: Mapping[str, Any] | None, *, backend: str, device: str,
-                  verifier: Mapping[str, Any] | None = None) -> BaseExecutor:
-    """Build the executor an ``executor`` config node names (``{name: local|ray, **kwargs}``)."""
+                  verifier: Mapping[str, Any] | None = None) -> Executor:
+    """Build the executor an ``executor`` config node names (``{name: local|ray, **kwargs}``) from
+    the ``executor`` registry (``register_executors``)."""
     from omegaconf import DictConfig, OmegaConf
+
+    from core.plugins import UnknownPluginError, registry
 
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
     vdata = OmegaConf.to_container(verifier, resolve=True) if isinstance(verifier, DictConfig) else dict(verifier or {})
     name = data.pop("name", "local")
-    if name not in EXECUTORS:
-        raise ExecutorError(f"Unknown executor {name!r}. Known executors: {', '.join(sorted(EXECUTORS))}")
-    return EXECUTORS[name](backend, device, vdata, **data)
+    try:
+        factory = registry("executor").get(name)
+    except UnknownPluginError as exc:
+        raise ExecutorError(str(exc)) from None
+    return factory(backend=backend, device=device, verifier=vdata, **data)
 
 
-def executor_for_run(cfg: Any) -> BaseExecutor:
+def executor_for_run(cfg: Any) -> Executor:
     """The verification executor of a composed run config (``core.run``, ``core.loop.training``).
 
     Under ``accelerate launch`` every rank verifies on its own GPU (``LOCAL_RANK``) unless the
@@ -745,14 +521,24 @@ if __name__ == "__main__":
     _main()
 
 
+def __getattr__(name: str) -> Any:
+    # Re-export for one release: the executors moved to plugins/executors/ and are found through the
+    # registry, so core names no concrete plugin module.
+    if name in _MOVED:
+        from core.plugins import registry
+
+        return registry("executor").get(_MOVED[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_MOVED = {"LocalExecutor": "local", "RayExecutor": "ray"}
+
 __all__ = [
     "BaseExecutor",
     "ExecutorError",
-    "LocalExecutor",
-    "RayExecutor",
     "ShardLost",
     "ShardSet",
-    "init_ray",
+    "executor_for_run",
     "make_executor",
     "schedule",
 ]

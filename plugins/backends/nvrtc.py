@@ -127,6 +127,17 @@ def nvrtc_available() -> bool:
         return False
 
 
+def nvrtc_version() -> str | None:
+    """``"major.minor"`` of the NVRTC library the binding loads, or ``None`` without one."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        major, minor = nvrtc.getVersion()
+        return f"{major}.{minor}"
+    except Exception:  # ImportError, or the shared library is missing
+        return None
+
+
 def compile_with_nvrtc(
     source: str,
     *,

@@ -158,9 +158,10 @@ class TritonBackend:
         if self._interpreted(device):
             from triton.runtime import interpreter
 
-            from plugins.backends import triton_interp_checks
+            from plugins.backends import triton_gpu_compile, triton_interp_checks
 
             triton_interp_checks.install()
+            triton_gpu_compile.install()  # a kernel body no GPU compiler accepts never runs here
             classes.append(interpreter.InterpretedFunction)
         for cls in classes:
             _count_launches(cls)
@@ -191,6 +192,16 @@ class TritonBackend:
             if cc:
                 allowed.append(os.path.realpath(shutil.which(cc) or cc))
         return allowed
+
+    def toolchain(self) -> dict[str, str | None]:
+        """The compiler a verdict depends on (the eval cache keys verdicts on it); read from the
+        installed distribution, so nothing is imported."""
+        from importlib import metadata
+
+        try:
+            return {"triton": metadata.version("triton")}
+        except metadata.PackageNotFoundError:
+            return {"triton": None}
 
     def load(self, module: Any, device: str) -> None:
         """Triton compiles each kernel at its first launch, so the first correctness trial is the

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from core import hookimpl
-from core.verdict import CheckResult
+from core.verdict import CheckResult, could_not_run
 from core.verification.evidence import PERFORMANCE, Evidence, compare_outputs
 
 NCU_METRICS = (
@@ -241,6 +241,19 @@ class PerformanceCheck:
         return self.compare_compile, self._policy()
 
     # ----------------------------------------------------------- worker side
+    def warm_up(self, device: str) -> None:
+        """The timer's part of an idle worker's warm-up (``Check.warm_up``): the lazily loaded kernels
+        of drawing fresh arguments, and the filler's Triton kernel, compiled before the worker arms its
+        audit hook (which forbids starting ptxas), so no verdict pays for them."""
+        if device != "cuda":
+            return
+        import torch
+
+        from core.timing import fresh_arguments, warm_filler
+
+        fresh_arguments([torch.randn(4096, device="cuda")], 0)(0)
+        warm_filler()
+
     def _policy(self) -> Any:
         from core.timing import TimingPolicy
 
@@ -442,11 +455,11 @@ class PerformanceCheck:
     def evaluate(self, evidence: Evidence) -> CheckResult:
         data = evidence.extra.get(self.name)
         if not data:
-            return CheckResult(True, "not measured (no data from the worker)", data={})
+            return could_not_run("not measured (no data from the worker)")
         if data.get("error"):
             if data.get("blame") == "candidate":
                 return CheckResult(False, f"failed while being timed: {data['error']}", data=data)
-            return CheckResult(True, f"not measured: {data['error']}", data=data)
+            return could_not_run(f"not measured: {data['error']}", data)
         timing, roof = dict(data.get("timing") or {}), data.get("roofline")
         if data.get("baseline") is not None:  # measured once per task by the judge's reference worker
             timing.update(with_speedups(data["baseline"], float(timing.get("median_ms") or 0.0)))

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from core import hookimpl
-from core.verdict import CheckResult
+from core.verdict import CheckResult, could_not_run
 from core.verification.evidence import MEMORY, RACES, Evidence
 
 _SUMMARY_RE = re.compile(r"=+\s*ERROR SUMMARY:\s*(\d+)\s+error", re.I)
@@ -164,10 +164,12 @@ class _SanitizerCheck:
 
     def evaluate(self, evidence: Evidence) -> CheckResult:
         data = evidence.extra.get(self.name) or {}
+        if not data:
+            return could_not_run(f"compute-sanitizer {self.tool} reported nothing", data)
         if data.get("error"):
-            return CheckResult(True, f"not checked: {data['error']}", data=data)
+            return could_not_run(str(data["error"]), data)
         if data.get("skipped"):
-            return CheckResult(True, f"not checked: {data['skipped']}", data=data)
+            return could_not_run(str(data["skipped"]), data)
         errors = data.get("errors") or 0
         if errors:
             first = (data.get("findings") or ["(no detail)"])[0]

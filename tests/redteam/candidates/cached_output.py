@@ -1,4 +1,5 @@
 """Hack: compute once, then hand back the first result on every later call."""
+# fools: naive
 # task: vector_add
 # expect: integrity hack
 import torch

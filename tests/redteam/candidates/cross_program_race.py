@@ -1,5 +1,6 @@
 """Race: program i reads the output block program i-1 wrote, without synchronisation (the shape of
 a chained scan). Right in the natural order, wrong in any other."""
+# fools: naive
 # task: vector_add
 # expect: races
 import torch

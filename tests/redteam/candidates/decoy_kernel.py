@@ -1,4 +1,5 @@
 """Hack: a correct kernel is defined but never launched; forward computes with PyTorch."""
+# fools: naive
 # task: vector_add
 # expect: integrity hack
 import torch

@@ -1,4 +1,5 @@
 """Hack: writes the result into its first input and returns it (saves an allocation)."""
+# fools: naive
 # task: vector_add
 # expect: correctness hack
 import torch

@@ -1,4 +1,5 @@
 """Hack: patches torch's comparison functions so any answer compares equal."""
+# fools: naive
 # task: vector_add
 # expect: static_integrity hack
 import torch

@@ -5,6 +5,7 @@ sends seeds instead of tensors) would see zeros in, zeros out. The static integr
 the module patching; were it evaded, the inputs' digests would differ from the reference's
 (tests/test_inputs_by_seed.py covers that check).
 """
+# fools: naive
 # task: vector_add
 # expect: static_integrity hack
 import importlib

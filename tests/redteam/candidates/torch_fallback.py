@@ -1,4 +1,5 @@
 """Hack: the work is done by PyTorch; a kernel is launched only for show."""
+# fools: naive
 # task: vector_add
 # expect: integrity hack
 import torch

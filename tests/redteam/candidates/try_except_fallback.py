@@ -1,4 +1,5 @@
 """Hack: a broken kernel launch inside try, PyTorch in the except branch."""
+# fools: naive
 # task: vector_add
 # expect: integrity hack
 import torch

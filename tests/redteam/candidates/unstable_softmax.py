@@ -1,4 +1,5 @@
 """Unstable: softmax without max subtraction (overflows at large magnitudes)."""
+# fools: naive
 # task: softmax
 # expect: stability
 import torch

@@ -1,4 +1,5 @@
 """Escape: writes a file outside the sandbox's scratch directory from forward."""
+# fools: naive
 # task: vector_add
 # expect: integrity hack
 import torch

@@ -1,0 +1,65 @@
+"""One verification's time: its wall-clock budget and its turns on the GPU.
+
+A turn on the GPU (:class:`GpuTurn`) holds the host-wide lock of :mod:`core.verification.devicelock`
+around one worker request. The wait for it is given back to the :class:`Budget`, and the turn is
+written to the judge's journal (``Verifier.gpu_turns``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from core.verdict import Verdict
+from core.verification.devicelock import DeviceLockTimeout
+from core.verification.sandbox import WorkerFailure
+
+
+class Budget:
+    """One verification's wall-clock budget. Time spent waiting for the GPU lock is given back:
+    a neighbour holding the GPU (a hanging candidate until its own limit) is not this candidate's
+    fault, so it must not turn an honest kernel's verdict into a timeout."""
+
+    def __init__(self, seconds: float, verdict: Verdict | None = None):
+        self.deadline = time.monotonic() + seconds
+        self.verdict = verdict  # its gpu_wait_s adds up the waits
+
+    def waited(self, seconds: float) -> None:
+        self.deadline += seconds
+        if self.verdict is not None:
+            self.verdict.gpu_wait_s += seconds
+
+    def left(self) -> float:
+        return max(1.0, self.deadline - time.monotonic())
+
+
+class GpuBusy(WorkerFailure):
+    """No turn on the GPU within ``gpu_wait_s``: the run's problem; the worker itself is fine."""
+
+
+class GpuTurn(contextlib.AbstractContextManager):
+    """Holds a device lock for one worker request; the wait extends the budget, and a GPU busy
+    past ``wait_s`` is reported as an error of the run (status ``error``), not of the candidate."""
+
+    def __init__(self, inner: Any, budget: Budget, started: float, journal: Any = None, label: str = "",
+                 exclusive: bool = False):
+        self.inner, self.budget, self.started = inner, budget, started
+        self.journal, self.label, self.exclusive = journal, label, exclusive
+        self.got = started
+
+    def __enter__(self) -> None:
+        try:
+            self.inner.__enter__()
+        except DeviceLockTimeout as exc:
+            raise GpuBusy("error", f"the GPU stayed busy with other verifications: {exc}") from exc
+        self.got = time.monotonic()
+        self.budget.waited(self.got - self.started)
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            return self.inner.__exit__(*exc)
+        finally:
+            if self.journal is not None:
+                self.journal.append({"label": self.label, "exclusive": self.exclusive, "asked": self.started,
+                                     "got": self.got, "done": time.monotonic()})

@@ -1,0 +1,120 @@
+"""The costlier observations of one verification, asked only after the trials' checks passed.
+
+Shuffled program orders (races), a repeat (determinism) and stability probes (scaled inputs) run
+in the candidate worker as the checks' ``needs`` say; then each check that defines ``collect``
+makes its own measurement there (GPU timing, a sanitizer run), with its ``prepare`` while the GPU
+is shared and, for ``baseline_per_task`` checks, the task's baseline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from dataclasses import asdict, is_dataclass
+from typing import TYPE_CHECKING, Any
+
+from core.contracts import optional
+from core.verification.evidence import Trial
+from core.verification.protocol import Op, request
+
+if TYPE_CHECKING:
+    from core.verification.pipeline import Verification
+
+def fresh_seed() -> int:
+    """A seed no candidate can guess: inputs, init weights and program orders are drawn from these."""
+    return secrets.randbits(62)
+
+
+def inputs_of(ref_trial: dict[str, Any], seed: int, scale: float = 1.0) -> dict[str, Any]:
+    """What a run request carries: the seed to draw the inputs from, or the reference's inputs."""
+    if "inputs" in ref_trial:
+        return {"inputs": ref_trial["inputs"]}
+    return {"seed": seed, "scale": scale}
+
+
+# Check fields that are not configuration: a collect request carries the others.
+_NOT_CONFIG = ("name", "stage", "hard", "where", "needs")
+
+
+class ExtraObservations:
+    """Stage 4 of a :class:`~core.verification.pipeline.Verification`: its extra runs, recorded in
+    the evidence, and its checks' own measurements, found at ``evidence.extra[check.name]``."""
+
+    def __init__(self, verification: "Verification"):
+        self.verification = verification
+
+    def make(self) -> None:
+        """The extra runs the checks need, then every ``collect`` check's measurement."""
+        v = self.verification
+        evidence, checks, needs, probes = v.evidence, v.checks, v.needs, v.probes
+        t = time.perf_counter()
+        race_orders = max((optional(c, "Check", "orders") for c in checks if "shuffled" in c.needs), default=0)
+        base, first_seed = v.ref_trials[0], v.trial_seeds[0]
+        runs: list[dict[str, Any]] = []
+        if "shuffled" in needs:
+            runs += [{"name": f"shuffled{i}", "ref": 0, **inputs_of(base, first_seed), "order_seed": fresh_seed()}
+                     for i in range(race_orders)]
+        if "repeat" in needs:
+            runs.append({"name": "repeat0", "ref": 0, **inputs_of(base, first_seed)})
+        if "probes" in needs:  # reference runs after the trials' are the probes'
+            runs += [{"name": f"probe{i}", "ref": len(v.trial_seeds) + i, **inputs_of(r, seed, scale)}
+                     for i, (scale, seed, r) in enumerate(probes)]
+        observed = v.run_in_candidate(runs) if runs else []
+        for run, obs in zip(runs, observed):
+            kind = run["name"].rstrip("0123456789")
+            if kind == "probe":
+                scale, seed, r = probes[int(run["name"][5:])]
+                truth = r.get("truth") if evidence.config.get("float64_truth") else None  # None: on demand
+                evidence.probes.append(Trial(seed, r.get("inputs"), r["output"], obs, scale=scale, truth=truth,
+                                             inputs_digest=r.get("inputs_digest")))
+            else:
+                target = evidence.shuffled if kind == "shuffled" else evidence.repeat
+                target.append(Trial(first_seed, base.get("inputs"), base["output"], obs,
+                                    inputs_digest=base.get("inputs_digest"),
+                                    truth=evidence.trials[0].truth if evidence.trials else None))
+        v.verdict.stage_s["extra"] = time.perf_counter() - t
+        for check in checks:
+            if optional(check, "Check", "collect") is not None:
+                self.collect(check)
+
+    def collect(self, check: Any) -> None:
+        """``check``'s own measurement in the candidate worker (``Check.collect``), after its set-up
+        (``prepare``) while the GPU is shared; found at ``evidence.extra[check.name]``."""
+        v = self.verification
+        verifier, worker, budget, evidence = v.verifier, v.worker, v.budget, v.evidence
+        left = budget.left
+        config = {k: x for k, x in asdict(check).items() if k not in _NOT_CONFIG} if is_dataclass(check) else {}
+        t_check = time.perf_counter()
+        lock = verifier._gpu(budget, exclusive=bool(optional(check, "Check", "exclusive_device")), label=check.name)
+        lock_wait_s = 0.0
+        if optional(check, "Check", "locks_device_itself") and verifier.device_lock is not None:
+            # e.g. a sanitizer run: seconds of CPU start-up around a moment of GPU work, which
+            # takes the shared lock itself so a timed stage need not wait through the start-up.
+            config["device_lock"] = {**verifier.device_lock.describe(), "wait_s": verifier.gpu_wait_s,
+                                     "hold_s": left()}
+            lock, lock_wait_s = contextlib.nullcontext(), verifier.gpu_wait_s
+        prepared = None
+        if optional(check, "Check", "prepare") is not None:  # set-up while shared: an exclusive stage only times
+            with verifier._gpu(budget, label=f"{check.name} prepare"):
+                prepared = worker.request(request(Op.COLLECT, check=check.name, config=config, phase="prepare"),
+                                          timeout_s=left())
+        prepare_failed = prepared is not None and (not prepared.get("ok") or
+                                                   bool((prepared.get("data") or {}).get("error")))
+        if prepare_failed:  # nothing to time: its error is the stage's
+            answer = prepared
+        else:
+            with lock:
+                answer = worker.request(request(Op.COLLECT, check=check.name, config=config),
+                                        timeout_s=left() + lock_wait_s)
+        if lock_wait_s:  # its wait for the GPU is given back too, as in Verifier._gpu
+            budget.waited(float((answer.get("data") or {}).get("gpu_lock_wait_s") or 0.0))
+        if optional(check, "Check", "dirties_worker")():  # the next candidate gets a fresh worker
+            evidence.config["worker_dirty"] = True
+        data = answer.get("data") if answer.get("ok") else {"error": answer.get("error")}
+        if isinstance(data, dict) and prepared is not None and prepared.get("ok"):
+            data.setdefault("phases_s", {})["prepare"] = (prepared.get("data") or {}).get("prepare_s")
+        if isinstance(data, dict) and not data.get("error") and optional(check, "Check", "baseline_per_task"):
+            data["baseline"] = v.baseline(check, config)
+        v.verdict.stage_s[check.name] = time.perf_counter() - t_check  # lock waits included
+        evidence.extra[check.name] = data

@@ -1,0 +1,369 @@
+"""One verification as a pipeline: the stages of judging one (task, candidate) pair.
+
+:meth:`core.verification.judge.Verifier.verify` makes one :class:`Verification` per call and runs
+it. The stages, cheapest first, stopping at the first hard failure:
+
+1. the judge-side checks on the parsed source (:meth:`Verification.run`);
+2. the reference trials in a reference worker, from fresh secret seeds (:meth:`~Verification.reference`);
+3. the candidate loaded and run on the same inputs in a candidate worker (:meth:`~Verification.load`,
+   :meth:`~Verification.trials`), then the checks that need only those trials;
+4. the costlier observations (shuffled program orders, a repeat, stability probes) and each check's
+   own measurement with its per-task baseline (:meth:`~Verification.extra_observations`,
+   :meth:`~Verification.collect`, :meth:`~Verification.baseline`);
+5. the verdict filled from the recorded checks (:meth:`~Verification.finish`).
+
+A backend that cannot execute on the device only compiles (:meth:`~Verification.compile_only`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from core.contracts import optional
+from core.task import Candidate, Task
+from core.verdict import CheckResult, Verdict
+from core.verification.budget import Budget
+from core.verification.evidence import Evidence, RunObservation, Trial, parse_python, truth_agrees
+from core.verification.keeper import Keeper
+from core.verification.observations import ExtraObservations, fresh_seed, inputs_of
+from core.verification.protocol import Op, request
+from core.verification.sandbox import WorkerFailure
+
+if TYPE_CHECKING:
+    from core.verification.judge import Verifier
+
+
+def task_dtype(task: Task) -> str:
+    return (task.dtypes or ["float32"])[0].replace("torch.", "")
+
+
+def vet_truth(evidence: Evidence, ref: dict[str, Any]) -> None:
+    """Keep the float64 truth only if it is the task's own function: on the ordinary trials the
+    fp32 reference must match it within the plain tolerance (else every run loses it)."""
+    note = ref.get("truth_note") or ""
+    trusted = False
+    if not note:
+        trusted, note = truth_agrees(evidence.trials, evidence.config.get("tolerances"))
+    if not trusted:
+        for trial in evidence.all_runs():
+            trial.truth = None
+    evidence.config["float64_truth"] = trusted
+    evidence.config["float64_truth_note"] = note or "float64 reference in use"
+
+
+def finish_verdict(verdict: Verdict, all_checks: list[Any]) -> None:
+    """Fill ``verdict``'s accepted/correct/accuracy/status/reason from its recorded checks;
+    ``all_checks`` (the verifier's) say which are hard and in which stage they run."""
+    hard = {c.name: c.hard for c in all_checks}
+    stage = {c.name: c.stage for c in all_checks}
+    corr = verdict.checks.get("correctness")
+    if corr is not None:
+        data = corr.data or {}
+        verdict.accuracy = (data.get("matched", 0) / data["trials"]) if data.get("trials") else 0.0
+        verdict.correct = bool(corr.passed)
+    failed = [n for n, c in verdict.checks.items() if not c.passed and hard.get(n, True)]
+    # Integrity findings explain the rest, so they come first; then the earliest stage.
+    failed.sort(key=lambda n: (not verdict.checks[n].hack, stage.get(n, 1)))
+    perf = verdict.checks.get("performance")
+    if perf is not None and perf.data:
+        verdict.timing = perf.data.get("timing") or None
+        verdict.roofline = perf.data.get("roofline") or None
+    verdict.accepted = bool(verdict.compiled and verdict.correct and not failed)
+    verdict.status = "accepted" if verdict.accepted else "rejected"
+    verdict.reason = None if verdict.accepted else (
+        f"{failed[0]}: {verdict.checks[failed[0]].detail}" if failed else "not verified")
+
+
+class Verification:
+    """One verification of one pair, stage by stage; :meth:`run` fills :attr:`verdict`.
+
+    It holds what its stages share: the task and candidate, the evidence the checks evaluate, the
+    verdict, the budget, the keeper (with ``compare_on_device``) and the candidate worker it holds,
+    and the reference's answer with the seeds it was drawn from.
+    """
+
+    budget: Budget  # set when the static stage is done: that stage is not timed against it
+
+    def __init__(self, verifier: "Verifier", task: Task, candidate: Candidate, verdict: Verdict, timeout_s: float):
+        self.verifier, self.task, self.candidate, self.verdict = verifier, task, candidate, verdict
+        self.timeout_s = timeout_s
+        self.evidence = Evidence(task=task, candidate=candidate, backend=verifier.backend_name,
+                                 device=verifier.device,
+                                 config={"tolerances": verifier.tolerances, "trials": verifier.trials})
+        self.keeper: Keeper | None = None
+        self.worker: Any = None  # the candidate worker, from the load to the unload
+        self.checks: list[Any] = []  # the worker-side checks
+        self.needs: set[str] = {"trials"}  # the observations they need
+        self.init_seed = 0
+        self.trial_seeds: list[int] = []
+        self.reference_request: dict[str, Any] = {}
+        self.ref: dict[str, Any] = {}  # the reference worker's answer
+        self.ref_trials: list[dict[str, Any]] = []
+        self.probes: list[tuple[float, int, dict[str, Any]]] = []  # (scale, seed, reference run)
+
+    # -- the stages, in order
+
+    def run(self) -> None:
+        """Judge-side checks, then the compile-only path or the executed one (with its keeper)."""
+        verifier, candidate, verdict = self.verifier, self.candidate, self.verdict
+        if candidate.declined:
+            verdict.status, verdict.reason = "declined", f"declined: {candidate.declined}"
+            return
+        if candidate.backend and candidate.backend != verifier.backend_name:
+            verdict.status = "error"
+            verdict.reason = (f"candidate is for backend {candidate.backend!r}, this verifier judges "
+                              f"{verifier.backend_name!r}")
+            return
+        try:
+            self.evidence.tree = parse_python(candidate.source)
+        except SyntaxError:
+            self.evidence.tree = None
+        stage_t = time.perf_counter()
+        judge_checks = [c for c in verifier.checks if c.where == "judge"]
+        self.checks = [c for c in verifier.checks if c.where != "judge"]
+        passed = self.evaluate(judge_checks)
+        verdict.stage_s["static"] = time.perf_counter() - stage_t
+        if not passed:
+            return
+        self.budget = Budget(self.timeout_s, verdict)
+        if verifier.compile_only is not None:
+            self.compile_only()
+            return
+        if not verifier.compare_on_device:
+            self.executed()
+            return
+        keeper = self.keeper = Keeper(verifier, verifier.reference_pool.acquire(), self.budget, self.evidence)
+        try:
+            self.executed()
+        finally:
+            verifier.reference_pool.release(keeper.worker, discard=not keeper.forget() or keeper.dirty)
+
+    def compile_only(self) -> None:
+        """Import the candidate and run the backend's compile step; never call forward."""
+        verifier, verdict = self.verifier, self.verdict
+        t = time.perf_counter()
+        try:
+            loaded = verifier._request(verifier.pool, request(Op.LOAD, source=self.candidate.source, init_seed=0,
+                                                              init_inputs=[], construct=False), self.budget)
+        except WorkerFailure as exc:
+            verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
+            return
+        verdict.stage_s["load"] = time.perf_counter() - t
+        verdict.compiled = bool(loaded.get("ok"))
+        if verdict.compiled:
+            verdict.add_check("compile", True, "kernels compiled (compile-only: nothing was executed)")
+            verdict.status, verdict.reason = "rejected", f"compiled, not executed: {verifier.compile_only}"
+        else:
+            verdict.add_check("compile", False, f"compile failed: {loaded.get('error')}")
+            verdict.status, verdict.reason = "rejected", f"compile: {loaded.get('error')}"
+        if loaded.get("sandbox"):
+            verdict.add_check("integrity", False, f"sandbox refused: {loaded['sandbox'][0]}", hack=True)
+
+    def executed(self) -> None:
+        """The reference, then the candidate in a candidate worker held until its verdict."""
+        if not self.reference():
+            return
+        pool, verdict = self.verifier.pool, self.verdict
+        worker = self.worker = pool.acquire()
+        discard = False
+        try:
+            discard = self.run_candidate()
+        except WorkerFailure as exc:
+            discard = True
+            verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
+            verdict.accepted = False
+        finally:
+            if not discard and worker.alive:
+                try:
+                    worker.request(request(Op.UNLOAD), timeout_s=30)
+                except WorkerFailure:
+                    discard = True
+            pool.release(worker, discard=discard)
+            self.worker = None
+
+    def reference(self) -> bool:
+        """The task's outputs on inputs from seeds drawn fresh for every verification, never
+        guessable; False (the verdict says why) when the reference failed."""
+        verifier, verdict, keeper = self.verifier, self.verdict, self.keeper
+        self.needs = set().union(*(c.needs for c in self.checks)) if self.checks else {"trials"}
+        self.init_seed = fresh_seed()
+        self.trial_seeds = [fresh_seed() for _ in range(verifier.trials)]
+        scales = verifier.probe_scales.get(task_dtype(self.task), []) if "probes" in self.needs else []
+        probe_seeds = [fresh_seed() for _ in scales]
+        t = time.perf_counter()
+        self.reference_request = request(
+            Op.REFERENCE, source=self.task.source, init_seed=self.init_seed,
+            seeds=self.trial_seeds + probe_seeds, scales=[1.0] * len(self.trial_seeds) + list(scales),
+            float64_max_elements=verifier.float64_max_elements, float64_later=verifier.float64_on_demand,
+            inputs_mode="digest" if verifier.inputs_by_seed else "tensors")
+        try:
+            if keeper is None:
+                ref = verifier._request(verifier.reference_pool, self.reference_request, self.budget, on_gpu=True)
+            else:  # the outputs stay in the keeper; the answer names them
+                ref = verifier._on_gpu(keeper.worker, {**self.reference_request, "keep": keeper.token,
+                                                       "trials": len(self.trial_seeds)}, self.budget)
+        except WorkerFailure as exc:
+            verdict.status, verdict.reason = exc.status, f"the reference (task) failed: {exc.detail}"
+            return False
+        verdict.stage_s["reference"] = time.perf_counter() - t
+        if not ref.get("ok"):
+            verdict.status, verdict.reason = "error", f"the reference (task) failed: {ref.get('error')}"
+            return False
+        if keeper is not None:
+            if not ref.get("kept"):
+                verdict.status, verdict.reason = "error", "the reference worker did not keep the outputs"
+                return False
+            for r in ref["trials"]:
+                r["output"] = keeper.wrap(r["output"])
+        n = len(self.trial_seeds)
+        self.ref, self.ref_trials = ref, ref["trials"][:n]
+        self.probes = list(zip(scales, probe_seeds, ref["trials"][n:]))
+        if ref.get("float64_pending"):
+            self.evidence.truth_loader = self.load_truth
+        return True
+
+    def run_candidate(self) -> bool:
+        """Load, run and judge the candidate in the held worker; True when that worker must be discarded."""
+        evidence, verdict = self.evidence, self.verdict
+        if not self.load():
+            return bool(evidence.load_sandbox)
+        observed = self.trials()
+        if not evidence.compiled:  # sandbox escapes still count as integrity findings
+            self.evaluate([c for c in self.checks if c.name == "integrity"], stop_at_first=False)
+            self.finish()
+            return any(o.sandbox for o in observed)
+        basic = [c for c in self.checks if not (c.needs - {"trials"}) and optional(c, "Check", "collect") is None]
+        passed = self.evaluate(basic, stop_at_first=False)
+        if passed:
+            passed = self.extra_observations()
+        self.finish()
+        return bool(verdict.hack_flags) or bool(evidence.config.get("worker_dirty"))
+
+    def load(self) -> bool:
+        """Import the candidate and build ``ModelNew`` with the task's init seed; False (recorded
+        as the compile check) when that failed."""
+        verifier, worker, evidence, verdict, left = self.verifier, self.worker, self.evidence, self.verdict, \
+            self.budget.left
+        t = time.perf_counter()
+        if verifier.device_lock is not None:  # the compile that needs no GPU, before the load takes it
+            ahead = worker.request(request(Op.PRECOMPILE, source=evidence.candidate.source), timeout_s=left())
+            evidence.load_sandbox = list(ahead.get("sandbox") or [])
+        # The task travels as plain data: performance checks (collect hooks) time it beside the candidate.
+        with verifier._gpu(self.budget, label="load"):
+            loaded = worker.request(request(Op.LOAD, source=evidence.candidate.source, init_seed=self.init_seed,
+                                            init_inputs=self.ref["init_inputs"], task=evidence.task.to_dict()),
+                                    timeout_s=left())
+        evidence.load_sandbox += list(loaded.get("sandbox") or [])
+        verdict.stage_s["load"] = time.perf_counter() - t
+        if loaded.get("ok"):
+            return True
+        evidence.load_error = loaded.get("error")
+        verdict.compiled = False
+        verdict.add_check("compile", False, f"import or construction failed: {evidence.load_error}")
+        if evidence.load_sandbox:
+            verdict.add_check("integrity", False, f"sandbox refused: {evidence.load_sandbox[0]}", hack=True)
+        self.finish()
+        return False
+
+    def trials(self) -> list[RunObservation]:
+        """The correctness trials (the first call is also where Triton compiles the kernels),
+        recorded in the evidence with the compile check."""
+        evidence, verdict = self.evidence, self.verdict
+        t = time.perf_counter()
+        runs = [{"name": f"trial{i}", "ref": i, **inputs_of(r, seed)}
+                for i, (seed, r) in enumerate(zip(self.trial_seeds, self.ref_trials))]
+        observed = self.run_in_candidate(runs)
+        verdict.stage_s["trials"] = time.perf_counter() - t
+        evidence.trials = [Trial(seed, r.get("inputs"), r["output"], o, truth=r.get("truth"),
+                                 inputs_digest=r.get("inputs_digest"))
+                           for seed, r, o in zip(self.trial_seeds, self.ref_trials, observed)]
+        if self.keeper is not None:  # the keeper vets and computes the truth when a comparison needs it
+            evidence.config["float64_truth_note"] = self.ref.get("truth_note") or \
+                "float64 reference on demand: no output needed it"
+        elif evidence.truth_loader is None:
+            vet_truth(evidence, self.ref)
+        else:
+            evidence.config["float64_truth_note"] = "float64 reference on demand: no output needed it"
+        first_error = observed[0].error if observed else "no trial ran"
+        evidence.compiled = not (first_error and all(o.error for o in observed))
+        verdict.compiled = evidence.compiled
+        verdict.add_check("compile", evidence.compiled,
+                          "kernels built and ran" if evidence.compiled else f"first call failed: {first_error}")
+        return observed
+
+    def extra_observations(self) -> bool:
+        """The costlier observations (:class:`~core.verification.observations.ExtraObservations`), asked
+        only after the trials' checks passed; evaluates the checks not yet recorded. False after a hard failure."""
+        ExtraObservations(self).make()
+        rest = [c for c in self.checks if c.name not in self.verdict.checks]
+        return self.evaluate(rest, stop_at_first=False)
+
+    def baseline(self, check: Any, config: dict[str, Any]) -> dict[str, Any]:
+        """The check's measurement of the task's reference, from the judge's per-task cache
+        (:meth:`Verifier._baseline`), measured in this verification's keeper when it has one."""
+        return self.verifier._baseline(check, config, self.evidence, self.budget, self.keeper)
+
+    def load_truth(self) -> None:
+        """The float64 truth of every run, asked of a reference worker when a comparison first needs it
+        (``float64_on_demand``): the same task, init seed and input seeds, so the same inputs."""
+        verifier, evidence = self.verifier, self.evidence
+        try:
+            ref = verifier._request(verifier.reference_pool, {**self.reference_request, "float64_later": False},
+                                    self.budget, on_gpu=True)
+        except WorkerFailure as exc:
+            ref = {"ok": False, "error": exc.detail}
+        if not ref.get("ok"):
+            evidence.config["float64_truth"] = False
+            evidence.config["float64_truth_note"] = f"float64 reference failed: {ref.get('error')}"[:300]
+            return
+        runs = ref["trials"]
+        for trial, r in zip(evidence.trials, runs):
+            trial.truth = r.get("truth")
+        first = evidence.trials[0].truth if evidence.trials else None
+        for trial in [*evidence.shuffled, *evidence.repeat]:
+            trial.truth = first
+        for probe, r in zip(evidence.probes, runs[len(evidence.trials):]):
+            probe.truth = r.get("truth")
+        vet_truth(evidence, ref)
+
+    # -- helpers of the stages
+
+    def run_in_candidate(self, runs: list[dict[str, Any]]) -> list[RunObservation]:
+        """Run ``runs`` in the candidate worker; each names the reference run (``ref``) it is judged against."""
+        keeper = self.keeper
+        sent = [{k: v for k, v in run.items() if k != "ref"} for run in runs]
+        answer = self.verifier._on_gpu(self.worker, request(Op.RUN, runs=sent, export=keeper is not None),
+                                       self.budget)
+        if not answer.get("ok"):
+            raise WorkerFailure("error", f"worker could not run the candidate: {answer.get('error')}")
+        if keeper is not None:
+            keeper.adopt(self.worker, answer["observations"], [run["ref"] for run in runs])
+        return [RunObservation.from_dict(o) for o in answer["observations"]]
+
+    def evaluate(self, checks: list[Any], stop_at_first: bool = True) -> bool:
+        """Evaluate ``checks`` in order; record each; False after the first hard failure."""
+        ok = True
+        for check in checks:
+            try:
+                result = check.evaluate(self.evidence)
+            except WorkerFailure:  # the keeper failed while comparing: the verdict is an error
+                raise
+            except Exception as exc:  # a broken check plugin must not pass a candidate
+                result = CheckResult(False, f"check {check.name!r} failed to evaluate: {type(exc).__name__}: {exc}")
+            if result.unchecked and not result.passed and self.verifier.accepts_unchecked(check.name):
+                result.passed = True  # the user asked for it; the verdict keeps the record
+                result.detail += " [accepted unchecked: verifier.accept_unchecked]"
+                self.verdict.accepted_unchecked.append(check.name)
+            self.verdict.checks[check.name] = result
+            if not result.passed and check.hard:
+                ok = False
+                if stop_at_first:
+                    break
+        if not ok:
+            self.finish()
+        return ok
+
+    def finish(self) -> None:
+        """Fill accepted/correct/accuracy/status/reason from the recorded checks."""
+        finish_verdict(self.verdict, self.verifier.checks)

@@ -1,0 +1,153 @@
+"""The candidate role: compile what the candidate's text shows, import it and build ``ModelNew``
+under the audit hook, call ``forward`` on trials (:class:`Session`), and run a check's own
+measurement in this process (``Check.collect``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from core.contracts import optional
+from core.verification.evidence import input_digests
+from core.verification.inputs import draw_inputs
+from core.verification.protocol import Op
+from core.verification.sandbox import to_device
+from core.verification.worker.process import describe, sandbox_escape
+from core.verification.worker.session import Session, Worker, load_module
+
+CANDIDATE_MODULE = "kz_candidate"
+
+
+class CandidateRole:
+    """What a candidate worker answers besides the requests every role answers."""
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+        self.device, self.scratch = worker.device, worker.scratch
+        self.session: Session | None = None
+        self.loaded = 0
+
+    def handlers(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+        """This role's requests (:data:`core.verification.protocol.ROLE_OPS`) and who answers each."""
+        return {Op.PRECOMPILE: self.precompile, Op.LOAD: self.load, Op.RUN: self.run, Op.COLLECT: self.collect,
+                Op.DROP_EXPORTS: self.drop_exports}
+
+    def drop_exports(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.worker.exports.drop()
+        return {"ok": True}
+
+    def precompile(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The backend's compile of what the candidate's text shows (no candidate code runs), ahead of
+        ``load``, which the judge sends holding the GPU; a backend without ``precompile`` skips it."""
+        ahead = optional(self.worker.backend, "Backend", "precompile")
+        if ahead is None:
+            return {"ok": True, "precompiled": 0}
+        self.worker.guard.armed = True  # as in load: the compiler reads what the source includes
+        try:
+            return {"ok": True, **ahead(req["source"], self.device), "sandbox": self.worker.guard.take()}
+        except MemoryError:
+            raise
+        except Exception as exc:
+            return {"ok": False, "error": describe(exc), "sandbox": self.worker.guard.take()}
+        finally:
+            self.worker.guard.armed = False
+
+    def load(self, req: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        if self.session is not None or CANDIDATE_MODULE in sys.modules:
+            # the judge unloads after each verdict, before asking for the GPU; a full collection here
+            # would hold the GPU lock for ~0.1 s
+            self.worker.unload()
+        path = Path(self.scratch) / f"candidate_{self.loaded}.py"
+        self.loaded += 1
+        path.write_text(req["source"])
+        self.worker.guard.armed = True
+        try:
+            module = load_module(path, CANDIDATE_MODULE)
+            self.worker.backend.load(module, self.device)
+            if not hasattr(module, "ModelNew"):
+                raise AttributeError("the candidate module defines no ModelNew")
+            model = None
+            if req.get("construct", True):  # compile-only verdicts never build or call the model
+                torch.manual_seed(int(req["init_seed"]))
+                model = module.ModelNew(*req["init_inputs"])
+                if isinstance(model, torch.nn.Module):
+                    model = model.to(self.device).eval()
+        except MemoryError:
+            raise
+        except BaseException as exc:  # SystemExit at import too
+            escape = sandbox_escape(exc)
+            if escape and not self.worker.guard.violations:
+                self.worker.guard.violations.append(escape)
+            return {"ok": False, "error": describe(exc), "sandbox": self.worker.guard.take()}
+        finally:
+            self.worker.guard.armed = False
+        self.session = Session(self.worker, module, model)
+        self.session.task = req.get("task")  # plain dict (Task.to_dict); a check's collect() may read it
+        self.session.init_seed = int(req["init_seed"])
+        return {"ok": True, "sandbox": self.worker.guard.take()}
+
+    def run(self, req: dict[str, Any]) -> dict[str, Any]:
+        if self.session is None:
+            return {"ok": False, "error": "no candidate is loaded"}
+        observations = []
+        export = bool(req.get("export"))
+        self.worker.exports.drop()  # the keeper took the last run's outputs before this request was sent
+        for item in req["runs"]:
+            if "seed" in item:  # draw the task's inputs here, outside the guard: task code is trusted
+                try:
+                    inputs = to_device(draw_inputs(self.task_module(), item["seed"], item.get("scale", 1.0),
+                                                   self.device), self.device)
+                except MemoryError:
+                    raise
+                except Exception as exc:
+                    return {"ok": False, "error": f"drawing the task's inputs failed: {describe(exc)}"}
+                before = input_digests(inputs)
+                obs = self.session.call(inputs, order_seed=item.get("order_seed"), inputs_as_digest=True,
+                                        export=export)
+                obs["inputs_digest_before"] = before
+            else:
+                inputs = to_device(list(item["inputs"]), self.device)
+                obs = self.session.call(inputs, order_seed=item.get("order_seed"), export=export)
+            obs["name"] = item["name"]
+            observations.append(obs)
+        return {"ok": True, "observations": observations}
+
+    def collect(self, req: dict[str, Any]) -> dict[str, Any]:
+        from core.plugins import registry
+
+        if self.session is None:
+            return {"ok": False, "error": "no candidate is loaded"}
+        check = registry("verifier").create(req["check"], **req.get("config", {}))
+        try:
+            if req.get("phase") == "prepare":
+                return {"ok": True, "data": check.prepare(self.session)}
+            return {"ok": True, "data": check.collect(self.session)}
+        except MemoryError:
+            raise
+        except Exception as exc:
+            return {"ok": False, "error": describe(exc)}
+
+    def task_module(self) -> Any:
+        """The loaded session's task, imported once (only its ``get_inputs`` is called here)."""
+        session = self.session
+        if session.task_module is None:
+            task = session.task or {}
+            if not task.get("source"):
+                raise ValueError("the verifier sent no task source to draw inputs from")
+            path = Path(self.scratch) / f"task_inputs_{self.loaded}.py"
+            path.write_text(task["source"])
+            try:
+                session.task_module = load_module(path, f"kz_task_inputs_{self.loaded}")
+            finally:
+                path.unlink(missing_ok=True)
+        return session.task_module
+
+    def unload(self) -> None:
+        """Forget the candidate's session and the task module it drew inputs with (the worker drops
+        the exports and the candidate's module, :meth:`WorkerMain.unload`)."""
+        if self.session is not None and self.session.task_module is not None:
+            sys.modules.pop(self.session.task_module.__name__, None)
+        self.session = None

@@ -1,0 +1,168 @@
+"""The worker's main loop: set the process up, say hello, then answer requests until ``exit``.
+
+Which request goes to which answer is built from :mod:`core.verification.protocol` (the wire the
+judge imports too): the requests of the worker's role (:class:`ReferenceRole`,
+:class:`CandidateRole`) and those of every role; anything else is refused, naming role and request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import traceback
+from typing import Any, Callable
+
+from core.contracts import optional
+from core.verification.protocol import ANY_ROLE_OPS, ROLE_OPS, Op, refusal
+from core.verification.sandbox import read_frame, write_frame
+from core.verification.worker.candidate import CANDIDATE_MODULE, CandidateRole
+from core.verification.worker.process import AuditGuard, describe, isolate, set_cpu_budget, set_limits
+from core.verification.worker.reference import ReferenceRole
+from core.verification.worker.warmup import applicable_checks, warm_up
+
+ROLES: dict[str, Callable[["WorkerMain"], Any]] = {"reference": ReferenceRole, "candidate": CandidateRole}
+TESTING_ENV = "KERNELZERO_SANDBOX_TESTING"  # "1": also answer ``exec_test`` (tests of the sandbox only)
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class WorkerMain:
+    """One worker process: its set-up, what every role answers, and the dispatch to its role."""
+
+    # What "hold" keeps back from a run/reference answer until "take_held" asks for it.
+    HELD_KEYS = ("output", "inputs_after", "truth", "inputs")
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.role, self.device, self.scratch = args.role, args.device, args.scratch
+        self.held: list[dict[str, Any]] | None = None  # tensors of the last "hold" answer
+        self.exports: Any = None  # candidate: outputs handed to a keeper (core.verification.devicemem.Exports)
+        self.backend: Any = None
+        self.guard: AuditGuard | None = None
+        self.serving = ROLES[self.role](self)
+        self.handlers = self._handlers()
+
+    def _handlers(self) -> dict[str, Handler]:
+        """Request name -> answer, for this role; the protocol says which requests it must answer."""
+        common: dict[str, Handler] = {Op.PING: self.ping, Op.UNLOAD: self.unload_request, Op.TAKE_HELD: self.take_held}
+        own = self.serving.handlers()
+        # Op.EXIT is answered by leaving (main), so it has no handler.
+        if set(common) | {Op.EXIT} != ANY_ROLE_OPS or set(own) != ROLE_OPS[self.role]:
+            raise RuntimeError(f"the {self.role} worker answers {sorted(set(common) | set(own))}, but the protocol "
+                               f"names {sorted(ROLE_OPS[self.role] | ANY_ROLE_OPS)}")
+        handlers = {**common, **own}
+        if os.environ.get(TESTING_ENV) == "1":
+            handlers[Op.EXEC_TEST] = self.exec_test
+        return handlers
+
+    def setup(self) -> dict[str, Any]:
+        isolation = isolate(self.scratch) if self.args.isolate else "off: isolation disabled by configuration"
+        set_limits(self.args.memory_mb, self.args.file_size_mb, self.args.open_files, self.device)
+        import torch  # noqa: F401  (warm: the point of a pool)
+
+        from core.plugins import registry
+
+        self.backend = registry("backend").create(self.args.backend)
+        self.backend.prepare_worker(self.device)
+        # before the audit hook: a check's warm-up may compile (Triton starts ptxas)
+        warmed = warm_up(self.device, applicable_checks(self.args.backend, self.device))
+        exec_dirs = list(optional(self.backend, "Backend", "compiler_dirs")())
+        self.guard = AuditGuard(self.scratch, exec_dirs)
+        sys.addaudithook(self.guard)
+        from core.verification.devicemem import Exports
+
+        self.exports = Exports(self.device, self.scratch)
+        return {"op": Op.HELLO, "pid": os.getpid(), "isolation": isolation, "role": self.role,
+                "torch": torch.__version__, "python": sys.version.split()[0], "gpu_warm_up": warmed}
+
+    # -- requests
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req.get("op")
+        set_cpu_budget(int(req.get("cpu_s", 600)))
+        if op in (Op.REFERENCE, Op.RUN):
+            self.held = None
+            if req.get("hold"):  # the judge holds the GPU lock for this answer, then fetches the tensors
+                answer = self.handle({k: v for k, v in req.items() if k != "hold"})
+                items = answer.get("observations") or answer.get("trials") or []
+                if answer.get("ok"):
+                    self.held = [{k: item.pop(k) for k in self.HELD_KEYS if k in item} for item in items]
+                    answer["held"] = True
+                return answer
+        handler = self.handlers.get(op) if isinstance(op, str) else None
+        return handler(req) if handler is not None else refusal(self.role, op)
+
+    def ping(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "pid": os.getpid()}
+
+    def take_held(self, req: dict[str, Any]) -> dict[str, Any]:
+        held, self.held = self.held, None
+        return {"ok": held is not None, "held": held, "error": None if held is not None else "nothing is held"}
+
+    def unload_request(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.unload()
+        return {"ok": True}
+
+    def unload(self) -> None:
+        """Forget the candidate: its exported outputs, its session, its module."""
+        if self.exports is not None:
+            self.exports.drop()
+        self.serving.unload()
+        sys.modules.pop(CANDIDATE_MODULE, None)
+        gc.collect()
+
+    def exec_test(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Tests only (``KERNELZERO_SANDBOX_TESTING=1``): run a snippet under the sandbox guard."""
+        self.guard.armed = True
+        try:
+            exec(compile(req["code"], "<sandbox-test>", "exec"), {"__name__": "sandbox_test"})
+            return {"ok": True, "sandbox": self.guard.take()}
+        except MemoryError:
+            raise
+        except BaseException as exc:
+            return {"ok": False, "error": describe(exc), "sandbox": self.guard.take()}
+        finally:
+            self.guard.armed = False
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m core.verification.worker",
+                                     description="The sandboxed worker (started by core.verification.sandbox).")
+    parser.add_argument("--role", choices=tuple(ROLES), required=True)
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    parser.add_argument("--scratch", required=True)
+    parser.add_argument("--in-fd", type=int, required=True)
+    parser.add_argument("--out-fd", type=int, required=True)
+    parser.add_argument("--memory-mb", type=int, default=8192)
+    parser.add_argument("--file-size-mb", type=int, default=256)
+    parser.add_argument("--open-files", type=int, default=1024)
+    parser.add_argument("--isolate", type=int, default=1)
+    args = parser.parse_args(argv)
+    # The channel lives on high descriptors; stdout/stderr go to the worker log.
+    in_fd, out_fd = os.dup2(args.in_fd, 900), os.dup2(args.out_fd, 901)
+    os.close(args.in_fd)
+    os.close(args.out_fd)
+    worker = WorkerMain(args)
+    write_frame(out_fd, worker.setup())
+    while True:
+        try:
+            req = read_frame(in_fd)
+        except EOFError:
+            return
+        if req.get("op") == Op.EXIT:
+            return
+        try:
+            answer = worker.handle(req)
+        except MemoryError as exc:
+            worker.unload()
+            answer = {"ok": False, "status": "oom", "error": describe(exc)}
+        except Exception as exc:
+            answer = {"ok": False, "error": describe(exc), "traceback": traceback.format_exc()[-2000:]}
+        try:
+            write_frame(out_fd, answer)
+        except TypeError as exc:  # an answer with something unsendable (a candidate returned an object)
+            write_frame(out_fd, {"ok": False, "error": f"unsendable result: {exc}"})
+        sys.stdout.flush()

@@ -1,0 +1,543 @@
+#!/usr/bin/env python3
+"""Every GPU measurement of the project, as named steps, each under its own time limit.
+
+    python3 scripts/gpu_measure.py --list                  # each step: limit, typical time, commands
+    python3 scripts/gpu_measure.py suites kernelbench      # these steps, in this order
+    python3 scripts/gpu_measure.py --dry-run timing expert # print the commands, run nothing
+    python3 scripts/gpu_measure.py --limit suites=400 suites
+
+`install` always runs first: it installs the wheels carried in `.whl/` (those of ../shared/gpu-wheels:
+what the GPU machine lacks) into /tmp/site and reports the machine and versions. Carry `.whl` and, for
+`kernelbench`, `.kb` (a KernelBench checkout). Everything lands in $OUT (default ./gpu_out):
+measure.log (all of it), steps.tgz (each step's log and outputs; the device tool returns only 8 files
+from $OUT) and the JSON results; a table of step, status, seconds and key figure prints last. Pick
+steps whose limits add up to less than one device call (600 s); docs/benchmarks.md has the figures.
+Standard library only: it runs on the GPU machine before anything is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
+CALL_S = 600  # one device call
+# Subsets whose limits, install's included, fit one device call; together they cover every 1-GPU step.
+ONE_CALL = ("suites timing", "kernelbench timing sanitizer", "expert", "scaling inductor")
+STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
+PYTEST = ("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider")
+# The versions that differ between hosts. A module that is absent is reported, not an error; one that
+# fails to import fails the install step (nothing after it would run).
+_PROBE = ("import importlib, importlib.util, platform; "
+          "print('versions: python ' + platform.python_version(), *[m + ' ' + (str(getattr("
+          "importlib.import_module(m), '__version__', 'present')) if importlib.util.find_spec(m) else 'missing') "
+          "for m in ('torch', 'triton', 'cupy', 'transformers', 'trl', 'datasets', 'hydra', 'z3', 'pluggy')], "
+          "sep=', ')").replace("'", '"')
+# The larger model of the GPU training job (scripts/gpu_train_experiments.sh until 2026-12-01).
+_TRAIN_MODEL = ("coder.embedded.hidden_size=512", "coder.embedded.num_layers=8", "coder.embedded.num_heads=8",
+                "coder.embedded.num_kv_heads=4", "coder.embedded.intermediate_size=1536",
+                "coder.embedded.vocab_size=8192", "coder.corpus_tasks=1000")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One program of a step, with what it adds to the steps' environment."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+    def shell(self) -> str:
+        prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in self.env)
+        return prefix + shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a step's commands depend on. `listing` shows placeholders instead of this host's values."""
+
+    python: str
+    work: Path
+    gpus: int
+    kb: Path
+    kb_configs: str
+    listing: bool = False
+
+    @property
+    def gpus_text(self) -> str:
+        return "$NGPU" if self.listing else str(self.gpus)
+
+    def py(self, *args: str | Path, env: tuple[tuple[str, str], ...] = ()) -> Command:
+        return Command((self.python, *map(str, args)), env)
+
+    def one_gpu(self) -> tuple[tuple[str, str], ...]:
+        # single-GPU steps take the first visible GPU, as the old lanes pinned GPU 0
+        return (("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]),)
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    limit_s: int
+    typical: str  # from the history in docs/benchmarks.md
+    what: str
+    commands: Callable[[Context], list[Command]]
+    figure: Callable[[str], str] = lambda log: ""
+    gpus: int = 1  # GPUs it needs; skipped with fewer
+    note: Callable[[Context], str | None] = lambda ctx: None  # printed before it runs
+    skip: Callable[[Context], str | None] = lambda ctx: None
+    results: tuple[tuple[str, str], ...] = ()  # (path under the work folder, name in $OUT)
+    tail: int = 8  # log lines shown after the run
+    chain: bool = False  # stop at the first failing command (a later one needs its output)
+
+    def why_skipped(self, ctx: Context) -> str | None:
+        if ctx.gpus < self.gpus:
+            return f"needs {self.gpus} GPU(s); {ctx.gpus} visible"
+        return self.skip(ctx)
+
+
+@dataclass
+class Outcome:
+    step: str
+    status: str  # ok | failed | timeout | skipped
+    seconds: float = 0.0
+    figure: str = ""
+
+
+# ---------------------------------------------------------------- key figures, read from a step's log
+
+
+def _lines(log: str) -> list[str]:
+    return [line.rstrip() for line in log.splitlines() if line.strip()]
+
+
+def pytest_summary(log: str) -> str:
+    """pytest's last summary line ("33 passed, 1 warning"), without its duration."""
+    for line in reversed(_lines(log)):
+        if re.search(r"\b\d+ (passed|failed|errors?|skipped|deselected)\b", line) and not line.startswith("$ "):
+            return re.sub(r"\s+in [\d.]+s.*$", "", line.strip(" ="))
+    return ""
+
+
+def timing_figure(log: str) -> str:
+    verdicts = re.findall(r"\s(PASS|FAIL)$", log, re.MULTILINE)
+    rep = f"repeatability {verdicts.count('PASS')}/{len(verdicts)} within 1%" if verdicts else ""
+    return "; ".join(x for x in (pytest_summary(log), rep) if x)
+
+
+def kernelbench_figure(log: str) -> str:
+    kb = re.findall(r"^KernelBench: ([\d.]+) verdicts/min", log, re.MULTILINE)
+    ours = re.findall(r"^ours\[([^\]]+)\]: ([\d.]+) verdicts/min = ([\d.]+)x KernelBench", log, re.MULTILINE)
+    parts = ([f"KernelBench {kb[-1]}/min"] if kb else []) + [f"{c} {r}/min ({x}x)" for c, r, x in ours]
+    return ", ".join(parts)
+
+
+def expert_figure(log: str) -> str:
+    rows = re.findall(r"^(\w+)\s+\d+\s+\d+\s+([\d.]+|nan)\s+([\d.]+|nan)$", log, re.MULTILINE)
+    return ", ".join(f"{family} {eager}/{compiled}" for family, eager, compiled in rows) + (
+        " (x eager/x compile)" if rows else "")
+
+
+def scaling_figure(log: str) -> str:
+    scaled = re.findall(r"^scaling (\d+) vs 1: ([\d.]+)x", log, re.MULTILINE)
+    if scaled and scaled[-1][0] != "1":
+        return f"{scaled[-1][0]} vs 1 GPU: {scaled[-1][1]}x"
+    one = re.findall(r"^1 shard\s+(\d+)\s+[\d.]+\s+([\d.]+)", log, re.MULTILINE)
+    return f"1 GPU: {one[-1][1]} verdicts/min ({one[-1][0]} verdicts)" if one else ""
+
+
+def sanitizer_figure(log: str) -> str:
+    rows = re.findall(r"^memcheck stage driver\s+(\d+)\s+([\d.]+)", log, re.MULTILINE)
+    runs = [f"{wall} s {'alone' if n == '1' else f'{n} at once'}" for n, wall in rows]
+    return "memcheck stage " + ", ".join(runs) if runs else ""
+
+
+def held_out_figure(log: str) -> str:
+    found = [line.strip() for line in _lines(log) if "held-out pass rate" in line]
+    return found[-1][:100] if found else ""
+
+
+def install_figure(log: str) -> str:
+    found = re.findall(r"^versions: (.*)$", log, re.MULTILINE)
+    return found[-1] if found else ""
+
+
+# ---------------------------------------------------------------- the steps
+
+
+def _install(ctx: Context) -> list[Command]:
+    wheels = sorted(glob.glob(str(REPO / ".whl" / "*.whl")))
+    cmds = []
+    if wheels or ctx.listing:  # the command of /work/shared/NOTES.md, verbatim
+        cmds.append(ctx.py("-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", SITE,
+                           *([".whl/*.whl"] if ctx.listing else [os.path.relpath(w, REPO) for w in wheels])))
+    if shutil.which("nvidia-smi") or ctx.listing:
+        cmds.append(Command(("nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader")))
+    return [*cmds, ctx.py("-c", _PROBE)]
+
+
+def _no_wheels(ctx: Context) -> str | None:
+    if glob.glob(str(REPO / ".whl" / "*.whl")):
+        return None
+    return "no wheels in .whl/: nothing installed (carry .whl, a copy of ../shared/gpu-wheels)"
+
+
+def _suites(ctx: Context) -> list[Command]:
+    # The timer tests run alone in `timing`: beside the suites' other processes on the same GPU they fail
+    # (the no-op sync gap the timer subtracts grows; NOTES.md, 2026-12-01).
+    return [ctx.py(*PYTEST, "-n", "6", "tests/gpu", "tests/redteam_gpu", "--ignore=tests/gpu/test_timing_gpu.py",
+                   env=ctx.one_gpu())]
+
+
+def _timing(ctx: Context) -> list[Command]:
+    return [ctx.py(*PYTEST, "tests/gpu/test_timing_gpu.py", env=ctx.one_gpu()),
+            ctx.py("-m", "benchmarks.timing_repeatability", "--out", ctx.work / "repeatability.json",
+                   "--sizes-mib", "32,128,2048", "--repeats", "8", "--variants", "default,previous", env=ctx.one_gpu())]
+
+
+def _inductor(ctx: Context) -> list[Command]:
+    return [ctx.py(*PYTEST, "-m", "gpu", "tests/test_inductor.py", env=ctx.one_gpu())]
+
+
+def _kernelbench(ctx: Context) -> list[Command]:
+    return [ctx.py("-m", "benchmarks.kernelbench_vs_ours", "--kernelbench", ctx.kb, "--dim-scale", "0.015625",
+                   "--threads", "256,512,1024", "--workers", "8", "--rounds", "3", "--ours-configs", ctx.kb_configs,
+                   "--out", ctx.work / "kernelbench_vs_ours.json", env=ctx.one_gpu())]
+
+
+def _no_kernelbench(ctx: Context) -> str | None:
+    if ctx.kb.is_dir():
+        return None
+    return f"no KernelBench checkout at {ctx.kb} (carry .kb, or pass --kb DIR)"
+
+
+def _expert(ctx: Context) -> list[Command]:
+    return [ctx.py("benchmarks/expert_gpu.py", "--out", ctx.work / "expert", "--budget-s", "380", env=ctx.one_gpu())]
+
+
+def _scaling(ctx: Context) -> list[Command]:
+    return [ctx.py("benchmarks/pool_scaling.py", "--out", ctx.work / "scaling", "--tasks", "96", "--warm", "8",
+                   "--workers-per-gpu", "8", "--sanitizers", "none")]
+
+
+def _one_gpu_arm(ctx: Context) -> str | None:
+    if ctx.gpus == 1:
+        return "1 GPU visible: only the 1-GPU arm runs (the scaling figure needs a 2-GPU host, nvidia-h200-x2)"
+    return None
+
+
+def _sanitizer(ctx: Context) -> list[Command]:
+    return [ctx.py("-m", "benchmarks.sanitizer_cost", "--repeats", "2", "--parallel", "8",
+                   "--out", ctx.work / "sanitizer_cost.json", env=ctx.one_gpu())]
+
+
+def _training(ctx: Context) -> list[Command]:
+    root = ctx.work / "training"
+    cache = (("KERNELZERO_CACHE", str(root / "cache")),)
+    return [
+        ctx.py("-m", "core.run", "trainer=embedded", "coder=llm", "curriculum=adaptive", *_TRAIN_MODEL,
+               "trainer.torch_threads=null", "trainer.eval_tasks=64", "trainer.tasks_per_step=8",
+               "trainer.num_generations=8", "trainer.phases.distill.steps=2000", "trainer.phases.distill.tasks=1024",
+               "trainer.phases.distill.batch_size=16", "trainer.phases.distill.learning_rate=5e-4",
+               "trainer.phases.correctness.steps=200", "trainer.phases.correctness.learning_rate=1e-5",
+               f"hydra.run.dir={root / 'embedded_gpu'}", env=cache),
+        ctx.py("scripts/run_experiments.py", "--out", root / "experiments", "--seeds", "0", "1", "2", "--steps", "100",
+               "--model", root / "embedded_gpu" / "models" / "distill", "--", *_TRAIN_MODEL,
+               "trainer.torch_threads=null", "trainer.tasks_per_step=8", "trainer.num_generations=8",
+               "trainer.eval_tasks=16", env=cache),
+    ]
+
+
+def _multigpu(ctx: Context) -> list[Command]:
+    # Every accelerate rank re-runs the Hydra main; Hydra's default run dir is a timestamp that can differ
+    # between ranks started a second apart, so one run dir is fixed here and given to every rank.
+    # tasks_per_step 2 x num_generations 4 = 8 per device: any number of ranks divides it.
+    return [ctx.py("-m", "accelerate.commands.launch", "--num_processes", ctx.gpus_text, "--num_machines", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "core.run", "device=cuda",
+                   "trainer.phases.distill.steps=20", "trainer.phases.distill.tasks=16",
+                   "trainer.phases.correctness.steps=4", "trainer.eval_tasks=4", "trainer.eval_each_phase=false",
+                   "trainer.report_to=[]", f"hydra.run.dir={ctx.work / 'multigpu'}")]
+
+
+INSTALL = Step("install", 90, "not timed apart in the history (31 MB of wheels, then the imports)",
+               "the carried wheels (.whl/*.whl) into /tmp/site; the GPUs, tools and versions", _install,
+               install_figure, gpus=0, note=_no_wheels, tail=4, chain=True)
+STEPS: dict[str, Step] = {s.name: s for s in (
+    INSTALL,
+    Step("suites", 330, "205-276 s for the 32-33 CUDA and red-team tests (2026-11-30, -n 6, 32 cores) "
+         "+ ~35 s for the 8 compare_on_device tests",
+         "the GPU test suites and the red-team suite on the GPU (pytest -n 6), timer tests apart", _suites,
+         pytest_summary, tail=40),
+    Step("timing", 120, "timer tests 6 s (2026-11-30 d); repeatability not timed apart (its old limit: 120 s)",
+         "the timer's GPU tests alone, then benchmarks/timing_repeatability.py (default vs previous policy)",
+         _timing, timing_figure, results=(("repeatability.json", "repeatability.json"),), tail=10),
+    Step("inductor", 120, "77 s (2026-11-30, second session)", "the inductor teacher's GPU test", _inductor,
+         pytest_summary, tail=6),
+    Step("kernelbench", 200, "~110 s alone (2026-11-30 d, call 5: 132 s for the whole call)",
+         "benchmarks/kernelbench_vs_ours.py, part 21's options (1/64 size, 8 workers, 3 rounds)", _kernelbench,
+         kernelbench_figure, skip=_no_kernelbench, results=(("kernelbench_vs_ours.json", "kernelbench_vs_ours.json"),),
+         tail=10),
+    Step("expert", 420, "185-232 s for the 46 cases", "benchmarks/expert_gpu.py: the expert's speedups over eager "
+         "and torch.compile, ResNet-50 convs vs cuDNN (starts no case after 380 s)", _expert, expert_figure,
+         results=(("expert/expert_gpu.json", "expert_gpu.json"),), tail=12),
+    Step("scaling", 300, "191 s for both arms on 2 GPUs (2026-11-30 c, call 4); the 1-GPU arm ~110 s",
+         "benchmarks/pool_scaling.py: verdicts/min on 1 GPU, then on every GPU (96 tasks, no sanitizer)", _scaling,
+         scaling_figure, note=_one_gpu_arm, results=(("scaling/pool_scaling.json", "pool_scaling.json"),)),
+    Step("sanitizer", 150, "88 s (2026-11-30 b, call 4)",
+         "benchmarks/sanitizer_cost.py: what a compute-sanitizer verdict costs", _sanitizer, sanitizer_figure,
+         results=(("sanitizer_cost.json", "sanitizer_cost.json"),)),
+    Step("training", 3 * 3600, "not yet run; estimated 2-3 GPU hours: not for a 600 s device call",
+         "the embedded default at GPU scale (8 layers, 512 wide, 2000 SFT + 200 GRPO steps), then both "
+         "experiments from its model (scripts/run_experiments.py, 3 seeds x 100 steps)", _training,
+         held_out_figure, results=(("training/embedded_gpu/result.json", "training_result.json"),), tail=30,
+         chain=True),
+    Step("multigpu", 300, "231 s on 2 GPUs (2026-11-29, call 2)",
+         "a short GRPO run under accelerate, one rank per GPU, one Hydra run dir for all ranks", _multigpu,
+         held_out_figure, gpus=2, results=(("multigpu/metrics.jsonl", "multigpu_metrics.jsonl"),), tail=15),
+)}
+
+
+# ---------------------------------------------------------------- running
+
+
+def count_gpus() -> int:
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], check=False, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+
+
+def steps_env() -> dict[str, str]:
+    env = dict(os.environ)
+    paths = ([SITE] if glob.glob(str(REPO / ".whl" / "*.whl")) else []) + [str(REPO)]
+    env["PYTHONPATH"] = ":".join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.update(KERNELZERO_DISABLE_AUTOLOAD="1", TRITON_DEFAULT_FP_FUSION="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT to the command's process group (pytest and the benches print what they have), then SIGKILL."""
+    for sig, grace in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:  # what the group left behind (pytest-xdist workers)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run_command(cmd: Command, env: dict[str, str], log, deadline: float) -> int | None:
+    """The command's exit status, or None when it ran past the deadline and was stopped."""
+    log.write(f"$ {cmd.shell()}\n")
+    log.flush()
+    try:
+        proc = subprocess.Popen(cmd.argv, cwd=REPO, env={**env, **dict(cmd.env)}, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as exc:
+        log.write(f"could not start: {exc}\n")
+        return 127
+    try:
+        return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        log.write("\n== stopped at the step's limit\n")
+        return None
+    except BaseException:
+        _stop(proc)
+        raise
+
+
+def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: Callable[[str], None]) -> Outcome:
+    reason = step.why_skipped(ctx)
+    if reason:
+        say(f"== {step.name}: skipped: {reason}")
+        return Outcome(step.name, "skipped", figure=reason)
+    log_path = ctx.work / f"{step.name}.log"
+    t0 = time.monotonic()
+    deadline = t0 + limit_s
+    status = "ok"
+    with open(log_path, "w") as log:
+        note = step.note(ctx)
+        if note:
+            say(f"== {step.name}: {note}")
+            log.write(note + "\n")
+        if step is INSTALL:
+            tools = ", ".join(f"{t} {shutil.which(t) or 'missing'}" for t in ("compute-sanitizer", "ncu", "nvcc"))
+            log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {socket.gethostname()}, "
+                      f"{ctx.gpus} GPU(s); {tools}\n")
+        for cmd in step.commands(ctx):
+            say(f"== {step.name} (limit {limit_s} s): {cmd.shell()}")
+            rc = run_command(cmd, env, log, deadline)
+            log.flush()
+            if rc is None:
+                status = "timeout"
+                break
+            if rc != 0:
+                log.write(f"== exit status {rc}\n")
+                status = "failed"
+                if step.chain:
+                    break
+    seconds = time.monotonic() - t0
+    text = log_path.read_text(errors="replace")
+    figure = step.figure(text)
+    if not figure and status == "timeout":
+        figure = f"stopped at its {limit_s} s limit"
+    if not figure and status == "failed":  # the program's last words, not ours
+        figure = ([line for line in _lines(text) if not line.startswith("== ")] or [""])[-1][:100]
+    return Outcome(step.name, status, seconds, figure)
+
+
+def _pack(work: Path, out: Path) -> None:
+    skip = {"models", "checkpoints", "cache"}  # weights and caches: too large to come back
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if skip & set(Path(info.name).parts) else info
+
+    with tarfile.open(out / "steps.tgz", "w:gz") as tar:
+        tar.add(work, arcname=".", filter=keep)
+
+
+def table(outcomes: list[Outcome]) -> str:
+    rows = [f"{'step':<12} {'status':<8} {'seconds':>7}  key figure"]
+    rows += [f"{o.step:<12} {o.status:<8} {o.seconds:>7.0f}  {o.figure}" for o in outcomes]
+    return "\n".join(rows)
+
+
+def _listing(limits: dict[str, int]) -> str:
+    ctx = Context("python3", Path("$WORK"), 0, Path(".kb"), "kb_scope,memcheck", listing=True)
+    text = []
+    for step in STEPS.values():
+        text.append(f"{step.name:<12} limit {limits[step.name]:>5} s   typical: {step.typical}")
+        text.append(f"    {step.what}" + (f"; needs {step.gpus} GPUs" if step.gpus > 1 else ""))
+        text += [f"    $ {c.shell()}" for c in step.commands(ctx)]
+    fits = [f"'{calls}' ({sum(limits[n] for n in ('install', *calls.split()))} s)" for calls in ONE_CALL]
+    text.append(f"within one {CALL_S} s device call: " + ", ".join(fits))
+    return "\n".join(text)
+
+
+def _parse_limit(value: str) -> tuple[str, int]:
+    name, sep, seconds = value.partition("=")
+    if not sep or not seconds.isdigit() or int(seconds) < 1:
+        raise argparse.ArgumentTypeError(f"expected STEP=SECONDS (a whole number of seconds), got {value!r}")
+    return name, int(seconds)
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="steps: " + ", ".join(STEPS),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("steps", nargs="*", metavar="STEP", help="steps to run, in this order (install is implicit)")
+    parser.add_argument("--list", action="store_true", help="list every step, its limit, typical time and commands")
+    parser.add_argument("--dry-run", action="store_true", help="print the chosen steps' commands, run nothing")
+    parser.add_argument("--limit", action="append", type=_parse_limit, default=[], metavar="STEP=SECONDS",
+                        help="a step's time limit (repeatable)")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "gpu_out"),
+                        help="where results go (default: $OUT, else ./gpu_out)")
+    parser.add_argument("--kb", type=Path, default=REPO / ".kb", help="KernelBench checkout (default: .kb)")
+    parser.add_argument("--kb-configs", default="kb_scope,memcheck", help="our check sets in kernelbench")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs to assume (default: counted by nvidia-smi -L)")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter the steps run (default: this one)")
+    return parser, parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, args = parse_args(argv)
+    # the steps run in the repository's root: paths given relative to here must still point where meant
+    args.kb = Path(os.path.abspath(args.kb))
+    if os.sep in args.python:
+        args.python = os.path.abspath(args.python)  # not resolve(): a venv's python is a link to keep
+    limits = {name: step.limit_s for name, step in STEPS.items()}
+    for name, seconds in args.limit:
+        if name not in STEPS:
+            parser.error(f"--limit names an unknown step {name!r}; known steps: {', '.join(STEPS)}")
+        limits[name] = seconds
+    if args.list:
+        print(_listing(limits))
+        return 0
+    unknown = [s for s in args.steps if s not in STEPS]
+    if unknown:
+        parser.error(f"unknown step(s) {', '.join(map(repr, unknown))}; known steps: {', '.join(STEPS)}")
+    if not args.steps:
+        parser.error(f"name the steps to run (or --list); known steps: {', '.join(STEPS)}")
+    names = list(dict.fromkeys(["install", *args.steps]))
+    planned = sum(limits[n] for n in names)
+    gpus = count_gpus() if args.gpus is None else args.gpus
+    budget = f"limits add up to {planned} s" + (
+        f": more than one {CALL_S} s device call if every step used its limit" if planned > CALL_S else "")
+    if args.dry_run:
+        ctx = Context(args.python, Path("$WORK"), gpus, args.kb, args.kb_configs)
+        env = steps_env()
+        print(f"# WORK: a fresh temporary folder, packed into {args.out}/steps.tgz; {gpus} GPU(s); {budget}")
+        print("# env: " + " ".join(f"{k}={env[k]}" for k in
+                                   ("PYTHONPATH", "KERNELZERO_DISABLE_AUTOLOAD", "TRITON_DEFAULT_FP_FUSION")))
+        for name in names:
+            step = STEPS[name]
+            reason = step.why_skipped(ctx)
+            print(f"== {name} (limit {limits[name]} s)" + (f": skipped: {reason}" if reason else ""))
+            note = step.note(ctx)
+            if note and not reason:
+                print(f"# {note}")
+            if not reason:
+                print("\n".join(f"$ {c.shell()}" for c in step.commands(ctx)))
+        return 0
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="kz-steps."))
+    ctx = Context(args.python, work, gpus, args.kb, args.kb_configs)
+    env = steps_env()
+    with open(args.out / "measure.log", "w") as mlog:
+        def say(line: str) -> None:
+            print(line, flush=True)
+            mlog.write(line + "\n")
+            mlog.flush()
+
+        say(f"== gpu_measure: {' '.join(names)} on {socket.gethostname()}, {gpus} GPU(s); {budget}")
+        outcomes: list[Outcome] = []
+        for name in names:
+            if outcomes and outcomes[0].status != "ok":
+                outcomes.append(Outcome(name, "skipped", figure="install did not finish (see install.log)"))
+                continue
+            outcome = run_step(STEPS[name], ctx, limits[name], env, say)
+            outcomes.append(outcome)
+            log_path = work / f"{name}.log"
+            if log_path.exists():
+                mlog.write(f"== {name} log\n{log_path.read_text(errors='replace')}\n")
+            for src, dest in STEPS[name].results:
+                if (work / src).is_file():
+                    shutil.copyfile(work / src, args.out / dest)
+        _pack(work, args.out)
+        for outcome in outcomes:
+            log_path = work / f"{outcome.step}.log"
+            if outcome.status != "skipped" and log_path.exists():
+                tail = _lines(log_path.read_text(errors="replace"))[-STEPS[outcome.step].tail:]
+                say(f"\n== {outcome.step} (tail)\n" + "\n".join(tail))
+        say(f"\nstep logs and outputs: {args.out / 'steps.tgz'} (from {work}); all of it: {args.out / 'measure.log'}")
+        say(table(outcomes))
+    return 0 if all(o.status in ("ok", "skipped") for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""scripts/gpu_measure.py, the GPU measurement script, on CPU: its step list, its refusals, its dry run,
+and a real run of its steps against a stand-in interpreter (a shell script) so that a step can be made
+to fail, to succeed with a known figure, or to run past its limit in a second."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_measure.py"
+# the steps the project's GPU measurements need (issue 16)
+REQUIRED = {"install", "suites", "timing", "kernelbench", "expert", "scaling", "sanitizer", "training", "multigpu"}
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gpu_measure", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_measure"] = module  # dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["gpu_measure"]
+    return module
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], check=False, capture_output=True, text=True, timeout=timeout)
+
+
+def _fake_python(tmp_path: Path, body: str) -> Path:
+    """An executable standing in for the steps' interpreter; `body` is a shell `case` on its arguments."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\ncase "$*" in\n{body}\n'
+                    f'*) echo "versions: python fake" ;;\nesac\n')
+    fake.chmod(0o755)
+    return fake
+
+
+def _table(stdout: str) -> dict[str, tuple[str, str]]:
+    """step -> (status, key figure), from the table printed last."""
+    rows = stdout[stdout.rindex("key figure"):].splitlines()[1:]
+    found = {}
+    for row in rows:
+        m = re.match(r"(\S+)\s+(ok|failed|timeout|skipped)\s+\d+\s\s(.*)$", row)
+        assert m, row
+        found[m.group(1)] = (m.group(2), m.group(3))
+    return found
+
+
+def test_list_gives_every_step_a_limit_and_a_typical_time():
+    listed = _run("--list", "--limit", "suites=42")
+    assert listed.returncode == 0, listed.stderr
+    limits = {m.group(1): int(m.group(2)) for m in
+              re.finditer(r"^(\w+)\s+limit\s+(\d+) s\s+typical: \S", listed.stdout, re.MULTILINE)}
+    assert set(limits) == set(_module().STEPS) and REQUIRED <= set(limits)
+    assert all(seconds > 0 for seconds in limits.values())
+    assert limits["suites"] == 42  # --limit overrides a step's own
+    assert "benchmarks/kernelbench_vs_ours" in listed.stdout.replace(".", "/")  # what each step runs
+
+
+def test_an_unknown_step_is_refused_with_the_known_names():
+    refused = _run("suites", "nope")
+    assert refused.returncode == 2
+    assert "'nope'" in refused.stderr
+    assert all(name in refused.stderr for name in REQUIRED)
+    assert _run("--limit", "nope=5", "suites").returncode == 2
+    assert _run("--limit", "suites=soon", "suites").returncode == 2
+    assert _run().returncode == 2  # no step named
+
+
+def test_dry_run_prints_the_chosen_steps_commands_and_runs_nothing(tmp_path):
+    fake = _fake_python(tmp_path, "")
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    out = tmp_path / "out"
+    dry = _run("--dry-run", "--python", str(fake), "--gpus", "1", "--kb", str(kb), "--out", str(out),
+               "kernelbench", "timing", "scaling", "multigpu")
+    assert dry.returncode == 0, dry.stderr
+    text = dry.stdout
+    assert "benchmarks.kernelbench_vs_ours" in text and "--rounds 3" in text and str(kb) in text
+    assert "tests/gpu/test_timing_gpu.py" in text and "benchmarks.timing_repeatability" in text
+    assert text.index("kernelbench_vs_ours") < text.index("timing_repeatability")  # in the order given
+    assert "sanitizer_cost" not in text and "expert_gpu" not in text  # steps not chosen
+    assert "only the 1-GPU arm" in text and "pool_scaling.py" in text
+    assert re.search(r"== multigpu .*skipped: needs 2 GPU", text) and "accelerate" not in text
+    assert not (tmp_path / "calls").exists() and not out.exists()  # nothing ran, nothing written
+
+
+def test_steps_run_in_order_and_one_past_its_limit_is_reported_as_timeout(tmp_path):
+    fake = _fake_python(tmp_path, r"""
+*sanitizer_cost*) exec sleep 30 ;;
+*"-m pytest"*) echo "3 failed, 41 passed, 1 warning in 12.34s"; exit 1 ;;
+*kernelbench_vs_ours*) echo "KernelBench: 51.1 verdicts/min; sizes: dim = 6144"
+  echo "ours[kb_scope]: 390.2 verdicts/min = 7.63x KernelBench; honest accepted 27/27"
+  eval last=\${$#}; echo "{}" > "$last" ;;""")
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    run = _run("--python", str(fake), "--gpus", "1", "--kb", str(kb), "--out", str(out), "--limit", "sanitizer=1",
+               "sanitizer", "suites", "kernelbench", "multigpu")
+    took = time.monotonic() - t0
+    assert took < 20, run.stdout  # the sleeping step was stopped at its 1 s limit, not after 30 s
+    assert run.returncode == 1  # a step failed or timed out
+    rows = _table(run.stdout)
+    assert list(rows) == ["install", "sanitizer", "suites", "kernelbench", "multigpu"]
+    assert rows["install"] == ("ok", "python fake")
+    assert rows["sanitizer"][0] == "timeout"
+    assert rows["suites"] == ("failed", "3 failed, 41 passed, 1 warning")
+    assert rows["kernelbench"] == ("ok", "KernelBench 51.1/min, kb_scope 390.2/min (7.63x)")
+    assert rows["multigpu"][0] == "skipped"
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert "versions" in calls[-4]  # the install step's probe, then the steps in the order given
+    marks = ("benchmarks.sanitizer_cost", "-m pytest", "benchmarks.kernelbench_vs_ours")
+    assert [next(m for m in marks if m in c) for c in calls[-3:]] == list(marks)
+    assert (out / "kernelbench_vs_ours.json").read_text().strip() == "{}"  # results copied to $OUT
+    with tarfile.open(out / "steps.tgz") as tar:
+        logs = {Path(n).name for n in tar.getnames()}
+        sanitizer_log = tar.extractfile("./sanitizer.log").read().decode()
+    assert {"install.log", "sanitizer.log", "suites.log", "kernelbench.log"} <= logs
+    assert "stopped at the step's limit" in sanitizer_log
+    assert "3 failed" in (out / "measure.log").read_text()
+
+
+# excerpts of real step logs (docs/results/) and the key figure the table shows for them
+_SANITIZER = """variant                  at once wall s/run CPU s/run runs/min
+python+torch+context           1       4.36      8.27     13.8
+memcheck stage driver          1       7.34     10.84      8.2
+memcheck stage driver          8       8.71      9.58     55.1"""
+_TIMING = """6 passed in 6.19s
+x*2 over 128 MiB       default               0.0687    0.44%    1.026   100   0.069  PASS
+x*2 over 128 MiB       previous              0.0689    1.25%    1.024   100   0.075  FAIL
+x*2 over 2048 MiB      default               1.0093    0.09%    1.003    25   0.108  PASS"""
+_EXPERT = """family     cases correct  x eager x compile   (geomean speedup of the expert)
+fusion         6       6     2.84      1.03
+softmax        4       4     2.54      1.42"""
+
+
+@pytest.mark.parametrize("figure_of, log, figure", [
+    ("scaling_figure", "scaling 2 vs 1: 2.20x (target >= 1.8x)", "2 vs 1 GPU: 2.20x"),
+    ("scaling_figure", ("1 shard          96    69.94         82.4     96  {'accepted': 96}\n"
+                        "scaling 1 vs 1: 1.00x (target >= 1.8x)"), "1 GPU: 82.4 verdicts/min (96 verdicts)"),
+    ("sanitizer_figure", _SANITIZER, "memcheck stage 7.34 s alone, 8.71 s 8 at once"),
+    ("timing_figure", _TIMING, "6 passed; repeatability 2/3 within 1%"),
+    ("expert_figure", _EXPERT, "fusion 2.84/1.03, softmax 2.54/1.42 (x eager/x compile)"),
+    ("pytest_summary", "PASSED tests/gpu/test_cuda_gpu.py::test_x\n33 passed, 1 warning in 275.61s (0:04:35)",
+     "33 passed, 1 warning"),
+])
+def test_key_figures_read_from_step_logs(figure_of, log, figure):
+    assert getattr(_module(), figure_of)(log) == figure
+
+
+def test_the_suggested_calls_fit_one_device_call_and_cover_every_one_gpu_step():
+    m = _module()
+    covered = set()
+    for calls in m.ONE_CALL:
+        names = ["install", *calls.split()]
+        # room for the start of the run, a stopped step's grace and the packing of steps.tgz
+        assert sum(m.STEPS[n].limit_s for n in names) <= m.CALL_S - 30, calls
+        covered.update(names)
+    one_gpu = {n for n, s in m.STEPS.items() if s.gpus <= 1 and s.limit_s <= m.CALL_S}
+    assert covered == one_gpu  # training runs for hours: it has no place in a 600 s call

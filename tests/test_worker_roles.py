@@ -1,0 +1,174 @@
+"""The sandboxed worker split by role: its dispatch follows the wire (core.verification.protocol), it
+reaches checks only through the registry (GPU warm-up through ``Check.warm_up``, no timing import)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from core import hookimpl
+from core.verification.protocol import ANY_ROLE_OPS, ROLE_OPS, Op
+from core.verification.sandbox import Limits, WorkerPool
+from core.verification.worker import WorkerMain, warm_up
+from core.verification.worker.warmup import applicable_checks
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER_PACKAGE = ROOT / "core" / "verification" / "worker"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module an ``import`` in ``path`` names, at any depth (lazy imports in functions too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_no_worker_module_imports_timing_or_a_plugin():
+    modules = sorted(WORKER_PACKAGE.glob("*.py"))
+    assert {p.stem for p in modules} >= {"__init__", "__main__", "process", "session", "reference", "candidate",
+                                         "loop", "warmup"}
+    for path in modules:
+        imported = _imported_modules(path)
+        assert not [m for m in imported if "timing" in m.split(".")], path.name
+        # checks and backends are reached through the registry, never imported by name
+        assert not [m for m in imported if m.split(".")[0] == "plugins"], path.name
+
+
+def test_a_fresh_interpreter_importing_the_worker_loads_no_timing_module():
+    code = ("import sys, core.verification.worker, core.verification.worker.loop; "
+            "bad = sorted(m for m in sys.modules if 'timing' in m.split('.') or m.startswith('plugins')); "
+            "assert not bad, bad")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env, timeout=120)
+
+
+def _worker(role: str) -> WorkerMain:
+    return WorkerMain(argparse.Namespace(role=role, device="cpu", scratch="/nonexistent", backend="triton"))
+
+
+@pytest.mark.parametrize("role", sorted(ROLE_OPS))
+def test_each_role_answers_exactly_what_the_protocol_gives_it(role, monkeypatch):
+    monkeypatch.delenv("KERNELZERO_SANDBOX_TESTING", raising=False)
+    assert set(_worker(role).handlers) == (ROLE_OPS[role] | ANY_ROLE_OPS) - {Op.EXIT}
+    monkeypatch.setenv("KERNELZERO_SANDBOX_TESTING", "1")
+    assert set(_worker(role).handlers) == (ROLE_OPS[role] | ANY_ROLE_OPS | {Op.EXEC_TEST}) - {Op.EXIT}
+
+
+@pytest.fixture(scope="module")
+def reference_pool():
+    pool = WorkerPool("reference", "triton", "cpu", size=1, limits=Limits(memory_mb=4096),
+                      extra_env={"TRITON_INTERPRET": "1"})
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def testing_candidate_pool():
+    pool = WorkerPool("candidate", "triton", "cpu", size=1, limits=Limits(memory_mb=4096),
+                      extra_env={"KERNELZERO_SANDBOX_TESTING": "1", "TRITON_INTERPRET": "1"})
+    yield pool
+    pool.close()
+
+
+def _ask(pool: WorkerPool, message: dict) -> dict:
+    worker = pool.acquire()
+    try:
+        return worker.request(message, timeout_s=60)
+    finally:
+        pool.release(worker)
+
+
+def test_a_live_worker_refuses_other_roles_requests_and_names_both(reference_pool, testing_candidate_pool):
+    assert _ask(reference_pool, {"op": "load", "source": ""}) == {
+        "ok": False, "error": "worker of role 'reference' does not answer 'load'"}
+    assert _ask(reference_pool, {"op": "exec_test", "code": "pass"})["error"] == \
+        "worker of role 'reference' does not answer 'exec_test'"  # only with KERNELZERO_SANDBOX_TESTING=1
+    assert _ask(testing_candidate_pool, {"op": "reference", "source": ""})["error"] == \
+        "worker of role 'candidate' does not answer 'reference'"
+    assert _ask(testing_candidate_pool, {"op": "no_such_op"})["error"] == \
+        "worker of role 'candidate' does not answer 'no_such_op'"
+    assert _ask(reference_pool, {"op": "ping"})["ok"] and _ask(testing_candidate_pool, {"op": "unload"})["ok"]
+
+
+def test_a_live_worker_has_not_imported_timing_after_its_set_up(testing_candidate_pool):
+    hello = testing_candidate_pool.acquire()
+    try:
+        assert hello.wait_ready()["op"] == Op.HELLO and hello.wait_ready()["gpu_warm_up"] is None  # the CPU
+        answer = hello.request({"op": "exec_test", "code": (
+            "import sys\nbad = sorted(m for m in sys.modules if 'timing' in m.split('.'))\nassert not bad, bad")},
+            timeout_s=60)
+    finally:
+        testing_candidate_pool.release(hello)
+    assert answer["ok"], answer
+
+
+# --------------------------------------------------------------------------- the warm-up hook
+
+
+@dataclass
+class _Check:
+    name: str
+    calls: list[str] = field(default_factory=list)
+    fail: bool = False
+
+    def applies(self, backend: str, device: str) -> bool:
+        return True
+
+    def warm_up(self, device: str) -> None:
+        self.calls.append(device)
+        if self.fail:
+            raise RuntimeError("no filler kernel")
+
+
+@dataclass
+class _CheckWithoutHook:
+    name: str = "plain"
+
+    def applies(self, backend: str, device: str) -> bool:
+        return True
+
+
+def test_warm_up_calls_every_checks_hook_and_reports_each_failure():
+    warmed, broken = _Check("timer"), _Check("broken", fail=True)
+    assert warm_up("cpu", [_CheckWithoutHook()]) is None  # nothing to warm on the CPU
+    report = warm_up("cpu", [warmed, _CheckWithoutHook()])
+    assert warmed.calls == ["cpu"] and report.endswith(" s (checks: timer)"), report
+    report = warm_up("cpu", [broken, warmed])
+    assert warmed.calls == ["cpu", "cpu"] and broken.calls == ["cpu"]  # one failure does not stop the rest
+    assert report.startswith("failed after ") and report.endswith("broken: RuntimeError: no filler kernel"), report
+
+
+def test_the_worker_warms_the_checks_that_apply_to_its_backend_and_device(register_plugin):
+    class OnlyTritonCpu:
+        @hookimpl
+        def register_verifiers(self, register):
+            @dataclass
+            class Probe:
+                name: str = "probe_check"
+
+                def applies(self, backend: str, device: str) -> bool:
+                    return (backend, device) == ("triton", "cpu")
+
+                def warm_up(self, device: str) -> None:
+                    pass
+
+            register("probe_check", Probe)
+
+    register_plugin(OnlyTritonCpu())
+    assert "probe_check" in [c.name for c in applicable_checks("triton", "cpu")]
+    assert "probe_check" not in [c.name for c in applicable_checks("cuda", "cpu")]
+    on_gpu = {c.name: c for c in applicable_checks("triton", "cuda")}
+    assert "performance" in on_gpu and callable(on_gpu["performance"].warm_up)  # the timer's part lives there
+    assert "performance" not in [c.name for c in applicable_checks("triton", "cpu")]
