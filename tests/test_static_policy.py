@@ -158,6 +158,7 @@ CASES = [
     ("device-code", "def helper(x):\n    return x\n@triton.jit\ndef k2(x_ptr):\n    helper(x_ptr)\n", 5),
     ("device-code", "@triton.jit\ndef k2(x_ptr):\n    v = tl.load(x_ptr)\n    v.handle.data.sum()\n", 4),
     ("device-code", "@triton.jit\ndef k2(x_ptr):\n    open('x')\n", 3),
+    ("device-code", "SCALE = 0.5\n@triton.jit\ndef k2(x_ptr):\n    tl.store(x_ptr, SCALE)\n", 4),
 ]
 
 
@@ -241,7 +242,7 @@ KERNELBENCH_STYLE = [
     import triton.language as tl
     from triton.language.extra import libdevice
 
-    ROWS_PER_PROGRAM = 4
+    ROWS_PER_PROGRAM = tl.constexpr(4)
 
 
     @triton.jit
@@ -263,7 +264,7 @@ KERNELBENCH_STYLE = [
 
 
     def grid_for(meta):
-        return (triton.cdiv(meta["M"], ROWS_PER_PROGRAM),)
+        return (triton.cdiv(meta["M"], ROWS_PER_PROGRAM.value),)
 
 
     class ModelNew(nn.Module):
@@ -273,7 +274,7 @@ KERNELBENCH_STYLE = [
                 out = torch.empty(M, device=x.device, dtype=x.dtype)
                 count = torch.zeros(1, device=x.device, dtype=torch.int32)
                 row_norm_kernel[grid_for](x, out, count, M, N, x.stride(0), BLOCK_N=triton.next_power_of_2(N))
-                row_norm_kernel[(max(1, triton.cdiv(M, ROWS_PER_PROGRAM)), 1, 1)](
+                row_norm_kernel[(max(1, triton.cdiv(M, 4)), 1, 1)](
                     x, out, count, M, N, x.stride(0), BLOCK_N=triton.next_power_of_2(N), num_warps=4)
                 return out
     ''',

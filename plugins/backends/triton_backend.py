@@ -48,6 +48,7 @@ STATIC_POLICY = StaticPolicy(
         "_empty_strided_cpu", "_empty_strided_cuda", "_reinterpret_tensor", "assert_size_stride", "assert_alignment")),
     barred_attributes=BASE_BARRED_ATTRIBUTES | {"data_ptr", "add_pre_run_hook", "pre_run_hooks"},
     kernel_decorators=frozenset({"triton.jit"}),
+    device_constants=frozenset({"triton.language.constexpr"}),
     launch_configurators=frozenset({"triton.heuristics", "triton.autotune", "triton.Config"}),
 )
 

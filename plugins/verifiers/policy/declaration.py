@@ -148,6 +148,7 @@ class StaticPolicy:
         Triton interpreter, a tensor's numpy storage).
     :param class_bases: the library classes a candidate's classes may derive from (and their subclasses).
     :param kernel_decorators: dotted paths of decorators that make a function a kernel (device code).
+    :param device_constants: calls whose result a kernel may read as a module global (``tl.constexpr``).
     :param launch_configurators: dotted paths of calls whose callables run inside a launch
         (heuristics, autotune configs): their lambdas must be launch arithmetic and
         :data:`LAUNCH_HOOK_KEYWORDS` are refused.
@@ -165,6 +166,7 @@ class StaticPolicy:
     device_barred_attributes: frozenset[str] = frozenset({"handle"})
     class_bases: frozenset[str] = frozenset({"torch.nn.Module", "torch.autograd.Function"})
     kernel_decorators: frozenset[str] = frozenset()
+    device_constants: frozenset[str] = frozenset()
     launch_configurators: frozenset[str] = frozenset()
     kernel_factories: frozenset[str] = frozenset()
     kernel_getters: frozenset[str] = frozenset()

@@ -112,8 +112,6 @@ def _is_constant(node: ast.expr | None) -> bool:
         return _is_constant(node.left) and _is_constant(node.right)
     if isinstance(node, ast.Tuple):
         return all(_is_constant(e) for e in node.elts)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "constexpr":
-        return len(node.args) == 1 and _is_constant(node.args[0]) and not node.keywords
     return False
 
 
@@ -317,12 +315,21 @@ class PolicyChecker:
             ok = not ref.refused and self._device_path(ref.path)
         elif all(b.kind == "function" for b in found):
             ok = all(b.node.name in self.kernel_names for b in found)  # type: ignore[attr-defined]
-        elif len(found) == 1 and found[0].kind == "assign":
-            ok = found[0].scope is self.scopes.root and _is_constant(found[0].value)
+        elif len(found) == 1 and found[0].kind == "assign" and found[0].scope is self.scopes.root:
+            ok = self._is_constexpr(found[0].value)
+            if not ok and _is_constant(found[0].value):
+                self.add("device-code", node, f"a kernel uses the module constant {node.id}: Triton accepts only "
+                                              f"globals declared {node.id} = tl.constexpr(...)")
+                return
         if not ok:
             kernel = kernel_scope.node.name if kernel_scope else "?"  # type: ignore[attr-defined]
             self.add("device-code", node, f"kernel {kernel} uses {node.id}: a kernel may only use its arguments, "
-                                          "device modules (triton.language), other kernels and module constants")
+                                          "device modules (triton.language), other kernels and tl.constexpr globals")
+
+    def _is_constexpr(self, value: ast.expr | None) -> bool:
+        """``tl.constexpr(<constant>)``: the only module global Triton lets a kernel read."""
+        return isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords \
+            and _is_constant(value.args[0]) and self._path_of(value.func) in self.policy.device_constants
 
     def _device_path(self, path: str) -> bool:
         parts = path.split(".")

@@ -1,5 +1,5 @@
 """Honest: the kernel wrapped in a torch.autograd.Function (staticmethod forward), an own base
-class, module constants inside the kernel and a heuristic that is plain arithmetic."""
+class, a tl.constexpr global inside the kernel and a heuristic that is plain arithmetic."""
 # task: elementwise_chain
 # expect: accepted
 import torch
@@ -7,7 +7,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-HALF = 0.5
+HALF = tl.constexpr(0.5)
 
 
 @triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
