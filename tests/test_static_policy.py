@@ -541,3 +541,127 @@ def test_private_names_are_the_candidates_own_only(name):
     foreign = body(f"def f(x):\n    return torch._{name}, x._{name}, torch.Tensor._{name}\n")
     found = findings(foreign)
     assert {f.rule for f in found} == {"private-attribute"} and len(found) == 3, [str(f) for f in found]
+
+
+# The shape of Inductor's output module on a GPU (torch 2.13's header, a guarded call on cuda:0).
+INDUCTOR_GPU = """
+from ctypes import c_void_p, c_long, c_int
+import torch
+import math
+import random
+import os
+import tempfile
+from math import inf, nan
+from cmath import nanj
+from torch._inductor.hooks import run_intermediate_hooks
+from torch._inductor.utils import maybe_profile
+from torch._inductor.codegen.memory_planning import _align as align
+from torch import device, empty_strided
+from torch._inductor.async_compile import AsyncCompile
+from torch._inductor.select_algorithm import extern_kernels
+import triton
+import triton.language as tl
+from torch._inductor.runtime.triton_heuristics import start_graph, end_graph
+from torch._C import _cuda_getCurrentRawStream as get_raw_stream
+
+aten = torch.ops.aten
+inductor_ops = torch.ops.inductor
+_quantized = torch.ops._quantized
+assert_size_stride = torch._C._dynamo.guards.assert_size_stride
+assert_alignment = torch._C._dynamo.guards.assert_alignment
+empty_strided_cpu = torch._C._dynamo.guards._empty_strided_cpu
+empty_strided_cpu_pinned = torch._C._dynamo.guards._empty_strided_cpu_pinned
+empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda
+empty_strided_xpu = torch._C._dynamo.guards._empty_strided_xpu
+empty_strided_mtia = torch._C._dynamo.guards._empty_strided_mtia
+reinterpret_tensor = torch._C._dynamo.guards._reinterpret_tensor
+alloc_from_pool = torch.ops.inductor._alloc_from_pool
+async_compile = AsyncCompile()
+empty_strided_p2p = torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p
+
+
+triton_poi_fused_relu_0 = async_compile.triton('triton_poi_fused_relu_0', '''
+import triton
+import triton.language as tl
+
+from torch._inductor.runtime import triton_helpers, triton_heuristics
+from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
+from torch._inductor.runtime.hints import AutotuneHint, ReductionHint, TileHint, DeviceProperties
+triton_helpers.set_driver_to_gpu()
+
+@triton_heuristics.pointwise(
+    size_hints={'x': 1024},
+    filename=__file__,
+)
+@triton.jit
+def triton_poi_fused_relu_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    xmask = xindex < xnumel
+    x0 = xindex
+    tmp0 = tl.load(in_ptr0 + (x0), xmask)
+    tmp1 = tl.full([1], 0, tl.int32)
+    tmp2 = triton_helpers.maximum(tmp1, tmp0)
+    tl.store(out_ptr0 + (x0), tmp2, xmask)
+''', device_str='cuda')
+
+async_compile.wait(globals())
+del async_compile
+
+def call(args):
+    arg0_1, = args
+    args.clear()
+    assert_size_stride(arg0_1, (32, 32), (32, 1))
+    with torch.cuda._DeviceGuard(0):
+        torch.cuda.set_device(0)
+        buf0 = empty_strided_cuda((32, 32), (32, 1), torch.float32)
+        # Topologically Sorted Source Nodes: [relu], Original ATen: [aten.relu]
+        stream0 = get_raw_stream(0)
+        triton_poi_fused_relu_0.run(arg0_1, buf0, 1024, stream=stream0)
+        del arg0_1
+    return (buf0, )
+
+
+def benchmark_compiled_module(times=10, repeat=10):
+    from torch._dynamo.testing import rand_strided
+    return 0.0
+
+
+if __name__ == "__main__":
+    from torch._inductor.wrapper_benchmark import compiled_module_main
+    compiled_module_main('None', benchmark_compiled_module)
+"""
+
+RELU_TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(32, 32)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_the_inductor_teachers_gpu_candidate_passes_the_policy():
+    """What the inductor teacher assembles from a GPU output module: the header's unused imports and
+    torch.ops bindings are pruned; what call() uses (the allocators, the device guard) is allowed."""
+    from plugins.coders.inductor import build_candidate_source, parse_kernels, static_findings
+
+    kernels = parse_kernels(INDUCTOR_GPU)
+    source = build_candidate_source(RELU_TASK, INDUCTOR_GPU, kernels, {"triton_poi_fused_relu_0": ({"XBLOCK": 256}, 4, 1)},
+                                    ["x0"], ["x0"])
+    assert "torch.ops" not in source and "_distributed_c10d" not in source and "import os" not in source
+    assert "empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda" in source
+    assert static_findings(source) == "", static_findings(source)

@@ -44,8 +44,8 @@ STATIC_POLICY = StaticPolicy(
         module("torch._inductor.runtime.triton_heuristics", members=()),
         module("torch._inductor.runtime.hints", members={"AutotuneHint", "ReductionHint", "TileHint", "DeviceProperties"}),
     ),
-    exact_paths=frozenset(f"torch._C._dynamo.guards.{name}" for name in (
-        "_empty_strided_cpu", "_empty_strided_cuda", "_reinterpret_tensor", "assert_size_stride", "assert_alignment")),
+    exact_paths=frozenset({"torch.cuda._DeviceGuard"} | {f"torch._C._dynamo.guards.{name}" for name in (
+        "_empty_strided_cpu", "_empty_strided_cuda", "_reinterpret_tensor", "assert_size_stride", "assert_alignment")}),
     barred_attributes=BASE_BARRED_ATTRIBUTES | {"data_ptr", "add_pre_run_hook", "pre_run_hooks"},
     kernel_decorators=frozenset({"triton.jit"}),
     device_constants=frozenset({"triton.language.constexpr"}),

@@ -125,7 +125,7 @@ TORCH_MODULES: tuple[ModuleRule, ...] = (
     module("torch.cuda", members={
         "is_available", "current_stream", "default_stream", "synchronize", "Stream", "ExternalStream", "stream",
         "Event", "current_device", "device_count", "device", "get_device_capability", "get_device_properties",
-        "get_device_name", "is_bf16_supported"}),
+        "get_device_name", "is_bf16_supported", "set_device"}),
     module("torch.autograd", members={"Function", "no_grad", "enable_grad", "set_grad_enabled", "inference_mode"}),
     module("math", device=True),
     module("__future__", members={"annotations"}),
