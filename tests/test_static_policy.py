@@ -100,6 +100,11 @@ CASES = [
     ("barred-attribute", "def f(x):\n    return x.data_ptr()\n", 2),
     ("barred-attribute", "kernel.add_pre_run_hook(print)\n", 1),
     ("barred-attribute", "def f(x):\n    return getattr(x, 'numpy')()\n", 2),
+    ("barred-attribute", "t = torch.from_file\n", 1),
+    ("barred-attribute", "def f(x):\n    return x.untyped_storage()[0]\n", 2),
+    ("barred-attribute", "cfg = triton.Config({'BLOCK': 64})\ncfg.pre_hook = print\n", 2),
+    ("builtin", "g = getattr\n", 1),
+    ("builtin", "names = list(map(getattr, [torch], ['jit']))\n", 1),
     ("builtin", "e = eval\n", 1),
     ("builtin", "exec('1')\n", 1),
     ("builtin", "c = compile('1', 'x', 'eval')\n", 1),
@@ -121,6 +126,8 @@ CASES = [
     ("patch", "torch.cuda.Event.elapsed_time = print\n", 1),
     ("patch", "setattr(torch, 'allclose', print)\n", 1),
     ("patch", "print.x = 1\n", 1),
+    ("patch", "kernel.run = print\n", 1),
+    ("patch", "k2 = kernel\nk2.fn = print\n", 2),
     ("class-base", "class Lazy(torch.Tensor):\n    pass\n", 1),
     ("class-base", "class P(nn.Parameter):\n    pass\n", 1),
     ("class-base", "from torch import Tensor\nclass Lazy(Tensor):\n    pass\n", 2),
@@ -150,6 +157,14 @@ CASES = [
     ("launch-grid", "def f(k, x):\n    k[lambda m: (x.add_(1), 1)](x)\n", 2),
     ("launch-grid", "def f(k, x):\n    k.run(x, grid=lambda m: (x.add_(1),), warmup=False)\n", 2),
     ("launch-hook", "@triton.heuristics({'B': lambda args: args['x_ptr'].add_(1)})\n@triton.jit\ndef k2(x_ptr, B: tl.constexpr):\n    pass\n", 1),
+    ("launch-grid", "def f(x):\n    for g in [lambda m: (x.add_(1), 1)[1:]]:\n        [kernel][0][g](x, x, 4)\n", 3),
+    ("launch-grid", "tuned = triton.heuristics({})(kernel)\ndef f(x):\n    for g in [lambda m: (x.add_(1),)]:\n"
+                    "        tuned[g](x, x, 4)\n", 4),
+    ("launch-grid", "box = {'k': kernel}\ndef f(x, g):\n    box['k'][g](x, x, 4)\n", 3),
+    ("launch-grid", "def f(x, g):\n    kernel.run(x, x, 4, grid=g, warmup=False)\n", 2),
+    ("launch-hook", "for h in [print]:\n    @triton.heuristics({'B': h})\n    @triton.jit\n    def k2(x_ptr, B: tl.constexpr):\n"
+                    "        pass\n", 2),
+    ("launch-hook", "@triton.heuristics({'B': 3 if True else 4})\n@triton.jit\ndef k2(x_ptr, B: tl.constexpr):\n    pass\n", 1),
     ("launch-hook", "cfg = triton.Config({'BLOCK': 64}, pre_hook=print)\n", 1),
     ("launch-hook", "@triton.autotune(configs=[], key=['n'], prune_configs_by={'early_config_prune': print})\n"
                     "@triton.jit\ndef k2(x_ptr, n):\n    pass\n", 1),
@@ -159,6 +174,8 @@ CASES = [
     ("device-code", "@triton.jit\ndef k2(x_ptr):\n    v = tl.load(x_ptr)\n    v.handle.data.sum()\n", 4),
     ("device-code", "@triton.jit\ndef k2(x_ptr):\n    open('x')\n", 3),
     ("device-code", "SCALE = 0.5\n@triton.jit\ndef k2(x_ptr):\n    tl.store(x_ptr, SCALE)\n", 4),
+    ("device-code", "def body(x_ptr):\n    torch.add(x_ptr, x_ptr)\nk2 = triton.jit(body)\n", 2),
+    ("device-code", "k2 = triton.jit(lambda x_ptr: torch.add(x_ptr, x_ptr))\n", 1),
 ]
 
 
@@ -168,6 +185,20 @@ def test_each_rule_refuses_its_family_and_names_the_line(rule, code, line):
     assert any(f.rule == rule and f.line == HEADER_LINES + line for f in found), (rule, [str(f) for f in found])
     for f in found:
         assert str(f).startswith(f"rule {f.rule} at line {f.line}: ") and len(f.message) > 10
+
+
+def test_grids_from_range_loops_and_reassigned_parameters_are_arithmetic():
+    source = body('''
+        def launch(x, y, grid=None):
+            grid = (triton.cdiv(x.numel(), 64),)
+            kernel[grid](x, y, x.numel(), BLOCK=64)
+            for i in range(3):
+                kernel[(i + 1,)](x, y, x.numel(), BLOCK=64)
+            layers = {}
+            for name in ["a", "b"]:
+                layers[name](x)  # no kernel escapes into containers here: an ordinary call
+        ''')
+    assert findings(source) == []
 
 
 def test_the_rejection_names_the_rule_and_the_line():

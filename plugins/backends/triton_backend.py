@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from core import hookimpl
 from plugins.verifiers.policy import TORCH_MODULES, TYPING, StaticPolicy, module
-from plugins.verifiers.policy.declaration import BASE_BARRED_ATTRIBUTES
+from plugins.verifiers.policy.declaration import BASE_BARRED_ATTRIBUTES, TRITON_HOOK_ATTRIBUTES
 
 GUIDE = """\
 Write a Python module in KernelBench format that defines `class ModelNew(torch.nn.Module)` with the
@@ -46,10 +46,11 @@ STATIC_POLICY = StaticPolicy(
     ),
     exact_paths=frozenset({"torch.cuda._DeviceGuard"} | {f"torch._C._dynamo.guards.{name}" for name in (
         "_empty_strided_cpu", "_empty_strided_cuda", "_reinterpret_tensor", "assert_size_stride", "assert_alignment")}),
-    barred_attributes=BASE_BARRED_ATTRIBUTES | {"data_ptr", "add_pre_run_hook", "pre_run_hooks"},
+    barred_attributes=BASE_BARRED_ATTRIBUTES | {"data_ptr", *TRITON_HOOK_ATTRIBUTES},
     kernel_decorators=frozenset({"triton.jit"}),
     device_constants=frozenset({"triton.language.constexpr"}),
     launch_configurators=frozenset({"triton.heuristics", "triton.autotune", "triton.Config"}),
+    callable_configurators=frozenset({"triton.heuristics"}),
 )
 
 

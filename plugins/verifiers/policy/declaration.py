@@ -87,10 +87,15 @@ ATTRIBUTE_FAMILIES: dict[str, str] = {
     "from_file": "a file-backed storage: data from outside the process",
     "backward": "autograd: the engine runs backward functions on threads of its own",
     "data_ptr": "a raw device pointer: Triton kernels take tensors",
-    "add_pre_run_hook": "a launch hook: it runs inside the launch, where the audit does not look",
-    "pre_run_hooks": "a launch hook: it runs inside the launch, where the audit does not look",
+    "untyped_storage": "raw storage: host reads and writes of a tensor's bytes",
+    "storage": "raw storage: host reads and writes of a tensor's bytes",
 }
-BASE_BARRED_ATTRIBUTES = frozenset(ATTRIBUTE_FAMILIES) - {"data_ptr", "add_pre_run_hook", "pre_run_hooks"}
+_HOOK = "a launch hook: it runs inside the launch, where the audit does not look"
+# Attributes that install code a Triton launch runs (kernel and autotune-config hooks).
+TRITON_HOOK_ATTRIBUTES = ("add_pre_run_hook", "pre_run_hooks", "pre_hook", "post_hook", "prune_configs_by",
+                          "early_config_prune", "perf_model", "do_bench")
+ATTRIBUTE_FAMILIES.update({name: _HOOK for name in TRITON_HOOK_ATTRIBUTES})
+BASE_BARRED_ATTRIBUTES = frozenset(ATTRIBUTE_FAMILIES) - {"data_ptr", *TRITON_HOOK_ATTRIBUTES}
 
 # Keywords of launch configurators whose values run inside the launch.
 LAUNCH_HOOK_KEYWORDS = frozenset({"pre_hook", "post_hook", "do_bench", "prune_configs_by", "perf_model",
@@ -151,7 +156,8 @@ class StaticPolicy:
     :param device_constants: calls whose result a kernel may read as a module global (``tl.constexpr``).
     :param launch_configurators: dotted paths of calls whose callables run inside a launch
         (heuristics, autotune configs): their lambdas must be launch arithmetic and
-        :data:`LAUNCH_HOOK_KEYWORDS` are refused.
+        :data:`LAUNCH_HOOK_KEYWORDS` are refused; ``callable_configurators`` take a dict of callables
+        (``triton.heuristics``), each of which must be one.
     :param kernel_factories: calls that build a launchable kernel object (``cupy.RawKernel``);
         :param kernel_getters: methods that return one (``get_function``). Launches of those take
         ``(grid, block, args)``, and grid and block must be launch arithmetic.
@@ -168,6 +174,7 @@ class StaticPolicy:
     kernel_decorators: frozenset[str] = frozenset()
     device_constants: frozenset[str] = frozenset()
     launch_configurators: frozenset[str] = frozenset()
+    callable_configurators: frozenset[str] = frozenset()
     kernel_factories: frozenset[str] = frozenset()
     kernel_getters: frozenset[str] = frozenset()
     grid_functions: frozenset[str] = GRID_FUNCTIONS
