@@ -127,6 +127,9 @@ CASES = [
     ("patch", "setattr(torch, 'allclose', print)\n", 1),
     ("patch", "print.x = 1\n", 1),
     ("patch", "kernel.run = print\n", 1),
+    ("patch", "T, = (torch.Tensor,)\nT.add = print\n", 2),
+    ("patch", "T = torch.Tensor\nT = T\nT.add = print\n", 3),
+    ("patch", "for T in [torch.Tensor]:\n    T.add = print\n", 2),
     ("patch", "k2 = kernel\nk2.fn = print\n", 2),
     ("class-base", "class Lazy(torch.Tensor):\n    pass\n", 1),
     ("class-base", "class P(nn.Parameter):\n    pass\n", 1),
@@ -176,6 +179,10 @@ CASES = [
     ("device-code", "SCALE = 0.5\n@triton.jit\ndef k2(x_ptr):\n    tl.store(x_ptr, SCALE)\n", 4),
     ("device-code", "def body(x_ptr):\n    torch.add(x_ptr, x_ptr)\nk2 = triton.jit(body)\n", 2),
     ("device-code", "k2 = triton.jit(lambda x_ptr: torch.add(x_ptr, x_ptr))\n", 1),
+    ("device-code", "J = [triton.jit][0]\n", 1),
+    ("device-code", "jit = triton.jit\nJ = [jit]\n", 2),
+    ("device-code", "class K:\n    @triton.jit\n    def k2(x_ptr):\n        torch.add(x_ptr, x_ptr)\n", 4),
+    ("device-code", "def f(x):\n    @triton.jit\n    def k2(x_ptr):\n        x.add_(1)\n    return k2\n", 4),
 ]
 
 

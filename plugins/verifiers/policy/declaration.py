@@ -69,7 +69,8 @@ DEVICE_BUILTINS = frozenset({"range", "min", "max", "float", "int", "bool", "len
                              "isinstance", "enumerate", "zip", "True", "False", "None"})
 
 # Functions a launch grid may call (besides arithmetic): the dotted paths, and the builtins.
-GRID_FUNCTIONS = frozenset({"triton.cdiv", "triton.next_power_of_2", "math.ceil", "math.floor", "math.prod"})
+GRID_FUNCTIONS = frozenset({"triton.cdiv", "triton.next_power_of_2", "math.ceil", "math.floor", "math.prod",
+                            "torch.cuda.get_device_properties"})
 GRID_BUILTINS = frozenset({"max", "min", "int", "abs", "len", "tuple", "list", "round"})
 # Tensor methods a grid may call, unless the candidate defines a function or method of that name.
 GRID_METHODS = frozenset({"numel", "size", "stride", "dim", "element_size"})

@@ -14,9 +14,9 @@ class KernelRules(Reader):
 
     def __init__(self, tree: ast.Module, policy) -> None:
         super().__init__(tree, policy)
-        self.kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and self._is_kernel(n)]
+        # kernels anywhere: module level, in classes, in functions
+        self.kernels = [n for n in self.nodes if isinstance(n, ast.FunctionDef) and self._is_kernel(n)]
         self._wrapped_by_call()
-        self.kernel_names = {k.name for k in self.kernels}
         self._kernel_nodes = {id(k) for k in self.kernels}
         self._alias_bindings: set[int] = set()
         self.kernel_escapes = self._follow_kernels()
@@ -31,7 +31,6 @@ class KernelRules(Reader):
     def _wrapped_by_call(self) -> None:
         """``k = triton.jit(fn)``: ``fn`` is a kernel too (its body is device code)."""
         decorators = {id(d) for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef)) for d in n.decorator_list}
-        defs = {n.name: n for n in self.tree.body if isinstance(n, ast.FunctionDef)}
         for node in self.nodes:
             if not isinstance(node, ast.Call) or id(node) in decorators:
                 continue
@@ -40,11 +39,28 @@ class KernelRules(Reader):
             fn = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "fn"), None)
             if fn is None:
                 continue  # triton.jit(**options) used as a decorator factory
-            if isinstance(fn, ast.Name) and fn.id in defs and defs[fn.id] not in self.kernels:
-                self.kernels.append(defs[fn.id])
-            elif not (isinstance(fn, ast.Name) and fn.id in defs):
+            found = self._bindings(fn) if isinstance(fn, ast.Name) else []
+            if found and all(b.kind == "function" for b in found):
+                self.kernels.extend(b.node for b in found if b.node not in self.kernels)  # type: ignore[misc]
+            else:
                 self.add("device-code", node, "a kernel decorator applied to an expression: kernels are "
-                                              "module-level def functions")
+                                              "def functions")
+
+    def check_decorator_use(self, node: ast.expr, path: str | None) -> None:
+        """A kernel decorator (``triton.jit``) may only decorate, be called, or be bound to a name:
+        hidden in a container it would make kernels the rules cannot see."""
+        if path not in self.policy.kernel_decorators:
+            return
+        parent = self.parent.get(id(node))
+        if isinstance(parent, (ast.FunctionDef, ast.ClassDef)) and node in parent.decorator_list:
+            return
+        if isinstance(parent, ast.Call) and parent.func is node:
+            return
+        if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1 \
+                and isinstance(parent.targets[0], ast.Name):
+            return
+        self.add("device-code", node, f"{path} used as a value: kernel decorators may only decorate a def, "
+                                      "be called, or be bound to a name")
 
     def _follow_kernels(self) -> bool:
         """Mark the names that alias a kernel (``k2 = k``, ``tuned = triton.autotune(...)(k)``);
@@ -95,8 +111,8 @@ class KernelRules(Reader):
         """``node`` refers to one of the candidate's kernels or a name bound to one."""
         found = self._bindings(node)
         return bool(found) and all(
-            (b.kind == "function" and b.node.name in self.kernel_names and b.scope is self.scopes.root)  # type: ignore[attr-defined]
-            or id(b) in self._alias_bindings for b in found)
+            (b.kind == "function" and id(b.node) in self._kernel_nodes) or id(b) in self._alias_bindings
+            for b in found)
 
     def _kernel_scope(self, node: ast.AST):
         """The scope of the kernel whose body ``node`` is in, else ``None``."""
@@ -124,7 +140,7 @@ class KernelRules(Reader):
             ref = self._import_ref(found[-1])
             ok = not ref.refused and self._device_path(ref.path)
         elif all(b.kind == "function" for b in found):
-            ok = all(b.node.name in self.kernel_names for b in found)  # type: ignore[attr-defined]
+            ok = all(id(b.node) in self._kernel_nodes for b in found)
         elif len(found) == 1 and found[0].kind == "assign" and found[0].scope is self.scopes.root:
             ok = self._is_constexpr(found[0].value)
             if not ok and is_constant(found[0].value):

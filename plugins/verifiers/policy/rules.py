@@ -116,6 +116,8 @@ class PolicyChecker(DefinitionRules, LaunchRules):
         if device:
             self._check_device_name(node, found)
         ref = self.ref_of(node)
+        if ref is not None and ref.kind == "object":
+            self.check_decorator_use(node, ref.path)
         if ref is not None and ref.kind in ("module", "transit"):
             parent = self.parent.get(id(node))
             if not (isinstance(parent, ast.Attribute) and parent.value is node):
@@ -145,6 +147,8 @@ class PolicyChecker(DefinitionRules, LaunchRules):
                 self.add(ref.rule, attr_node, ref.why)
                 self._handled.update(id(n) for n in nodes[i:])  # what follows is named by the refusal
                 return
+        if ref.kind == "object" and len(nodes) == len([n for n in nodes if id(n) in self._handled]):
+            self.check_decorator_use(node, ref.path)
         if ref.kind == "transit":
             self.add("private-attribute", node, f"{ref.path} is private")
         elif ref.kind == "module" and not (isinstance(parent, ast.Attribute) and parent.value is node):
@@ -209,12 +213,32 @@ class PolicyChecker(DefinitionRules, LaunchRules):
             found = self._bindings(base)
             if not found:
                 self.add("patch", site, f"assigns {text}, part of the builtin {base.id}")
-            elif self.ref_of(base) is not None:
+            elif self.ref_of(base) is not None or any(self._import_derived(b) for b in found):
                 self.add("patch", site, f"assigns {text}, part of an imported module or its members")
             elif self._names_kernel(base):
                 self.add("patch", site, f"assigns {text}, part of a kernel object (its launcher runs it)")
             return
         self.add("patch", site, f"assigns {text}, an attribute of a computed object")
+
+    def _import_derived(self, b: Binding) -> bool:
+        """The binding may hold an imported module's member (not a fresh object one of them made)."""
+        if b.kind in ("import", "from"):
+            return True
+        value = b.value
+        if b.kind == "other":
+            stmt = self.parent.get(id(b.node))
+            while stmt is not None and not isinstance(stmt, (ast.stmt, ast.comprehension, ast.withitem)):
+                stmt = self.parent.get(id(stmt))
+            value = getattr(stmt, "value", None) or getattr(stmt, "iter", None) or getattr(stmt, "context_expr", None)
+        if value is None:
+            return False
+        for sub in ast.walk(value):
+            if isinstance(sub, (ast.Name, ast.Attribute)) and self.ref_of(sub) is not None:
+                parent = self.parent.get(id(sub))
+                if not (isinstance(parent, ast.Call) and parent.func is sub) and \
+                        not (isinstance(parent, ast.Attribute) and parent.value is sub):
+                    return True
+        return False
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
