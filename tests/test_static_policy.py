@@ -659,34 +659,18 @@ def call(args):
         del arg0_1
     return (buf0, )
 
-
-def benchmark_compiled_module(times=10, repeat=10):
-    from torch._dynamo.testing import rand_strided
-    return 0.0
-
-
-if __name__ == "__main__":
-    from torch._inductor.wrapper_benchmark import compiled_module_main
-    compiled_module_main('None', benchmark_compiled_module)
 """
 
 RELU_TASK = """
 import torch
 import torch.nn as nn
-
-
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
-
     def forward(self, x):
         return torch.relu(x)
-
-
 def get_inputs():
     return [torch.randn(32, 32)]
-
-
 def get_init_inputs():
     return []
 """
