@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from core import hookimpl
+from plugins.verifiers.policy import TORCH_MODULES, TYPING, StaticPolicy, module
+from plugins.verifiers.policy.declaration import BASE_BARRED_ATTRIBUTES, TRITON_HOOK_ATTRIBUTES
 
 GUIDE = """\
 Write a Python module in KernelBench format that defines `class ModelNew(torch.nn.Module)` with the
@@ -29,7 +31,27 @@ reference's dtype, and keep reductions numerically stable (subtract the row maxi
 Do not read files, use the network, subprocesses, ctypes, numpy, or patch torch.
 """
 
-_KERNEL_DECORATORS = {"jit", "autotune", "heuristics"}
+# What a candidate may name (plugins/verifiers/policy): torch's tensors and modules, triton's
+# decorators and helpers, triton.language in kernels; and the private paths the inductor teacher's
+# wrapper keeps from Inductor's output (its allocators, the helper modules its kernels import).
+STATIC_POLICY = StaticPolicy(
+    backend="triton",
+    modules=TORCH_MODULES + (
+        TYPING,
+        module("triton", members={"jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2"}, device=True),
+        module("triton.language", submodules=True, device=True),
+        module("torch._inductor.runtime.triton_helpers", device=True),
+        module("torch._inductor.runtime.triton_heuristics", members=()),
+        module("torch._inductor.runtime.hints", members={"AutotuneHint", "ReductionHint", "TileHint", "DeviceProperties"}),
+    ),
+    exact_paths=frozenset({"torch.cuda._DeviceGuard"} | {f"torch._C._dynamo.guards.{name}" for name in (
+        "_empty_strided_cpu", "_empty_strided_cuda", "_reinterpret_tensor", "assert_size_stride", "assert_alignment")}),
+    barred_attributes=BASE_BARRED_ATTRIBUTES | {"data_ptr", *TRITON_HOOK_ATTRIBUTES},
+    kernel_decorators=frozenset({"triton.jit"}),
+    device_constants=frozenset({"triton.language.constexpr"}),
+    launch_configurators=frozenset({"triton.heuristics", "triton.autotune", "triton.Config"}),
+    callable_configurators=frozenset({"triton.heuristics"}),
+)
 
 
 @dataclass
@@ -95,6 +117,7 @@ class TritonBackend:
     guide: str = GUIDE
     interpret: str = "auto"
     warm_up_candidate: str = WARM_UP_CANDIDATE
+    static_policy: StaticPolicy = STATIC_POLICY
 
     # -- judge side
 
