@@ -138,8 +138,15 @@ def _signature(jit: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[dict[str,
 
 
 def _key(py_fn: Any, signature: dict[str, str], constexprs: dict[str, Any]) -> tuple:
-    source = hashlib.sha256(py_fn.__code__.co_code + repr(py_fn.__code__.co_consts).encode()).hexdigest()
-    return (py_fn.__qualname__, source, tuple(signature.items()), repr(sorted(constexprs.items())))
+    """What the compile's verdict depends on: the body (bytecode, constants, the names it reads), the
+    identity of every global it reads (another kernel of the same name and shape may read other
+    globals), the launch's types and constexprs."""
+    code = py_fn.__code__
+    scope = py_fn.__globals__
+    body = code.co_code + repr((code.co_consts, code.co_names, code.co_varnames)).encode()
+    reads = tuple((name, id(scope[name])) for name in code.co_names if name in scope)
+    return (py_fn.__qualname__, hashlib.sha256(body).hexdigest(), reads, id(py_fn),
+            tuple(signature.items()), repr(sorted(constexprs.items())))
 
 
 def compile_for_gpu(py_fn: types.FunctionType, args: tuple, kwargs: dict[str, Any]) -> None:
