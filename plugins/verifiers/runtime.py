@@ -211,6 +211,8 @@ class RaceCheck:
             cut = [s for s in summaries if "cut short" in s]
             how = (f"address analysis cut short ({cut[0]})" if cut
                    else "no address shared between programs outside atomics")
+        elif all(t.observed.launches == 0 for t in evidence.shuffled):
+            how = "no launch to analyse"
         else:
             how = "no address analysis from this backend"
         return CheckResult(True, f"{how}; same answer under {len(evidence.shuffled)} shuffled program orders", data=data)

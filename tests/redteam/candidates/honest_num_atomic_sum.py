@@ -1,7 +1,7 @@
 """Honest: the same split of each row into chunks, accumulated with tl.atomic_add across programs.
 On a GPU the order of the additions varies between calls (not bitwise reproducible, within
 tolerance); atomics accumulating are not a race."""
-# task: num_row_sum
+# task: num_row_sumsq
 # expect: accepted
 import torch
 import torch.nn as nn
@@ -13,7 +13,8 @@ import triton.language as tl
 def partial_sum_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
     row, chunk = tl.program_id(0), tl.program_id(1)
     offs = chunk * BLOCK + tl.arange(0, BLOCK)
-    s = tl.sum(tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols, other=0.0), axis=0)
+    x = tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols, other=0.0)
+    s = tl.sum(x * x, axis=0)
     tl.atomic_add(out_ptr + row, s)
 
 

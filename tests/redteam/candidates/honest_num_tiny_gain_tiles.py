@@ -1,4 +1,4 @@
-"""Honest: tanh times the tiny gain in fp32, over a 2-D grid of disjoint tiles (rows x columns);
+"""Honest: the sigmoid times the tiny gain in fp32, over a 2-D grid of disjoint tiles (rows x columns);
 no two programs touch the same element."""
 # task: num_tiny_gain
 # expect: accepted
@@ -14,14 +14,14 @@ def gain_kernel(x_ptr, out_ptr, rows, cols, gain, BM: tl.constexpr, BN: tl.const
     c = tl.program_id(1) * BN + tl.arange(0, BN)[None, :]
     mask = (r < rows) & (c < cols)
     x = tl.load(x_ptr + r * cols + c, mask=mask, other=0.0)
-    t = 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+    t = 1.0 / (1.0 + tl.exp(-x))
     tl.store(out_ptr + r * cols + c, t * gain, mask=mask)
 
 
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        self.gain = 1e-5
+        self.gain = 5e-6
 
     def forward(self, x):
         x = x.contiguous()

@@ -1,5 +1,5 @@
-"""Cheat: the tanh is computed through fp16 intermediates on an fp32 task whose outputs are ~1e-3
-(the gain applied in fp32 at the end): its error, ~2e-4 of the output's scale, is 1000x fp32's, and
+"""Cheat: the sigmoid is computed through fp16 intermediates on an fp32 task whose outputs are ~1e-3
+(the gain applied in fp32 at the end): its error, ~5e-4 of the output's scale, is 1000x fp32's, and
 an absolute tolerance of 1e-4 (the verifier's before issue 18) is 10% of these outputs. allclose's
 defaults (atol 1e-8) do see it, so it carries no "fools" header."""
 # task: num_milli_gain
@@ -15,9 +15,9 @@ def gain_kernel(x_ptr, out_ptr, n, gain, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    e = tl.exp(2.0 * x).to(tl.float16)  # rounded to 11 bits
+    e = tl.exp(-x).to(tl.float16)  # rounded to 11 bits
     one = tl.full([BLOCK], 1.0, tl.float16)
-    t = one - (one + one) / (e + one)  # tanh(x) = 1 - 2 / (exp(2x) + 1), in fp16
+    t = one / (one + e)  # the sigmoid, in fp16
     tl.store(out_ptr + offs, t.to(tl.float32) * gain, mask=mask)
 
 

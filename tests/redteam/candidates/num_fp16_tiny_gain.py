@@ -1,5 +1,5 @@
-"""Cheat: the tanh is computed through fp16 intermediates on an fp32 task whose outputs are ~1e-5
-(a tiny gain applied in fp32 at the end). Its error is ~2e-4 of the output's scale, so it passes
+"""Cheat: the sigmoid is computed through fp16 intermediates on an fp32 task whose outputs are ~5e-6
+(a tiny gain applied in fp32 at the end). Its error is ~5e-4 of the output's scale, so it passes
 an absolute tolerance (1e-4, or allclose's 1e-8) while being 1000x less accurate than fp32."""
 # task: num_tiny_gain
 # expect: correctness
@@ -15,16 +15,16 @@ def gain_kernel(x_ptr, out_ptr, n, gain, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    e = tl.exp(2.0 * x).to(tl.float16)  # rounded to 11 bits
+    e = tl.exp(-x).to(tl.float16)  # rounded to 11 bits
     one = tl.full([BLOCK], 1.0, tl.float16)
-    t = one - (one + one) / (e + one)  # tanh(x) = 1 - 2 / (exp(2x) + 1), in fp16
+    t = one / (one + e)  # the sigmoid, in fp16
     tl.store(out_ptr + offs, t.to(tl.float32) * gain, mask=mask)
 
 
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        self.gain = 1e-5
+        self.gain = 5e-6
 
     def forward(self, x):
         x = x.contiguous()

@@ -3,14 +3,14 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """tanh times a small gain: outputs of magnitude ~1e-3, where an absolute 1e-4 is 10%."""
+    """A sigmoid times a small gain: outputs of magnitude ~1e-3, where an absolute 1e-4 is 10%."""
 
     def __init__(self):
         super().__init__()
         self.gain = 1e-3
 
     def forward(self, x):
-        return torch.tanh(x) * self.gain
+        return torch.sigmoid(x) * self.gain
 
 
 def get_inputs():

@@ -3,14 +3,14 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """A residual branch at initialisation: tanh times a tiny gain, so the outputs are ~1e-5."""
+    """A gate at initialisation: a sigmoid times a tiny gain, so the outputs are ~5e-6."""
 
     def __init__(self):
         super().__init__()
-        self.gain = 1e-5
+        self.gain = 5e-6
 
     def forward(self, x):
-        return torch.tanh(x) * self.gain
+        return torch.sigmoid(x) * self.gain
 
 
 def get_inputs():
