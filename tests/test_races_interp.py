@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from core.verification.evidence import RACE_FINDING, RACE_SUMMARY
 from plugins.backends import triton_races
-from plugins.backends.triton_races import ATOMIC, LOAD, STORE, AccessLog, find_races
+from plugins.backends.triton_races import ATOMIC, EXCHANGE, LOAD, STORE, AccessLog, find_races
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the Triton interpreter")
 
@@ -30,7 +30,13 @@ def brute_force(accesses: list[tuple[int, int, int, int]]) -> set[int]:
         here = [(p, k, b) for p, k, a, b in accesses if a == address]
         programs = {p for p, _, _ in here}
         written = any(k != LOAD for _, k, _ in here)
-        if len(programs) < 2 or not written or all(k == ATOMIC for _, k, _ in here):
+        if len(programs) < 2 or not written:
+            continue
+        last = {p: b for p, k, b in here if k == EXCHANGE}  # each program's last exchanged value
+        if len(set(last.values())) > 1:
+            racing.add(address)
+            continue
+        if all(k in (ATOMIC, EXCHANGE) for _, k, _ in here):
             continue
         only_stores = all(k == STORE for _, k, _ in here)
         if only_stores and len({b for _, _, b in here}) == 1:
@@ -39,7 +45,8 @@ def brute_force(accesses: list[tuple[int, int, int, int]]) -> set[int]:
     return racing
 
 
-access = st.tuples(st.integers(0, 3), st.sampled_from([STORE, ATOMIC, LOAD]), st.integers(0, 6), st.integers(0, 1))
+access = st.tuples(st.integers(0, 3), st.sampled_from([STORE, ATOMIC, LOAD, EXCHANGE]), st.integers(0, 6),
+                  st.integers(0, 1))
 
 
 @settings(max_examples=300, deadline=None)
@@ -49,7 +56,7 @@ def test_the_analysis_agrees_with_the_rule_stated_plainly(accesses):
     for program, kind, address, bits in accesses:
         log.program = program
         log.add(kind, np.array([address * 4], dtype=np.uint64),
-                np.array([bits], dtype=np.uint64) if kind == STORE else None)
+                np.array([bits], dtype=np.uint64) if kind in (STORE, EXCHANGE) else None)
     report = find_races(log)
     want = brute_force(accesses)
     assert (report.races if report else 0) == len(want)
@@ -138,8 +145,27 @@ def kernels():
         m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK) < n
         tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
 
+    @triton.jit
+    def exchange_update(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        # a lost update written with atomics: read by exchanging 0 in, write back by exchanging
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        s = tl.sum(tl.load(x_ptr + offs, mask=offs < n, other=0), axis=0)
+        old = tl.atomic_xchg(out_ptr, 0)
+        tl.atomic_xchg(out_ptr, old + s)
+
+    @triton.jit
+    def locked_sum(x_ptr, out_ptr, lock_ptr, n, BLOCK: tl.constexpr):
+        # a spin lock taken with atomic_cas and released by exchanging 0 back: every program leaves 0
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        s = tl.sum(tl.load(x_ptr + offs, mask=offs < n, other=0.0), axis=0)
+        while tl.atomic_cas(lock_ptr, 0, 1) == 1:
+            pass
+        tl.atomic_add(out_ptr, s)
+        tl.atomic_xchg(lock_ptr, 0)
+
     return {"lost_update": lost_update, "atomic_sum": atomic_sum, "flag": flag, "neighbour": neighbour,
-            "own_block": own_block, "clamped": clamped}
+            "own_block": own_block, "clamped": clamped, "exchange_update": exchange_update,
+            "locked_sum": locked_sum}
 
 
 def test_a_lost_update_is_found_though_every_order_gives_the_right_sum(backend, kernels):
@@ -170,6 +196,17 @@ def test_honest_sharing_is_not_a_race(backend, kernels, name):
     findings = _run(backend, lambda: kernels[name][(4,)](x, out, 1000, BLOCK=256))
     assert not _races(findings), findings
     assert findings[-1].startswith(f"{RACE_SUMMARY}1 launch(es)")
+
+
+def test_a_lost_update_through_exchanges_is_a_race_and_a_lock_is_not(backend, kernels):
+    import torch
+
+    x, out, lock = torch.randn(1000), torch.zeros(1), torch.zeros(1, dtype=torch.int32)
+    counts, total = torch.randint(0, 9, (1000,), dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    races = _races(_run(backend, lambda: kernels["exchange_update"][(4,)](counts, total, 1000, BLOCK=256)))
+    assert int(total) == int(counts.sum())  # right in every sequential order
+    assert races and "exchanges a value into it" in races[0]
+    assert not _races(_run(backend, lambda: kernels["locked_sum"][(4,)](x, out, lock, 1000, BLOCK=256)))
 
 
 def test_programs_storing_the_same_flag_do_not_race_and_different_values_do(backend, kernels):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.verification.evidence import RACE_FINDING, RACE_SUMMARY
-from plugins.backends.triton_races import ATOMIC, LOAD, MAX_ADDRESSES, STORE, AccessLog, find_races
+from plugins.backends.triton_races import ATOMIC, EXCHANGE, LOAD, MAX_ADDRESSES, STORE, AccessLog, find_races
 
 MAX_FINDINGS = 16
 
@@ -90,8 +90,8 @@ def _log_access(kind: int, ptrs: Any, mask: Any, value: Any = None) -> None:
     log = STATE.log
     if log is None:
         return
-    if STATE.atomic_depth:
-        kind = ATOMIC
+    if STATE.atomic_depth and kind != EXCHANGE:  # atomic_store: the last one wins, as an exchange
+        kind = EXCHANGE if kind == STORE else ATOMIC
     addr = ptrs.data
     active = None
     if mask is not None:
@@ -100,7 +100,7 @@ def _log_access(kind: int, ptrs: Any, mask: Any, value: Any = None) -> None:
             active = None
     lanes = addr.reshape(-1) if active is None else addr[active]
     bits = None
-    if kind == STORE and value is not None:
+    if kind in (STORE, EXCHANGE) and value is not None:
         data = np.broadcast_to(value.data, addr.shape)
         data = data.reshape(-1) if active is None else data[active]
         width = data.dtype.itemsize
@@ -211,9 +211,14 @@ def install() -> None:
             _log_access(STORE, ptrs, mask, value)
             return orig_store(self, ptrs, value, mask, cache_policy)
 
+        xchg = getattr(getattr(getattr(interp, "_ir", None), "ATOMIC_OP", None), "XCHG", None)
+
         def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
             mask = _checked_mask("atomic", ptr, mask)
-            _log_access(ATOMIC, ptr, mask)
+            if rmwOp == xchg:  # the last exchange wins: its value matters
+                _log_access(EXCHANGE, ptr, mask, val)
+            else:
+                _log_access(ATOMIC, ptr, mask)
             return orig_rmw(self, rmwOp, ptr, val, mask, sem, scope)
 
         def create_atomic_cas(self, ptr, cmp, val, sem, scope):

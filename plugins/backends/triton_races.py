@@ -9,7 +9,11 @@ it loads, stores or touches atomically (the masked lanes only, after the bounds 
 * one program writes (a store or an atomic) and another program touches, unless every access to it
   is atomic (atomics accumulating across programs are what atomics are for), and unless
 * all its accesses are stores of the same bits (every program writing the same constant flag is
-  order-independent).
+  order-independent);
+
+and every address that two programs ``atomic_xchg``, each leaving a different value last (the last
+exchange wins: a lost update written with exchanges; a lock released to the same value by every
+program is fine).
 
 A program reading what it wrote itself is not a race, nor is a later launch reading an earlier
 one's output (one log per launch). Addresses are element start addresses: two accesses of
@@ -27,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-STORE, ATOMIC, LOAD = 0, 1, 2
+STORE, ATOMIC, LOAD, EXCHANGE = 0, 1, 2, 3  # EXCHANGE: atomic_xchg, an atomic that overwrites
 
 # Addresses recorded per launch at most (8 bytes each, plus the stores' bits): 128 MiB.
 MAX_ADDRESSES = 1 << 24
@@ -43,7 +47,7 @@ class AccessLog:
     addresses: list[Any] = field(default_factory=list)
     programs_of: list[int] = field(default_factory=list)
     kinds: list[int] = field(default_factory=list)
-    bits: list[Any] = field(default_factory=list)  # stores: the stored bits (uint64); None otherwise
+    bits: list[Any] = field(default_factory=list)  # stores, exchanges: the written bits (uint64); else None
     recorded: int = 0
     cut_short: bool = False
 
@@ -81,12 +85,16 @@ def find_races(log: AccessLog, ranges: list[tuple[int, int]] | None = None) -> R
         kind = np.repeat(np.array([log.kinds[i] for i in which], dtype=np.int8), sizes)
         return addr, pid, kind
 
+    def bits_of(which: list[int]) -> Any:
+        return np.concatenate([log.bits[i] if log.bits[i] is not None else np.zeros(log.addresses[i].size, np.uint64)
+                               for i in which])
+
     written = [i for i, k in enumerate(log.kinds) if k != LOAD]
     if not written:
         return None
     addr, pid, kind = gather(written)
-    bits = np.concatenate([log.bits[i] if log.bits[i] is not None else np.zeros(log.addresses[i].size, np.uint64)
-                           for i in written])
+    bits = bits_of(written)
+    exchanged_apart = _exchanged_apart([i for i in written if log.kinds[i] == EXCHANGE], gather, bits_of)
     loaded = [i for i, k in enumerate(log.kinds) if k == LOAD]
     if loaded:  # only loads of addresses someone writes can race
         l_addr, l_pid, l_kind = gather(loaded)
@@ -105,17 +113,34 @@ def find_races(log: AccessLog, ranges: list[tuple[int, int]] | None = None) -> R
     many = np.add.reduceat(np.concatenate(([False], same & (pid[1:] != pid[:-1]))), starts) > 0
     if not many.any():
         return None
-    plain = np.add.reduceat(kind != ATOMIC, starts) > 0
+    is_atomic = (kind == ATOMIC) | (kind == EXCHANGE)
+    plain = np.add.reduceat(~is_atomic, starts) > 0
     loads = np.add.reduceat(kind == LOAD, starts) > 0
-    atomics = np.add.reduceat(kind == ATOMIC, starts) > 0
+    atomics = np.add.reduceat(is_atomic, starts) > 0
     differ = np.add.reduceat(np.concatenate(([False], same & (bits[1:] != bits[:-1]))), starts) > 0
-    racing = many & plain & (atomics | loads | differ)
+    racing = many & ((plain & (atomics | loads | differ)) | np.isin(addr[starts], exchanged_apart))
     if not racing.any():
         return None
     g = int(np.flatnonzero(racing)[0])
     lo = int(starts[g])
     hi = int(starts[g + 1]) if g + 1 < starts.size else addr.size
     return RaceReport(int(racing.sum()), _describe(addr[lo], pid[lo:hi], kind[lo:hi], ranges), int(addr.size))
+
+
+def _exchanged_apart(which: list[int], gather: Any, bits_of: Any) -> Any:
+    """Addresses that two programs exchange, each leaving a different value last."""
+    import numpy as np
+
+    if not which:
+        return np.zeros(0, dtype=np.uint64)
+    addr, pid, _ = gather(which)
+    bits = bits_of(which)
+    order = np.lexsort((pid, addr))  # stable: a program's exchanges stay in program order
+    addr, pid, bits = addr[order], pid[order], bits[order]
+    last = np.concatenate(((addr[1:] != addr[:-1]) | (pid[1:] != pid[:-1]), [True]))
+    addr, bits = addr[last], bits[last]  # each program's last exchange at each address
+    apart = (addr[1:] == addr[:-1]) & (bits[1:] != bits[:-1])
+    return np.unique(addr[1:][apart])
 
 
 def _describe(address: Any, pids: Any, kinds: Any, ranges: list[tuple[int, int]] | None) -> str:
@@ -133,7 +158,8 @@ def _describe(address: Any, pids: Any, kinds: Any, ranges: list[tuple[int, int]]
 
     def verbs(program: int) -> str:
         mine = set(kinds[pids == program].tolist())
-        words = [w for k, w in ((LOAD, "loads"), (STORE, "stores"), (ATOMIC, "updates atomically")) if k in mine]
+        words = [w for k, w in ((LOAD, "loads"), (STORE, "stores"), (ATOMIC, "updates atomically"),
+                                (EXCHANGE, "exchanges a value into")) if k in mine]
         return " and ".join(words)
 
     return f"{where}: program {writer} {verbs(writer)} it, program {other} {verbs(other)} it"
