@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 from core import hookimpl
-from plugins.verifiers.runtime import (
-    CorrectnessCheck,
-    DeterminismCheck,
-    IntegrityCheck,
-    MemoryCheck,
-    RaceCheck,
-    StabilityCheck,
-)
+from plugins.verifiers.runtime import (CorrectnessCheck, DeterminismCheck, IntegrityCheck, MemoryCheck, RaceCheck,
+                                       StabilityCheck)
 from plugins.verifiers.static import StaticCheck, StaticIntegrityCheck
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from core.program import _TORCH_DTYPE, OpSpec, Program
-from plugins.coders.expert_lowering.attention_kernels import attention_kernel
+from core.program import OpSpec, Program, _TORCH_DTYPE
 from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
-from plugins.coders.expert_lowering.conv_kernels import conv_kernel, pool_kernel
 from plugins.coders.expert_lowering.elementwise_kernels import pointwise_kernel, row_kernel
+from plugins.coders.expert_lowering.conv_kernels import conv_kernel, pool_kernel
+from plugins.coders.expert_lowering.attention_kernels import attention_kernel
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.groupnorm_kernels import group_norm_kernel
 from plugins.coders.expert_lowering.layout import COPY_HELPER, view_kernel

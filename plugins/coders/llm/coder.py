@@ -13,14 +13,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from core.task import Candidate, Task
-from plugins.coders.llm.prompts import (
-    Example,
-    backend_guide,
-    extract_code,
-    render_completion,
-    render_prompt,
-    to_candidate,
-)
+
+from plugins.coders.llm.prompts import Example, backend_guide, extract_code, render_completion, render_prompt, to_candidate
 
 log = logging.getLogger(__name__)
 
