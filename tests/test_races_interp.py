@@ -28,20 +28,12 @@ def brute_force(accesses: list[tuple[int, int, int, int]]) -> set[int]:
     racing = set()
     for address in {a for _, _, a, _ in accesses}:
         here = [(p, k, b) for p, k, a, b in accesses if a == address]
-        programs = {p for p, _, _ in here}
-        written = any(k != LOAD for _, k, _ in here)
-        if len(programs) < 2 or not written:
+        if len({p for p, _, _ in here}) < 2 or all(k == LOAD for _, k, _ in here):
             continue
-        last = {p: b for p, k, b in here if k == EXCHANGE}  # each program's last exchanged value
-        if len(set(last.values())) > 1:
+        last = {p: b for p, k, b in here if k in (STORE, EXCHANGE)}  # each program's last overwrite
+        plain = any(k in (STORE, LOAD) for _, k, _ in here)
+        if len(set(last.values())) > 1 or (plain and any(k != STORE for _, k, _ in here)):
             racing.add(address)
-            continue
-        if all(k in (ATOMIC, EXCHANGE) for _, k, _ in here):
-            continue
-        only_stores = all(k == STORE for _, k, _ in here)
-        if only_stores and len({b for _, _, b in here}) == 1:
-            continue  # every program stored the same bits
-        racing.add(address)
     return racing
 
 

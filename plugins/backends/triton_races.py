@@ -6,14 +6,12 @@ same sum. What does show is the addresses: :class:`AccessLog` records, per progr
 it loads, stores or touches atomically (the masked lanes only, after the bounds check), and
 :func:`find_races` flags every address that
 
-* one program writes (a store or an atomic) and another program touches, unless every access to it
-  is atomic (atomics accumulating across programs are what atomics are for), and unless
-* all its accesses are stores of the same bits (every program writing the same constant flag is
-  order-independent);
-
-and every address that two programs ``atomic_xchg``, each leaving a different value last (the last
-exchange wins: a lost update written with exchanges; a lock released to the same value by every
-program is fine).
+* two programs overwrite (store, ``atomic_xchg``, ``atomic_store``), each leaving a different value
+  last: the last one wins (a lost update written with exchanges is one; every program storing the
+  same flag, or releasing a lock to the same value, is not), or
+* one program writes (a store or an atomic) and another touches, with a plain load or store among
+  the accesses next to an atomic or a load: atomics accumulating across programs are what atomics
+  are for, a plain load of what another program writes reads it before or after.
 
 A program reading what it wrote itself is not a race, nor is a later launch reading an earlier
 one's output (one log per launch). Addresses are element start addresses: two accesses of
@@ -93,8 +91,7 @@ def find_races(log: AccessLog, ranges: list[tuple[int, int]] | None = None) -> R
     if not written:
         return None
     addr, pid, kind = gather(written)
-    bits = bits_of(written)
-    exchanged_apart = _exchanged_apart([i for i in written if log.kinds[i] == EXCHANGE], gather, bits_of)
+    overwritten_apart = _overwritten_apart([i for i in written if log.kinds[i] in (STORE, EXCHANGE)], gather, bits_of)
     loaded = [i for i, k in enumerate(log.kinds) if k == LOAD]
     if loaded:  # only loads of addresses someone writes can race
         l_addr, l_pid, l_kind = gather(loaded)
@@ -103,13 +100,11 @@ def find_races(log: AccessLog, ranges: list[tuple[int, int]] | None = None) -> R
             addr = np.concatenate([addr, l_addr[keep]])
             pid = np.concatenate([pid, l_pid[keep]])
             kind = np.concatenate([kind, l_kind[keep]])
-            bits = np.concatenate([bits, np.zeros(int(keep.sum()), np.uint64)])
     order = np.lexsort((pid, addr))
-    addr, pid, kind, bits = addr[order], pid[order], kind[order], bits[order]
+    addr, pid, kind = addr[order], pid[order], kind[order]
     same = addr[1:] == addr[:-1]
     starts = np.flatnonzero(np.concatenate(([True], ~same)))
-    # per address: touched by two programs or more; any plain access; any load; any atomic; stores
-    # of different bits (pure-store groups only hold stores, so any change of bits is between stores)
+    # per address: touched by two programs or more; any plain access; any load; any atomic
     many = np.add.reduceat(np.concatenate(([False], same & (pid[1:] != pid[:-1]))), starts) > 0
     if not many.any():
         return None
@@ -117,8 +112,7 @@ def find_races(log: AccessLog, ranges: list[tuple[int, int]] | None = None) -> R
     plain = np.add.reduceat(~is_atomic, starts) > 0
     loads = np.add.reduceat(kind == LOAD, starts) > 0
     atomics = np.add.reduceat(is_atomic, starts) > 0
-    differ = np.add.reduceat(np.concatenate(([False], same & (bits[1:] != bits[:-1]))), starts) > 0
-    racing = many & ((plain & (atomics | loads | differ)) | np.isin(addr[starts], exchanged_apart))
+    racing = many & ((plain & (atomics | loads)) | np.isin(addr[starts], overwritten_apart))
     if not racing.any():
         return None
     g = int(np.flatnonzero(racing)[0])
@@ -127,8 +121,8 @@ def find_races(log: AccessLog, ranges: list[tuple[int, int]] | None = None) -> R
     return RaceReport(int(racing.sum()), _describe(addr[lo], pid[lo:hi], kind[lo:hi], ranges), int(addr.size))
 
 
-def _exchanged_apart(which: list[int], gather: Any, bits_of: Any) -> Any:
-    """Addresses that two programs exchange, each leaving a different value last."""
+def _overwritten_apart(which: list[int], gather: Any, bits_of: Any) -> Any:
+    """Addresses that two programs overwrite, each leaving a different value last."""
     import numpy as np
 
     if not which:
@@ -138,7 +132,7 @@ def _exchanged_apart(which: list[int], gather: Any, bits_of: Any) -> Any:
     order = np.lexsort((pid, addr))  # stable: a program's exchanges stay in program order
     addr, pid, bits = addr[order], pid[order], bits[order]
     last = np.concatenate(((addr[1:] != addr[:-1]) | (pid[1:] != pid[:-1]), [True]))
-    addr, bits = addr[last], bits[last]  # each program's last exchange at each address
+    addr, bits = addr[last], bits[last]  # each program's last write at each address
     apart = (addr[1:] == addr[:-1]) & (bits[1:] != bits[:-1])
     return np.unique(addr[1:][apart])
 
