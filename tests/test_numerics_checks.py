@@ -101,3 +101,16 @@ def test_reordered_atomic_sums_are_reported_not_failed():
     assert not wrong.passed and "misses the reference" in wrong.detail
     same = DeterminismCheck().evaluate(_repeat(ATOMIC_SOURCE, ref.clone()))
     assert same.passed and same.data["bitwise"] is True
+
+
+def test_a_repeat_on_another_autotune_config_is_compared_with_the_reference():
+    ref = torch.arange(1.0, 101.0)
+    other_bits = ref + 1e-6
+    ev = _repeat(PLAIN_SOURCE, other_bits)
+    ev.trials[0].observed.kernels = ["add[BLOCK=256]"]
+    ev.repeat[0].observed.kernels = ["add[BLOCK=1024]"]
+    result = DeterminismCheck().evaluate(ev)
+    assert result.passed and result.data["bitwise"] is False
+    assert "add[BLOCK=256] then add[BLOCK=1024]" in result.detail
+    ev.repeat[0].observed.kernels = ["other[BLOCK=1024]"]  # another kernel is not another config
+    assert not DeterminismCheck().evaluate(ev).passed

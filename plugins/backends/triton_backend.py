@@ -278,11 +278,14 @@ def _autotune_without_benchmarks() -> None:
     """``@triton.autotune`` in the interpreter, which has no driver to benchmark configs with ("0
     active drivers"): no benchmark; forward call ``i`` since the candidate's load runs config ``i``
     (after the kernel's ``early_config_prune``; its ``perf_model`` ranks speed, a GPU matter) and
-    every later call the first config. So the correctness trials run and check every config, up to
-    as many as there are trials, and the determinism repeat compares the first config with itself.
-    Each call runs its kernel once, so ``restore_value`` has nothing to restore and
-    ``reset_to_zero`` is not applied: a GPU applies it only around benchmarking (and before the
-    first call's run), so a kernel must zero its outputs itself there too."""
+    every call after the last config the first one. So every config is run and its outputs checked
+    against the reference: by the correctness trials, then the shuffled orders, the repeat and the
+    probes (11 calls by default); with no more configs than trials the repeat runs the first config
+    again, and otherwise the determinism check compares it with the reference instead of bitwise.
+    The launch is named with its config (``add_kernel[BLOCK=256]``). Each call runs its kernel
+    once, so ``restore_value`` has nothing to restore and ``reset_to_zero`` is not applied: a GPU
+    applies it only around benchmarking (and before the first call's run), so a kernel must zero
+    its outputs itself there too."""
     from triton.runtime.autotuner import Autotuner
 
     if getattr(Autotuner.run, "_kz_interpreted", False):

@@ -303,9 +303,10 @@ class DeterminismCheck:
     """Two calls on the same inputs agree bitwise (``allow_nondeterminism``: within tolerance).
 
     A candidate whose kernels use order-dependent atomics (a float ``atomic_add`` across programs
-    reorders the sum on a GPU) is not failed for different bits: its repeat must instead match the
-    reference as a correctness trial does, and the verdict reports that it is not bitwise
-    reproducible (``data["bitwise"] = False``)."""
+    reorders the sum on a GPU), or whose repeat ran other autotune configs than its first trial (the
+    interpreter runs config i in call i, so that every config is run), is not failed for different
+    bits: its repeat must instead match the reference as a correctness trial does, and the verdict
+    reports that it is not bitwise reproducible (``data["bitwise"] = False``)."""
 
     name: str = "determinism"
     stage: int = DETERMINISM
@@ -322,7 +323,7 @@ class DeterminismCheck:
             return CheckResult(True, "not run")
         first = evidence.trials[0].observed
         atomics = atomics_used(evidence.tree)
-        reported = []
+        reported, why = [], ""
         for again in evidence.repeat:
             if again.observed.error or first.error:
                 return CheckResult(False, f"repeated call raised {again.observed.error or first.error}")
@@ -332,17 +333,31 @@ class DeterminismCheck:
                 if not cmp.ok:
                     return CheckResult(False, f"two calls on the same inputs disagree: {cmp.detail}")
             elif len(a) != len(b) or not all(bitwise_equal(x, y) for x, y in zip(a, b)):
-                if not atomics:
+                configs = _other_configs(first.kernels, again.observed.kernels)
+                if not atomics and not configs:
                     return CheckResult(False, "two calls on the same inputs gave different bits")
+                why = (f"the kernels' {', '.join(atomics)} reorder floating-point work between calls" if atomics
+                       else f"the autotuner ran other configs ({configs})")
+                data = {"bitwise": False, "atomics": atomics, "autotune": configs}
                 cmp = compare_outputs(again.expected, b, tolerances=_tolerances(evidence), truth=evidence.truth_of(again))
                 if not cmp.ok:
                     return CheckResult(False, f"two calls on the same inputs gave different bits, and the repeat "
-                                       f"misses the reference: {cmp.detail}", data={"bitwise": False, "atomics": atomics})
+                                       f"misses the reference: {cmp.detail}", data=data)
                 reported.append(cmp.detail)
         if reported:
-            return CheckResult(True, f"not bitwise reproducible: the kernels' {', '.join(atomics)} reorder "
-                               f"floating-point work between calls; the repeat matches the reference ({reported[0]})",
-                               data={"bitwise": False, "atomics": atomics})
+            return CheckResult(True, f"not bitwise reproducible: {why}; the repeat matches the reference ({reported[0]})",
+                               data=data)
         return CheckResult(True, "two calls on the same inputs agree bitwise" if not self.allow_nondeterminism
                            else "two calls on the same inputs agree within tolerance",
                            data={"bitwise": True} if not self.allow_nondeterminism else {})
+
+
+def _other_configs(first: list[str], again: list[str]) -> str:
+    """How two calls' launches differ when they differ only in the autotune configs the interpreter
+    chose (``kernel[BLOCK=256]``, plugins/backends/triton_backend.py); "" otherwise."""
+    def base(name: str) -> str:
+        return name.split("[", 1)[0]
+
+    if first == again or len(first) != len(again) or [base(k) for k in first] != [base(k) for k in again]:
+        return ""
+    return "; ".join(f"{x} then {y}" for x, y in zip(first, again) if x != y)[:300]
