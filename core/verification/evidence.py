@@ -219,6 +219,8 @@ def output_scale(magnitudes: Any, count: int, largest: bool = False) -> float:
     peak = float(magnitudes.max()) if magnitudes.numel() else 0.0
     if largest or peak == 0.0 or count <= 0 or not math.isfinite(peak):
         return peak
+    if 2.0 ** -60 <= peak <= 2.0 ** 40:  # squares and their sum fit (2^31 elements at most): no copy
+        return float(torch.linalg.vector_norm(magnitudes)) / math.sqrt(count)
     k = 2.0 ** -max(-100, min(100, math.floor(math.log2(peak))))
     return float(torch.linalg.vector_norm(magnitudes * k)) / k / math.sqrt(count)
 
