@@ -123,3 +123,16 @@ def test_the_truth_is_trusted_within_the_agreement_factor_only():
     assert truth_agrees([_trial(near.float(), x)])[0]
     ok, why = truth_agrees([_trial(far.float(), x)])
     assert not ok and "disagrees" in why
+
+
+def test_an_output_that_is_rounding_noise_keeps_its_truth_and_is_judged_by_it():
+    """The sum of a layer-normed row is 0 plus fp32 noise: relative to its own scale the reference
+    misses the truth by 100%, so only the truth (and the reference's own error) can judge it."""
+    x = _x(33, 72)
+    ref = torch.nn.functional.layer_norm(x, (72,)).sum(-1)
+    truth = torch.nn.functional.layer_norm(x.double(), (72,)).sum(-1)
+    honest = torch.nn.functional.layer_norm(x.flip(-1), (72,)).sum(-1)  # another order
+    assert truth_agrees([_trial(ref, truth)])[0]
+    assert not compare_outputs([ref], [honest]).ok
+    assert compare_outputs([ref], [honest], truth=[truth]).ok
+    assert not compare_outputs([ref], [honest + 1e-3], truth=[truth]).ok  # 1e-3 is not noise

@@ -656,8 +656,10 @@ class Verifier:
         for run, obs in zip(runs, observed):
             kind = run["name"].rstrip("0123456789")
             if kind == "probe":
-                scale, seed, r = probes[int(run["name"][5:])]
-                truth = r.get("truth") if evidence.config.get("float64_truth") else None  # None: on demand
+                k = int(run["name"][5:])
+                scale, seed, r = probes[k]
+                loaded = evidence.config.get("float64_probe_truths")  # the truth came on demand, before the probes ran
+                truth = (loaded[k] if loaded else r.get("truth")) if evidence.config.get("float64_truth") else None
                 evidence.probes.append(Trial(seed, r.get("inputs"), r["output"], obs, scale=scale, truth=truth,
                                              inputs_digest=r.get("inputs_digest")))
             else:
@@ -760,6 +762,7 @@ class Verifier:
             trial.truth = first
         for probe, r in zip(evidence.probes, runs[len(evidence.trials):]):
             probe.truth = r.get("truth")
+        evidence.config["float64_probe_truths"] = [r.get("truth") for r in runs[len(evidence.trials):]]
         self._vet_truth(evidence, ref)
 
     def _vet_truth(self, evidence: Evidence, ref: dict[str, Any]) -> None:
