@@ -215,7 +215,8 @@ class RaceCheck:
             how = "no launch to analyse"
         else:
             how = "no address analysis from this backend"
-        return CheckResult(True, f"{how}; same answer under {len(evidence.shuffled)} shuffled program orders", data=data)
+        return CheckResult(True, f"{how}; same answer under {len(evidence.shuffled)} shuffled program orders",
+                           data=data)
 
 
 def _lines(runs: list[Trial], prefix: str) -> list[str]:
@@ -339,14 +340,15 @@ class DeterminismCheck:
                 why = (f"the kernels' {', '.join(atomics)} reorder floating-point work between calls" if atomics
                        else f"the autotuner ran other configs ({configs})")
                 data = {"bitwise": False, "atomics": atomics, "autotune": configs}
-                cmp = compare_outputs(again.expected, b, tolerances=_tolerances(evidence), truth=evidence.truth_of(again))
+                cmp = compare_outputs(again.expected, b, tolerances=_tolerances(evidence),
+                                      truth=evidence.truth_of(again))
                 if not cmp.ok:
                     return CheckResult(False, f"two calls on the same inputs gave different bits, and the repeat "
                                        f"misses the reference: {cmp.detail}", data=data)
                 reported.append(cmp.detail)
         if reported:
-            return CheckResult(True, f"not bitwise reproducible: {why}; the repeat matches the reference ({reported[0]})",
-                               data=data)
+            return CheckResult(True, f"not bitwise reproducible: {why}; the repeat matches the reference "
+                               f"({reported[0]})", data=data)
         return CheckResult(True, "two calls on the same inputs agree bitwise" if not self.allow_nondeterminism
                            else "two calls on the same inputs agree within tolerance",
                            data={"bitwise": True} if not self.allow_nondeterminism else {})
