@@ -3,6 +3,7 @@ order from PyTorch's). Rows whose sum nearly cancels differ from PyTorch in rela
 error is fp32 rounding of the summands' scale."""
 # task: num_row_sum
 # expect: accepted
+# timeout: 300
 import torch
 import torch.nn as nn
 import triton
