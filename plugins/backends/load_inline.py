@@ -142,6 +142,9 @@ class LoadInlineBackend:
     language: str = "CUDA C (torch.utils.cpp_extension.load_inline)"
     guide: str = GUIDE
     warm_up_candidate: str = GUIDE_EXAMPLE
+    # static_policy: not declared yet (Backend.static_policy is not on main). When it lands, declare
+    # torch's modules plus torch.utils.cpp_extension with members={"load_inline"}, as the cuda backend
+    # declares cupy's; the C++ side stays the cuda_inline_source check's.
     last_compile: build.CompileReport | None = field(default=None, init=False, repr=False)
     _recorder: build.InlineRecorder | None = field(default=None, init=False, repr=False)
 
