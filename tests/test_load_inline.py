@@ -362,3 +362,76 @@ def test_the_guide_example_with_torchs_headers_compiles_with_nvcc():
     report = build.compile_extensions([ext])
     assert report.ok, report.reason
     assert report.kernels == ["relu_kernel"]
+
+
+# The real build path, on CPU: a C++-only extension built by the recording load_inline under the
+# sandbox's audit guard (bare "ninja" and "c++" must be allowed), its calls counted, and the ATen
+# audit seeing what the C++ dispatches. A separate process: an audit hook cannot be removed.
+_BUILD_UNDER_GUARD = r'''
+import json, os, sys, tempfile, torch
+scratch = tempfile.mkdtemp(prefix="kz-inline-test-")
+os.environ["TMPDIR"] = scratch
+from core.verification.worker.process import AuditGuard, make_audit_mode
+from plugins.backends import load_inline_build as build
+from plugins.backends.load_inline import LoadInlineBackend
+os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(scratch, "torch_extensions")
+recorder = build.InlineRecorder(dry=False).install()
+guard = AuditGuard(scratch, LoadInlineBackend().compiler_dirs())
+sys.addaudithook(guard)
+guard.armed = True
+from torch.utils.cpp_extension import load_inline
+CPP = """
+torch::Tensor relu_host(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* in = xc.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    for (long long i = 0; i < xc.numel(); ++i) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+    return y;
+}
+torch::Tensor relu_aten(torch::Tensor x) { return at::relu(x); }
+"""
+ext = load_inline(name="kz_cpu_probe", cpp_sources=CPP, functions=["relu_host", "relu_aten"],
+                  build_directory="/definitely/not/here")
+# another candidate's extension of the same name: in one process a module name loads once, so torch
+# builds it as kz_cpu_probe_v1; its own code must run, not the first one's
+again = load_inline(name="kz_cpu_probe", cpp_sources=CPP.replace("in[i] : 0.0f", "2.0f * in[i] : 0.0f"),
+                    functions=["relu_host", "relu_aten"])
+guard.armed = False
+x = torch.randn(1000)
+twice = bool(torch.equal(again.relu_host(x), 2 * torch.relu(x))) and bool(torch.equal(ext.relu_host(x), torch.relu(x)))
+seen = {}
+with recorder.tracking() as tracker:
+    for fn in ("relu_host", "relu_aten"):  # the first build's
+        audit = make_audit_mode(tracker)
+        with audit:
+            y = getattr(ext, fn)(x)
+        seen[fn] = {"ops": audit.ops, "ok": bool(torch.equal(y, torch.relu(x)))}
+print("RESULT " + json.dumps({"seen": seen, "count": tracker.count, "kernels": tracker.kernels,
+                               "violations": guard.take(), "twice": twice, "built_in_scratch": any(
+                                   "kz_cpu_probe" in d for d in os.listdir(os.path.join(scratch, "torch_extensions")))}))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None, reason="needs ninja and c++")
+def test_a_real_build_passes_the_guard_is_counted_and_aten_from_cpp_is_audited():
+    """About 1-2 CPU minutes (g++ on torch/extension.h)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.run([sys.executable, "-c", _BUILD_UNDER_GUARD], capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "PYTHONPATH": root}, cwd=root)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(line[len("RESULT "):])
+    assert result["violations"] == []  # ninja and the compiler started by name, allowed
+    assert result["built_in_scratch"]  # the candidate's build_directory was ignored
+    assert result["twice"]  # a changed extension of the same name runs its own code
+    assert result["count"] == 2 and result["kernels"] == ["kz_cpu_probe.relu_host", "kz_cpu_probe.relu_aten"]
+    assert result["seen"]["relu_host"] == {"ops": [], "ok": True}  # allocation only: allowed
+    assert result["seen"]["relu_aten"]["ok"] and result["seen"]["relu_aten"]["ops"] == ["aten.relu.default"]
