@@ -310,6 +310,9 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         "warm_up_candidate": None,  # a candidate (source) judged once per worker before verdicts
         "compiler_dirs": _no_dirs,  # compiler_dirs(): the only folders a worker may start programs from
         "precompile": None,  # precompile(source, device) -> dict: compile from the text alone
+        # static_policy: what a candidate's source may name (plugins.verifiers.policy.StaticPolicy:
+        # modules, members, builtins); None: the strictest policy, torch and math only.
+        "static_policy": None,
         # toolchain() -> {name: version}: the compilers and libraries a verdict depends on (the eval
         # cache keys verdicts on them); the default, dict(), declares none
         "toolchain": dict,

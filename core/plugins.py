@@ -53,6 +53,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.devices",
     "plugins.verifiers.performance",
     "plugins.verifiers.sanitizer",
+    "plugins.verifiers.gpu_activity",
     "plugins.curricula.adaptive",
     "plugins.coders.llm",
     "plugins.coders.expert",

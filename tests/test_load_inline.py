@@ -435,3 +435,14 @@ def test_a_real_build_passes_the_guard_is_counted_and_aten_from_cpp_is_audited()
     assert result["count"] == 2 and result["kernels"] == ["kz_cpu_probe.relu_host", "kz_cpu_probe.relu_aten"]
     assert result["seen"]["relu_host"] == {"ops": [], "ok": True}  # allocation only: allowed
     assert result["seen"]["relu_aten"]["ok"] and result["seen"]["relu_aten"]["ops"] == ["aten.relu.default"]
+
+
+def test_the_python_side_may_use_only_load_inline_of_cpp_extension():
+    from plugins.verifiers.static import StaticIntegrityCheck
+
+    assert StaticIntegrityCheck().evaluate(_evidence(GUIDE_EXAMPLE, "cuda_inline")).passed
+    for other in ("load", "CUDAExtension", "include_paths"):
+        src = GUIDE_EXAMPLE.replace("from torch.utils.cpp_extension import load_inline",
+                                    f"from torch.utils.cpp_extension import load_inline, {other}")
+        result = StaticIntegrityCheck().evaluate(_evidence(src, "cuda_inline"))
+        assert not result.passed and other in result.detail

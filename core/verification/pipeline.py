@@ -325,6 +325,7 @@ class Verification:
             trial.truth = first
         for probe, r in zip(evidence.probes, runs[len(evidence.trials):]):
             probe.truth = r.get("truth")
+        evidence.config["float64_probe_truths"] = [r.get("truth") for r in runs[len(evidence.trials):]]
         vet_truth(evidence, ref)
 
     # -- helpers of the stages

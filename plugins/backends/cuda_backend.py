@@ -34,6 +34,7 @@ from typing import Any, Iterator, Sequence
 from core import hookimpl
 from plugins.backends import nvrtc
 from plugins.backends.cuda_static import KernelSource, StaticReport, analyse_source, kernel_class_of
+from plugins.verifiers.policy import TORCH_MODULES, TYPING, StaticPolicy, module
 
 NAME = "cuda"
 NEEDS_GPU = (
@@ -108,6 +109,21 @@ def cupy_missing() -> str | None:
     except (ImportError, ValueError):  # ValueError: sys.modules["cupy"] is None (blocked)
         found = False
     return None if found else CUPY_MISSING
+
+
+# What a candidate may name (plugins/verifiers/policy): torch's tensors and modules, and of CuPy only
+# what builds and launches its own kernels on torch's memory: no cupy arrays, no cupy compute.
+STATIC_POLICY = StaticPolicy(
+    backend="cuda",
+    modules=TORCH_MODULES + (
+        TYPING,
+        module("cupy", members={"RawModule", "RawKernel", "bool_", "int8", "int16", "int32", "int64", "uint8",
+                                "uint16", "uint32", "uint64", "float16", "float32", "float64", "intp", "uintp"}),
+        module("cupy.cuda", members={"ExternalStream", "Stream", "Device", "get_current_stream"}),
+    ),
+    kernel_factories=frozenset({"cupy.RawKernel"}),
+    kernel_getters=frozenset({"get_function"}),
+)
 
 
 class GpuRequiredError(RuntimeError):
@@ -472,6 +488,7 @@ class CudaBackend:
     guide: str = GUIDE
     # the guide's own example (a ReLU) is the candidate of the verifier's pool warm-up (core.verify.WARM_UP_TASK)
     warm_up_candidate: str = GUIDE_EXAMPLE
+    static_policy: StaticPolicy = STATIC_POLICY
     # without a GPU the static and compile stages still mean something (NVRTC to PTX); a verifier
     # may then report "compiled" and stop with supports(device) as the reason
     compiles_without_device: bool = True

@@ -42,6 +42,7 @@ from plugins.backends.load_inline_static import (
     extension_problems,
     source_findings,
 )
+from plugins.verifiers.policy import TORCH_MODULES, TYPING, StaticPolicy, module
 
 NAME = "cuda_inline"
 NEEDS_GPU = build.NEEDS_GPU
@@ -113,6 +114,15 @@ class ModelNew(nn.Module):
 GUIDE_EXAMPLE = GUIDE.split("```python\n")[1].split("```")[0]
 
 
+# What the Python side of a candidate may name (plugins/verifiers/policy): torch's tensors and modules,
+# and of torch.utils.cpp_extension only load_inline. Its C++ and CUDA text is the cuda_inline_source
+# check's (below), which the Python policy cannot read.
+STATIC_POLICY = StaticPolicy(
+    backend=NAME,
+    modules=TORCH_MODULES + (TYPING, module("torch.utils.cpp_extension", members={"load_inline"})),
+)
+
+
 def looks_like(tree: ast.Module) -> list[str]:
     """The ``__global__`` kernels of a ``load_inline`` candidate (for other backends' messages)."""
     return detect_kernels(tree)
@@ -142,9 +152,7 @@ class LoadInlineBackend:
     language: str = "CUDA C (torch.utils.cpp_extension.load_inline)"
     guide: str = GUIDE
     warm_up_candidate: str = GUIDE_EXAMPLE
-    # static_policy: not declared yet (Backend.static_policy is not on main). When it lands, declare
-    # torch's modules plus torch.utils.cpp_extension with members={"load_inline"}, as the cuda backend
-    # declares cupy's; the C++ side stays the cuda_inline_source check's.
+    static_policy: StaticPolicy = STATIC_POLICY
     last_compile: build.CompileReport | None = field(default=None, init=False, repr=False)
     _recorder: build.InlineRecorder | None = field(default=None, init=False, repr=False)
 
