@@ -49,6 +49,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.backends.triton_backend",
     "plugins.verifiers.builtin",
     "plugins.backends.cuda_backend",
+    "plugins.backends.load_inline",
     "plugins.devices",
     "plugins.verifiers.performance",
     "plugins.verifiers.sanitizer",

@@ -2,9 +2,10 @@
 
 :func:`distill` runs the attempts loop (:mod:`core.loop.attempts`) over proposed tasks with the
 teacher as coder and writes one row per attempted task (declined ones are only counted in the
-:class:`Summary`): ``{"task_id", "prompt", "completion", "accepted", "verdict", "ops", "families",
-"adversarial", "teacher", "backend", "candidate_id"}``. ``prompt``/``completion`` are in the
-student's prompt format, ready for TRL's ``SFTTrainer`` (prompt-completion datasets).
+:class:`Summary`): ``{"task_id", "prompt", "completion", "source", "accepted", "verdict", "ops",
+"families", "adversarial", "teacher", "backend", "candidate_id"}``. ``prompt``/``completion`` are in
+the student's prompt format, ready for TRL's ``SFTTrainer`` (prompt-completion datasets);
+``source`` is the candidate module itself, no fence around it, as KernelBench imports a solution.
 
 The prompt format lives in one place, with the coder that is prompted with it: a coder offers it as
 its optional ``prompt_format`` member (:data:`core.contracts.OPTIONAL_MEMBERS`), and
@@ -179,6 +180,7 @@ def distill(tasks: Sequence[Task], teacher: Any, verifier: Any, backend_name: st
             "task_id": task.id,
             "prompt": fmt.prompt(task.source, backend_name, guide),
             "completion": fmt.completion(cand.source),
+            "source": cand.source,
             "accepted": bool(verdict.accepted),
             "verdict": verdict.to_dict(),
             "ops": list(task.ops),
@@ -202,12 +204,13 @@ def write_rows(rows: Sequence[dict[str, Any]], out: str | Path, dataset: bool = 
     from datasets import Dataset
 
     flat = [{
-        "task_id": r["task_id"], "prompt": r["prompt"], "completion": r["completion"], "accepted": r["accepted"],
+        "task_id": r["task_id"], "prompt": r["prompt"], "completion": r["completion"], "source": r.get("source", ""),
+        "accepted": r["accepted"],
         "verdict": json.dumps(r["verdict"], sort_keys=True, default=str), "ops": r["ops"], "families": r["families"],
         "adversarial": list(r["adversarial"] or []), "teacher": r["teacher"] or "", "backend": r["backend"],
     } for r in rows]
-    columns = ("task_id", "prompt", "completion", "accepted", "verdict", "ops", "families", "adversarial",
-               "teacher", "backend")
+    columns = ("task_id", "prompt", "completion", "source", "accepted", "verdict", "ops", "families",
+               "adversarial", "teacher", "backend")
     ds = Dataset.from_list(flat) if flat else Dataset.from_dict({c: [] for c in columns})
     path = out.with_name(out.name + ".dataset")
     ds.save_to_disk(str(path))

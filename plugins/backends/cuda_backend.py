@@ -96,6 +96,21 @@ class ModelNew(nn.Module):
 # The guide's example (a ReLU) as a candidate source: the pool warm-up's candidate, and the GPU tests' honest one.
 GUIDE_EXAMPLE = GUIDE.split("```python\n")[1].split("```")[0]
 
+CUPY_MISSING = "backend 'cuda' needs CuPy: pip install 'kernelzero[cuda]'"
+
+
+def cupy_missing() -> str | None:
+    """:data:`CUPY_MISSING` when CuPy is not installed (every worker of this backend imports it), else None.
+    Found without importing it, so the judge stays light."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("cupy") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["cupy"] is None (blocked)
+        found = False
+    return None if found else CUPY_MISSING
+
+
 # What a candidate may name (plugins/verifiers/policy): torch's tensors and modules, and of CuPy only
 # what builds and launches its own kernels on torch's memory: no cupy arrays, no cupy compute.
 STATIC_POLICY = StaticPolicy(
@@ -484,6 +499,9 @@ class CudaBackend:
 
     # ---------------------------------------------------------------- judge side (static only)
     def supports(self, device: str) -> str | None:
+        missing = cupy_missing()
+        if missing:
+            return missing
         if device.startswith("cuda"):
             try:
                 import torch
@@ -494,6 +512,10 @@ class CudaBackend:
                 pass
             return "backend 'cuda' was asked to run on a GPU, but no CUDA device is visible"
         return NEEDS_GPU
+
+    def compiles_on(self, device: str) -> bool:
+        """Without a GPU the sources are recorded by CuPy's own classes and compiled to PTX: CuPy is needed."""
+        return device == "cpu" and cupy_missing() is None
 
     def detect_kernels(self, tree: ast.Module) -> list[str]:
         """``__global__`` kernels in the candidate's strings, if it builds a RawModule/RawKernel."""

@@ -41,9 +41,25 @@ class StaticCheck:
             return CheckResult(False, "defines no top-level class ModelNew (KernelBench solution format)")
         kernels = registry("backend").create(evidence.backend).detect_kernels(tree)
         if not kernels:
-            return CheckResult(False, f"contains no {evidence.backend} kernel")
+            return CheckResult(False, f"contains no {evidence.backend} kernel{_other_backend_hint(tree, evidence.backend)}")
         return CheckResult(True, f"{len(kernels)} {evidence.backend} kernel(s): {', '.join(kernels[:6])}",
                            data={"kernels": kernels})
+
+
+def _other_backend_hint(tree: ast.Module, backend: str) -> str:
+    """``"; it looks like a <language> candidate ...: use backend=<name>"`` when another registered
+    backend finds its kernels in the candidate (a load_inline module judged as triton), else ``""``."""
+    from core.plugins import registry
+
+    for name in registry("backend").names():
+        if name == backend:
+            continue
+        other = registry("backend").create(name)
+        found = other.detect_kernels(tree)
+        if found:
+            return (f"; it looks like a {other.language} candidate ({', '.join(found[:3])}): "
+                    f"use backend={name} (--backend {name})")
+    return ""
 
 
 @dataclass
