@@ -8,6 +8,8 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +87,11 @@ def set_cpu_budget(seconds: int) -> None:
 
 class AuditGuard:
     """``sys.addaudithook`` guard: no writes outside scratch, no sockets, no subprocesses (except
-    the toolchain's own compilers), no signals to other processes. Violations are recorded and
-    refused with ``PermissionError``. A hook cannot be removed once added."""
+    the toolchain's own compilers), no signals to other processes while ``armed``; and, armed or
+    not, none of what :mod:`.events` refuses a candidate's code (``candidate_rules``, set by the
+    candidate worker). Violations are recorded and refused with ``PermissionError``. A hook cannot
+    be removed once added; :meth:`hook` is what is added (a bound method taken once, so rebinding
+    ``AuditGuard.__call__`` later changes nothing)."""
 
     WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
     PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.symlink",
@@ -105,6 +110,12 @@ class AuditGuard:
         self.allowed_exec_dirs = [os.path.realpath(d) for d in allowed_exec_dirs]
         self.violations: list[str] = []
         self.armed = False
+        self.candidate_rules: Any = None  # core.verification.worker.events.CandidateEvents
+        self._local = threading.local()  # set while the hook judges an event: its own events pass
+
+    @property
+    def hook(self) -> Any:
+        return self.__call__
 
     def _inside_scratch(self, path: Any) -> bool:
         if isinstance(path, int):
@@ -118,11 +129,25 @@ class AuditGuard:
         real = os.path.realpath(os.path.join(self.scratch, p))
         return real == self.scratch or real.startswith(self.scratch + os.sep)
 
-    def _refuse(self, what: str) -> None:
+    def record(self, what: str) -> None:
         self.violations.append(what)
+
+    def _refuse(self, what: str) -> None:
+        self.record(what)
         raise PermissionError(f"sandbox: {what} is not allowed in a candidate")
 
     def __call__(self, event: str, args: tuple) -> None:
+        rules = self.candidate_rules
+        if rules is not None and rules.watches(event) and not getattr(self._local, "busy", False):
+            self._local.busy = True
+            try:
+                why = rules.check(event, args, sys._getframe(1))
+            except Exception as exc:  # a rule that cannot judge refuses (fail closed)
+                why = f"{event} (the guard could not judge it: {type(exc).__name__})"
+            finally:
+                self._local.busy = False
+            if why:
+                self._refuse(why)
         if not self.armed:
             return
         if event == "open":
@@ -162,6 +187,17 @@ class AuditGuard:
 
 def make_audit_mode(tracker: Any):
     """A TorchDispatchMode that records every ATen compute op run outside a kernel launch."""
+    return audit_mode_class()(tracker)
+
+
+_AUDIT_CLASS: dict[str, type] = {}  # built once per worker, so its identity can be verified after each call
+
+
+def audit_mode_class() -> type:
+    """The ATen audit's class (:func:`make_audit_mode`), built on first use."""
+    made = _AUDIT_CLASS.get("class")
+    if made is not None:
+        return made
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -169,8 +205,9 @@ def make_audit_mode(tracker: Any):
     float_width = {torch.float64: 8, torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
 
     class AtenAudit(TorchDispatchMode):
-        def __init__(self) -> None:
+        def __init__(self, tracker: Any) -> None:
             super().__init__()
+            self.tracker = tracker
             self.ops: list[str] = []
             self.downcasts: list[str] = []
 
@@ -179,7 +216,7 @@ def make_audit_mode(tracker: Any):
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if not tracker.inside:
+            if not self.tracker.inside:
                 name = func.overloadpacket.__name__
                 if name not in allowed:
                     if str(func) not in self.ops:
@@ -193,7 +230,8 @@ def make_audit_mode(tracker: Any):
                         self.downcasts.append(f"{args[1].dtype} -> {args[0].dtype}")
             return func(*args, **kwargs)
 
-    return AtenAudit()
+    _AUDIT_CLASS["class"] = AtenAudit
+    return AtenAudit
 
 
 # Allocation, views, copies and metadata: what ModelNew.forward may do outside its kernels.
