@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable
 from core.verification.worker.callers import Callers, is_harness, root_of
 
 _IMPORT_NAME = dis.opmap["IMPORT_NAME"]
+BOOTSTRAP = frozenset({"importlib._bootstrap", "importlib._bootstrap_external"})  # the frozen import system
 
 
 def import_statement(frame: Any) -> bool:
@@ -164,6 +165,8 @@ class ImportGuard:
         """Raise for a refused import asked from ``frame``; True when the candidate asked (what
         ``from ... import`` hands over must then be checked after the import, :meth:`check_handed`).
         A relative import (``level`` > 0, or a name starting with a dot) is judged by its package."""
+        if self.callers.module_of(frame.f_globals) in BOOTSTRAP:
+            return False  # the import system's own needs while it loads something (``_io``, ``marshal``)
         asker, asker_module = self.callers.asker(frame)
         if level > 0 or name.startswith("."):
             if asker_module is None:  # the candidate is a top-level module: nothing is relative to it

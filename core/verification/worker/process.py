@@ -185,9 +185,14 @@ class AuditGuard:
 # --------------------------------------------------------------------------- the ATen audit
 
 
-def make_audit_mode(tracker: Any):
-    """A TorchDispatchMode that records every ATen compute op run outside a kernel launch."""
-    return audit_mode_class()(tracker)
+def make_audit_mode(tracker: Any, callers: Any = None):
+    """A TorchDispatchMode that records every ATen compute op run outside a kernel launch.
+
+    ``callers`` (a :class:`~core.verification.worker.callers.Callers`): an op asked for by the
+    candidate's own code is recorded even while the tracker says a launch is running, so a
+    tracker the candidate reached and marked "inside" hides nothing (inside a real launch, ops
+    come from the launcher's frames)."""
+    return audit_mode_class()(tracker, callers)
 
 
 _AUDIT_CLASS: dict[str, type] = {}  # built once per worker, so its identity can be verified after each call
@@ -204,19 +209,33 @@ def audit_mode_class() -> type:
     allowed = ALLOWED_ATEN
     float_width = {torch.float64: 8, torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
 
+    getframe = sys._getframe
+
     class AtenAudit(TorchDispatchMode):
-        def __init__(self, tracker: Any) -> None:
+        def __init__(self, tracker: Any, callers: Any = None) -> None:
             super().__init__()
-            self.tracker = tracker
+            self.tracker, self.callers = tracker, callers
             self.ops: list[str] = []
             self.downcasts: list[str] = []
+
+        def _asked_by_candidate(self) -> bool:
+            """Whether the op was asked for by the candidate's frame (torch's own frames skipped)."""
+            frame, depth = getframe(2), 0
+            while frame is not None and depth < 64:
+                name = self.callers.module_of(frame.f_globals)
+                if name is None:
+                    return True
+                if name.partition(".")[0] != "torch":
+                    return False
+                frame, depth = frame.f_back, depth + 1
+            return True
 
         def _narrowing(self, src: Any, dst: Any) -> bool:
             return src in float_width and dst in float_width and float_width[dst] < float_width[src]
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if not self.tracker.inside:
+            if not self.tracker.inside or (self.callers is not None and self._asked_by_candidate()):
                 name = func.overloadpacket.__name__
                 if name not in allowed:
                     if str(func) not in self.ops:

@@ -226,7 +226,7 @@ class Session:
             oob = stack.enter_context(self.backend.bounds_checking()) if "bounds_check" in caps else []
             if order_seed is not None and "program_order" in caps:
                 stack.enter_context(self.backend.program_order(order_seed))
-            audit = make_audit_mode(tracker)
+            audit = make_audit_mode(tracker, self.worker.callers)
             state: list[str] = []
             try:
                 self.worker.guard.armed = True

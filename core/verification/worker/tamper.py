@@ -4,20 +4,20 @@ after every candidate call.
 Recorded after the worker's set-up (the backend's ``prepare_worker``, the import wrappers, the
 audit hook), so what is recorded is the instrumentation as installed:
 
-* **namespaces**: the dict of every harness module (``core.*``, ``plugins.*``) and of every class
-  defined in one; the dicts of the modules the harness names at module level (torch, sys, os,
-  pickle, hashlib, numpy, builtins ...); and :data:`EXTRA_MODULES` and :data:`EXTRA_CLASSES` (torch's
-  tensor and module classes, its dispatch-mode machinery and RNG, Triton's launch classes). Every
-  name recorded must still be bound to the same object. A class must also have gained no name (a
+* **namespaces**: the dict of every module of the worker's own code (:data:`WORKER_CODE`) and of
+  every class defined in one; and of :data:`EXTRA_MODULES` and :data:`EXTRA_CLASSES`, what that code
+  calls while it runs and reports a candidate (builtins, os, pickle, hashlib, torch, its tensor and
+  module classes, its dispatch-mode machinery and RNG, numpy, Triton's launch classes). Every name
+  recorded must still be bound to the same object. A class must also have gained no name (a
   method added on ``torch.Tensor`` shadows its C base); a module may (lazy submodules, caches).
 * **pinned objects**: what the backend says it patched (``Backend.instrumentation()``) and what the
-  worker installed itself (its import wrappers, the ATen audit), read again by name; for each
-  function among them also its code, defaults and closure cells.
+  worker installed itself (its import wrappers, the ATen audit, the guard's own rule objects), read
+  again by name; for each function among them also its code and what its closure cells hold.
 
 The expected values live in this object only, which the worker keeps in a local of its loop, not
 in a module attribute a candidate's module could name. :meth:`Snapshot.verify` compares by
-identity (``is``), so nothing of a candidate's (an ``__eq__``) runs while it checks; it is a few
-thousand identity checks, well under a millisecond.
+identity (``is``), so nothing of a candidate's (an ``__eq__``) runs while it checks: ~7000 names,
+about a millisecond on this machine (the cost is reading that many objects' memory).
 """
 
 from __future__ import annotations
@@ -26,17 +26,16 @@ import operator
 import sys
 import types
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any, Callable
 
-from core.verification.worker.callers import is_harness
 
 MISSING = object()
 
 # Modules whose every name the judge relies on besides those the harness imports itself.
-EXTRA_MODULES = ("builtins", "importlib", "threading", "_thread", "torch", "torch.nn.functional", "torch.random",
-                 "torch.utils._python_dispatch", "torch.overrides", "torch.testing", "numpy", "numpy.random",
-                 "random", "hashlib", "pickle", "copyreg", "triton", "triton.runtime.jit", "triton.runtime.interpreter")
+EXTRA_MODULES = ("builtins", "sys", "os", "posixpath", "importlib", "threading", "_thread", "pickle", "copyreg",
+                 "hashlib", "random", "torch", "torch.nn.functional", "torch.random", "torch.utils._python_dispatch",
+                 "torch.overrides", "torch.testing", "numpy", "numpy.random", "triton", "triton.runtime.jit",
+                 "triton.runtime.interpreter")
 # Classes whose every attribute the judge relies on (the outputs' and inputs' methods, the modes).
 EXTRA_CLASSES = ("torch.Tensor", "torch._C.TensorBase", "torch.nn.Module", "torch.nn.Parameter",
                  "torch.utils._python_dispatch.TorchDispatchMode", "torch.Generator",
@@ -45,10 +44,13 @@ EXTRA_CLASSES = ("torch.Tensor", "torch._C.TensorBase", "torch.nn.Module", "torc
                  "triton.runtime.interpreter.GridExecutor")
 # Names that change by design while the worker serves (each with why), so are not recorded.
 MUTABLE = {
-    "sys": {"last_type", "last_value", "last_traceback", "exc_info"},  # the last uncaught error
-    "builtins": {"_"},  # the interactive result
-    "random": set(),
+    "sys": frozenset({"last_type", "last_value", "last_traceback"}),  # the last uncaught error
+    "builtins": frozenset({"_"}),  # the interactive result
 }
+# The harness modules a candidate worker runs (the others, proposers or coders, are loaded in a
+# worker only because the registry imports every plugin; they never touch a verdict).
+WORKER_CODE = ("core.verification", "core.contracts", "core.plugins", "core.verdict", "core.task",
+               "plugins.backends", "plugins.verifiers")
 
 
 def resolve(dotted: str) -> Any:
@@ -66,24 +68,32 @@ def resolve(dotted: str) -> Any:
 
 @dataclass
 class Namespace:
-    """One recorded namespace: ``mapping`` (a live dict or mappingproxy) held ``expected``."""
+    """One recorded namespace: ``mapping`` (a live dict or mappingproxy) held ``values`` under ``keys``."""
 
     label: str
     mapping: Any
     keys: tuple[str, ...]
     values: tuple[Any, ...]
     closed: bool  # a class: no name may be added
+    getter: Any = None  # operator.itemgetter(*keys): every value in one C call
 
     @classmethod
-    def of(cls, label: str, mapping: Any, closed: bool, skip: set[str] = frozenset()) -> "Namespace":  # type: ignore[assignment]
+    def of(cls, label: str, mapping: Any, closed: bool, skip: frozenset[str] = frozenset()) -> "Namespace":
         items = [(k, v) for k, v in dict(mapping).items() if k not in skip]
-        return cls(label, mapping, tuple(k for k, _ in items), tuple(v for _, v in items), closed)
+        keys = tuple(k for k, _ in items)
+        return cls(label, mapping, keys, tuple(v for _, v in items), closed,
+                   operator.itemgetter(*keys) if len(keys) > 1 else None)
 
     def intact(self) -> bool:
-        get = self.mapping.get
-        if not all(map(operator.is_, map(get, self.keys, repeat(MISSING)), self.values)):
+        if self.closed and len(self.mapping) != len(self.keys):
             return False
-        return not self.closed or len(self.mapping) == len(self.keys)
+        if self.getter is None:
+            return all(self.mapping.get(k, MISSING) is v for k, v in zip(self.keys, self.values))
+        try:
+            now = self.getter(self.mapping)
+        except KeyError:
+            return False
+        return all(map(operator.is_, now, self.values))  # identity: no __eq__ of a replacement runs
 
     def differences(self) -> list[str]:
         get = self.mapping.get
@@ -105,10 +115,12 @@ class Pinned:
 
     @staticmethod
     def internals_of(value: Any) -> tuple[Any, ...]:
-        if not isinstance(value, types.FunctionType):
+        """A function's code and what its closure cells hold (a cell can be rebound without any
+        audit event; a function's defaults cannot be set without one, which the hook refuses)."""
+        if type(value) is not types.FunctionType:
             return ()
         cells = tuple(c.cell_contents if _filled(c) else MISSING for c in value.__closure__ or ())
-        return (value.__code__, value.__defaults__, value.__kwdefaults__, *cells)
+        return (value.__code__, *cells)
 
     def intact(self) -> bool:
         value = self.read()
@@ -143,7 +155,7 @@ class Snapshot:
                 return
             seen.add(id(module))
             name = module.__name__
-            snap.namespaces.append(Namespace.of(name, module.__dict__, closed=False, skip=MUTABLE.get(name, set())))
+            snap.namespaces.append(Namespace.of(name, module.__dict__, closed=False, skip=MUTABLE.get(name, frozenset())))
 
         def add_class(label: str, klass: type) -> None:
             if id(klass) in seen:
@@ -151,17 +163,12 @@ class Snapshot:
             seen.add(id(klass))
             snap.namespaces.append(Namespace.of(label, vars(klass), closed=True))
 
-        harness = [m for n, m in list(sys.modules.items()) if is_harness(n) and isinstance(m, types.ModuleType)]
-        named: list[types.ModuleType] = []
+        harness = [m for n, m in list(sys.modules.items()) if n.startswith(WORKER_CODE) and isinstance(m, types.ModuleType)]
         for module in harness:
             add_module(module)
             for key, value in list(vars(module).items()):
                 if isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
                     add_class(f"{module.__name__}.{key}", value)
-                elif isinstance(value, types.ModuleType) and not is_harness(value.__name__):
-                    named.append(value)
-        for module in named:
-            add_module(module)
         for name in EXTRA_MODULES:
             if name in sys.modules:
                 add_module(sys.modules[name])
@@ -200,7 +207,21 @@ class Snapshot:
 
 
 def _reader(name: str) -> Callable[[], Any]:
-    return lambda: resolve(name)
+    """Read ``name`` again through the module it starts in (found once, now) and its attributes."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is not None:
+            attrs = tuple(parts[cut:])
+
+            def read() -> Any:
+                value: Any = module
+                for attr in attrs:
+                    value = getattr(value, attr)
+                return value
+
+            return read
+    raise LookupError(f"{name}: no such loaded module")
 
 
 def reader(read: Callable[[], Any]) -> Callable[[], Any]:
