@@ -28,7 +28,6 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-
 MISSING = object()
 
 # Modules whose every name the judge relies on besides those the harness imports itself.
