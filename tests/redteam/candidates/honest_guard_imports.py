@@ -1,13 +1,12 @@
 """Honest: allowed imports in every spelling (a submodule under an alias, ``from triton import
-language``, ``from __future__``, ``typing``), a function-level import inside forward, a NamedTuple
-launch configuration (typing builds it with namedtuple, which reads its caller's frame) and launch
+language``, ``from __future__``, ``typing``), a function-level import inside forward, and launch
 arithmetic with ``math``."""
 # task: vector_add
 # expect: accepted
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -16,9 +15,9 @@ import triton
 from triton import language as tl
 
 
-class LaunchConfig(NamedTuple):
-    block: int
-    warps: int
+class LaunchConfig:
+    def __init__(self, block: int, warps: Optional[int] = None):
+        self.block, self.warps = block, warps or 4
 
 
 @triton.jit

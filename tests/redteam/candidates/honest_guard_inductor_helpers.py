@@ -8,7 +8,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 from torch._inductor.runtime import triton_helpers  # noqa: F401  (Inductor's kernel prelude, unused here)
-from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math  # noqa: F401
+from torch._inductor.runtime.triton_helpers import libdevice  # noqa: F401
 
 
 @triton.jit
