@@ -316,6 +316,10 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # toolchain() -> {name: version}: the compilers and libraries a verdict depends on (the eval
         # cache keys verdicts on them); the default, dict(), declares none
         "toolchain": dict,
+        # instrumentation() -> {dotted name: object}: what prepare_worker patched or keeps state in (launch
+        # wrappers, interpreter hooks, trackers); the worker verifies each is still in place after every
+        # candidate call (core.verification.worker.tamper). The default, dict(), patched nothing.
+        "instrumentation": dict,
     },
     # What the training and self-play loop (core/loop/) reads of a coder beyond ``generate``. A coder
     # that trains (hf_model, hf_tokenizer, prompt, to_candidate, load) is a language model; these are

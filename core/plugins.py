@@ -48,6 +48,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.curricula.builtin",
     "plugins.backends.triton_backend",
     "plugins.verifiers.builtin",
+    "plugins.verifiers.tamper",
     "plugins.backends.cuda_backend",
     "plugins.backends.load_inline",
     "plugins.devices",

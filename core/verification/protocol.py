@@ -36,6 +36,10 @@ class Op:
     EXEC_TEST = "exec_test"
 
 
+# How a candidate worker reports that the instrumentation changed under a candidate: a sandbox
+# finding (``sandbox`` of an answer) that starts with this, followed by what changed.
+TAMPERED = "instrumentation tampered: "
+
 KEEPER_OPS = frozenset({Op.ADOPT, Op.COMPARE, Op.EQUAL, Op.FETCH, Op.FORGET})
 
 # Which role answers which request; anything else is refused with a message naming both.

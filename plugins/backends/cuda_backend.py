@@ -568,6 +568,15 @@ class CudaBackend:
         if nvrtc.nvrtc_available():  # load the compiler library now, not under the sandbox guard
             nvrtc.compile_to_ptx('extern "C" __global__ void kz_warm() {}', arch=self.target_arch(device))
 
+    def instrumentation(self) -> dict[str, Any]:
+        """What :meth:`prepare_worker` patched, by dotted name (the recording, launch-counting CuPy
+        classes); the worker verifies each is still in place after every candidate call."""
+        if self._recorder is None or not self._recorder._saved:
+            return {}
+        import cupy
+
+        return {f"cupy.{name}": getattr(cupy, name) for name in self._recorder._saved}
+
     def _log(self) -> LaunchLog:
         if self._recorder is None:
             raise RuntimeError("CudaBackend.prepare_worker(device) must run before candidates are loaded")

@@ -177,6 +177,28 @@ class TritonBackend:
                 print(f"triton GPU warm-up failed: {type(exc).__name__}: {exc}", flush=True)
 
 
+    def instrumentation(self) -> dict[str, Any]:
+        """What :meth:`prepare_worker` patched and where the instruments keep their state, by dotted
+        name; the worker verifies each is still in place after every candidate call."""
+        import sys
+
+        from triton.runtime import jit
+
+        found: dict[str, Any] = {"plugins.backends.triton_backend._local": _local}
+        if getattr(jit.JITFunction.run, "_kz_counting", False):
+            found["triton.runtime.jit.JITFunction.run"] = jit.JITFunction.run
+        interp = sys.modules.get("triton.runtime.interpreter")
+        if interp is not None and getattr(interp.InterpretedFunction.run, "_kz_counting", False):
+            from plugins.backends import triton_interp_checks as checks
+
+            found["triton.runtime.interpreter.InterpretedFunction.run"] = interp.InterpretedFunction.run
+            found["triton.runtime.interpreter.InterpretedFunction.__call__"] = interp.InterpretedFunction.__call__
+            found["plugins.backends.triton_interp_checks.STATE"] = checks.STATE
+            for hook in ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas",
+                         "set_grid_dim", "set_grid_idx"):
+                found[f"triton.runtime.interpreter.InterpreterBuilder.{hook}"] = getattr(interp.InterpreterBuilder, hook)
+        return found
+
     def compiler_dirs(self) -> list[str]:
         """Directories and programs the worker may start while compiling: Triton's own tools
         (ptxas ...) and the C compiler Triton builds each new kernel signature's launcher with on a

@@ -28,6 +28,7 @@ from core.verification.evidence import (
     compare_outputs,
     inputs_intact,
 )
+from core.verification.protocol import TAMPERED
 
 
 def _tolerances(evidence: Evidence) -> dict:
@@ -118,7 +119,9 @@ class IntegrityCheck:
         for trial in runs:
             escapes.extend(trial.observed.sandbox)
         if escapes:
-            return CheckResult(False, f"sandbox refused: {escapes[0]}", data={"sandbox": escapes[:8]}, hack=True)
+            tampered = [e for e in escapes if e.startswith(TAMPERED)]  # named as such, not as a refusal
+            detail = tampered[0] if tampered else f"sandbox refused: {escapes[0]}"
+            return CheckResult(False, detail, data={"sandbox": escapes[:8]}, hack=True)
         ran = [t for t in runs if not t.observed.error]
         ops = sorted({op for t in runs for op in t.observed.audit})
         if ops:

@@ -17,7 +17,10 @@ Observations go back as plain data; nothing is decided here (see :mod:`core.veri
 By role: :mod:`.process` (isolation, limits, the audit hook and the ATen audit, error texts),
 :mod:`.session` (a loaded candidate, the float64 truth), :mod:`.reference` (the task's trials, the
 keeper, baselines), :mod:`.candidate` (precompile, load, run, collect), :mod:`.loop` (the set-up,
-the dispatch, the main loop).
+the dispatch, the main loop). The candidate worker's runtime guard: :mod:`.callers` (whose frame
+is asking), :mod:`.imports` (the import allow-list), :mod:`.events` (audit events candidate code
+may not cause), :mod:`.tamper` (the instrumentation, recorded and verified after every call),
+:mod:`.runtime_guard` (installs them).
 """
 
 from __future__ import annotations

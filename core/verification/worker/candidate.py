@@ -13,10 +13,11 @@ from core.verification.evidence import input_digests
 from core.verification.inputs import draw_inputs
 from core.verification.protocol import Op
 from core.verification.sandbox import to_device
+from core.verification.worker.callers import CANDIDATE_MODULE
 from core.verification.worker.process import describe, sandbox_escape
-from core.verification.worker.session import Session, Worker, load_module
+from core.verification.worker.session import Session, Worker, load_module, record_tampering
 
-CANDIDATE_MODULE = "kz_candidate"
+__all__ = ["CANDIDATE_MODULE", "CandidateRole"]
 
 
 class CandidateRole:
@@ -63,9 +64,15 @@ class CandidateRole:
         path = Path(self.scratch) / f"candidate_{self.loaded}.py"
         self.loaded += 1
         path.write_text(req["source"])
+        callers = self.worker.callers
+
+        def mark_candidate(module: Any) -> None:  # before its first line runs: its frames are the candidate's
+            if callers is not None:
+                callers.candidate_globals = module.__dict__
+
         self.worker.guard.armed = True
         try:
-            module = load_module(path, CANDIDATE_MODULE)
+            module = load_module(path, CANDIDATE_MODULE, before_exec=mark_candidate)
             self.worker.backend.load(module, self.device)
             if not hasattr(module, "ModelNew"):
                 raise AttributeError("the candidate module defines no ModelNew")
@@ -81,9 +88,12 @@ class CandidateRole:
             escape = sandbox_escape(exc)
             if escape and not self.worker.guard.violations:
                 self.worker.guard.violations.append(escape)
+            self.worker.guard.armed = False
+            record_tampering(self.worker)
             return {"ok": False, "error": describe(exc), "sandbox": self.worker.guard.take()}
         finally:
             self.worker.guard.armed = False
+        record_tampering(self.worker)
         self.session = Session(self.worker, module, model)
         self.session.task = req.get("task")  # plain dict (Task.to_dict); a check's collect() may read it
         self.session.init_seed = int(req["init_seed"])
@@ -121,14 +131,18 @@ class CandidateRole:
         if self.session is None:
             return {"ok": False, "error": "no candidate is loaded"}
         check = registry("verifier").create(req["check"], **req.get("config", {}))
+        session = self.session
         try:
             if req.get("phase") == "prepare":
-                return {"ok": True, "data": check.prepare(self.session)}
-            return {"ok": True, "data": check.collect(self.session)}
+                return {"ok": True, "data": check.prepare(session)}
+            return {"ok": True, "data": check.collect(session)}
         except MemoryError:
             raise
         except Exception as exc:
             return {"ok": False, "error": describe(exc)}
+        finally:  # a check's collect may have called the candidate (timing): verify as after a trial
+            record_tampering(self.worker)
+            session.late_findings.extend(self.worker.guard.take())
 
     def task_module(self) -> Any:
         """The loaded session's task, imported once (only its ``get_inputs`` is called here)."""

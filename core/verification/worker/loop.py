@@ -17,9 +17,11 @@ from typing import Any, Callable
 from core.contracts import optional
 from core.verification.protocol import ANY_ROLE_OPS, ROLE_OPS, Op, refusal
 from core.verification.sandbox import read_frame, write_frame
+from core.verification.worker.callers import Callers
 from core.verification.worker.candidate import CANDIDATE_MODULE, CandidateRole
 from core.verification.worker.process import AuditGuard, describe, isolate, set_cpu_budget, set_limits
 from core.verification.worker.reference import ReferenceRole
+from core.verification.worker.runtime_guard import install_runtime_guard
 from core.verification.worker.warmup import applicable_checks, warm_up
 
 ROLES: dict[str, Callable[["WorkerMain"], Any]] = {"reference": ReferenceRole, "candidate": CandidateRole}
@@ -41,6 +43,10 @@ class WorkerMain:
         self.exports: Any = None  # candidate: outputs handed to a keeper (core.verification.devicemem.Exports)
         self.backend: Any = None
         self.guard: AuditGuard | None = None
+        self.callers: Callers | None = None  # candidate workers: who is asking (core.verification.worker.callers)
+        # candidate workers: () -> the names of the instrumentation that changed since set-up (a closure:
+        # the recorded identities are in no module a candidate could name)
+        self.verify_instrumentation: Callable[[], list[str]] = lambda: []
         self.serving = ROLES[self.role](self)
         self.handlers = self._handlers()
 
@@ -70,10 +76,12 @@ class WorkerMain:
         warmed = warm_up(self.device, applicable_checks(self.args.backend, self.device))
         exec_dirs = list(optional(self.backend, "Backend", "compiler_dirs")())
         self.guard = AuditGuard(self.scratch, exec_dirs)
-        sys.addaudithook(self.guard)
         from core.verification.devicemem import Exports
 
         self.exports = Exports(self.device, self.scratch)
+        if self.role == "candidate":  # last: what it records is the instrumentation as installed
+            self.callers, self.verify_instrumentation = install_runtime_guard(self.backend, self.guard)
+        sys.addaudithook(self.guard.hook)
         return {"op": Op.HELLO, "pid": os.getpid(), "isolation": isolation, "role": self.role,
                 "torch": torch.__version__, "python": sys.version.split()[0], "gpu_warm_up": warmed}
 
@@ -111,20 +119,37 @@ class WorkerMain:
             self.exports.drop()
         self.serving.unload()
         sys.modules.pop(CANDIDATE_MODULE, None)
+        if self.callers is not None:
+            self.callers.candidate_globals = None
         gc.collect()
 
     def exec_test(self, req: dict[str, Any]) -> dict[str, Any]:
-        """Tests only (``KERNELZERO_SANDBOX_TESTING=1``): run a snippet under the sandbox guard."""
+        """Tests only (``KERNELZERO_SANDBOX_TESTING=1``): run a snippet under the sandbox guard, as
+        trusted code of a module ``sandbox_test`` (so the sandbox's other layers are what is tested)
+        or, with ``as_candidate``, as the candidate's code; ``tampered`` lists what the instrumentation
+        check finds afterwards."""
+        import types
+
+        as_candidate = bool(req.get("as_candidate")) and self.callers is not None
+        module = types.ModuleType(CANDIDATE_MODULE if as_candidate else "sandbox_test")
+        if as_candidate:
+            self.callers.candidate_globals = module.__dict__
+        else:
+            sys.modules["sandbox_test"] = module
         self.guard.armed = True
         try:
-            exec(compile(req["code"], "<sandbox-test>", "exec"), {"__name__": "sandbox_test"})
-            return {"ok": True, "sandbox": self.guard.take()}
+            exec(compile(req["code"], "<sandbox-test>", "exec"), module.__dict__)
+            return {"ok": True, "sandbox": self.guard.take(), "tampered": self.verify_instrumentation()}
         except MemoryError:
             raise
         except BaseException as exc:
-            return {"ok": False, "error": describe(exc), "sandbox": self.guard.take()}
+            return {"ok": False, "error": describe(exc), "sandbox": self.guard.take(),
+                    "tampered": self.verify_instrumentation()}
         finally:
             self.guard.armed = False
+            if as_candidate:
+                self.callers.candidate_globals = None
+            sys.modules.pop("sandbox_test", None)
 
 
 def main(argv: list[str] | None = None) -> None:

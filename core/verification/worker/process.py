@@ -9,6 +9,8 @@ import ctypes
 import os
 import resource
 import shutil
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +88,11 @@ def set_cpu_budget(seconds: int) -> None:
 
 class AuditGuard:
     """``sys.addaudithook`` guard: no writes outside scratch, no sockets, no subprocesses (except
-    the toolchain's own compilers), no signals to other processes. Violations are recorded and
-    refused with ``PermissionError``. A hook cannot be removed once added."""
+    the toolchain's own compilers), no signals to other processes while ``armed``; and, armed or
+    not, none of what :mod:`.events` refuses a candidate's code (``candidate_rules``, set by the
+    candidate worker). Violations are recorded and refused with ``PermissionError``. A hook cannot
+    be removed once added; :meth:`hook` is what is added (a bound method taken once, so rebinding
+    ``AuditGuard.__call__`` later changes nothing)."""
 
     WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
     PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.symlink",
@@ -106,6 +111,12 @@ class AuditGuard:
         self.allowed_exec_dirs = [os.path.realpath(d) for d in allowed_exec_dirs]
         self.violations: list[str] = []
         self.armed = False
+        self.candidate_rules: Any = None  # core.verification.worker.events.CandidateEvents
+        self._local = threading.local()  # set while the hook judges an event: its own events pass
+
+    @property
+    def hook(self) -> Any:
+        return self.__call__
 
     def _inside_scratch(self, path: Any) -> bool:
         if isinstance(path, int):
@@ -119,11 +130,25 @@ class AuditGuard:
         real = os.path.realpath(os.path.join(self.scratch, p))
         return real == self.scratch or real.startswith(self.scratch + os.sep)
 
-    def _refuse(self, what: str) -> None:
+    def record(self, what: str) -> None:
         self.violations.append(what)
+
+    def _refuse(self, what: str) -> None:
+        self.record(what)
         raise PermissionError(f"sandbox: {what} is not allowed in a candidate")
 
     def __call__(self, event: str, args: tuple) -> None:
+        rules = self.candidate_rules
+        if rules is not None and rules.watches(event) and not getattr(self._local, "busy", False):
+            self._local.busy = True
+            try:
+                why = rules.check(event, args, sys._getframe(1))
+            except Exception as exc:  # a rule that cannot judge refuses (fail closed)
+                why = f"{event} (the guard could not judge it: {type(exc).__name__})"
+            finally:
+                self._local.busy = False
+            if why:
+                self._refuse(why)
         if not self.armed:
             return
         if event == "open":
@@ -164,26 +189,57 @@ class AuditGuard:
 # --------------------------------------------------------------------------- the ATen audit
 
 
-def make_audit_mode(tracker: Any):
-    """A TorchDispatchMode that records every ATen compute op run outside a kernel launch."""
+def make_audit_mode(tracker: Any, callers: Any = None):
+    """A TorchDispatchMode that records every ATen compute op run outside a kernel launch.
+
+    ``callers`` (a :class:`~core.verification.worker.callers.Callers`): an op asked for by the
+    candidate's own code is recorded even while the tracker says a launch is running, so a
+    tracker the candidate reached and marked "inside" hides nothing (inside a real launch, ops
+    come from the launcher's frames)."""
+    return audit_mode_class()(tracker, callers)
+
+
+_AUDIT_CLASS: dict[str, type] = {}  # built once per worker, so its identity can be verified after each call
+
+
+def audit_mode_class() -> type:
+    """The ATen audit's class (:func:`make_audit_mode`), built on first use."""
+    made = _AUDIT_CLASS.get("class")
+    if made is not None:
+        return made
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     allowed = ALLOWED_ATEN
     float_width = {torch.float64: 8, torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
 
+    getframe = sys._getframe
+
     class AtenAudit(TorchDispatchMode):
-        def __init__(self) -> None:
+        def __init__(self, tracker: Any, callers: Any = None) -> None:
             super().__init__()
+            self.tracker, self.callers = tracker, callers
             self.ops: list[str] = []
             self.downcasts: list[str] = []
+
+        def _asked_by_candidate(self) -> bool:
+            """Whether the op was asked for by the candidate's frame (torch's own frames skipped)."""
+            frame, depth = getframe(2), 0
+            while frame is not None and depth < 64:
+                name = self.callers.module_of(frame.f_globals)
+                if name is None:
+                    return True
+                if name.partition(".")[0] != "torch":
+                    return False
+                frame, depth = frame.f_back, depth + 1
+            return True
 
         def _narrowing(self, src: Any, dst: Any) -> bool:
             return src in float_width and dst in float_width and float_width[dst] < float_width[src]
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if not tracker.inside:
+            if not self.tracker.inside or (self.callers is not None and self._asked_by_candidate()):
                 name = func.overloadpacket.__name__
                 if name not in allowed:
                     if str(func) not in self.ops:
@@ -197,7 +253,8 @@ def make_audit_mode(tracker: Any):
                         self.downcasts.append(f"{args[1].dtype} -> {args[0].dtype}")
             return func(*args, **kwargs)
 
-    return AtenAudit()
+    _AUDIT_CLASS["class"] = AtenAudit
+    return AtenAudit
 
 
 # Allocation, views, copies and metadata: what ModelNew.forward may do outside its kernels.

@@ -8,9 +8,10 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from core.verification.evidence import input_digests
+from core.verification.protocol import TAMPERED
 from core.verification.sandbox import to_device
 from core.verification.worker.process import AuditGuard, describe, make_audit_mode, sandbox_escape
 
@@ -24,8 +25,34 @@ class Worker(Protocol):
     backend: Any
     guard: AuditGuard
     exports: Any  # core.verification.devicemem.Exports
+    callers: Any  # core.verification.worker.callers.Callers (candidate workers)
+    verify_instrumentation: Callable[[], list[str]]
 
     def unload(self) -> None: ...
+
+
+def record_tampering(worker: Worker, extra: list[str] | None = None) -> list[str]:
+    """Verify the instrumentation after candidate code ran; each finding (and each of ``extra``)
+    goes to the sandbox's record as ``"instrumentation tampered: <name>"``. Returns the names."""
+    names = list(extra or []) + worker.verify_instrumentation()
+    for name in names:
+        worker.guard.record(f"{TAMPERED}{name}")
+    return names
+
+
+def tracker_findings(tracker: Any, guard: AuditGuard) -> list[str]:
+    """What is wrong with the launch tracker and the guard right after ``forward`` returned: the
+    counters must be consistent (no kernel named without a launch, not still inside a launch) and
+    the guard still armed."""
+    found = []
+    count, kernels = getattr(tracker, "count", None), getattr(tracker, "kernels", None)
+    if type(count) is not int or type(kernels) is not list or len(kernels) > count:
+        found.append("the launch tracker's counters")
+    if getattr(tracker, "inside", False) is not False:
+        found.append("the launch tracker (still inside a launch after forward returned)")
+    if guard.armed is not True:
+        found.append("the sandbox guard (disarmed during the call)")
+    return found
 
 # --------------------------------------------------------------------------- helpers
 
@@ -50,12 +77,15 @@ def cpu_copy(values: list[Any]) -> list[Any]:
             else (to_device(v.detach(), "cpu") if isinstance(v, torch.Tensor) else v) for v in values]
 
 
-def load_module(path: Path, name: str) -> Any:
+def load_module(path: Path, name: str, before_exec: Callable[[Any], None] | None = None) -> Any:
+    """Import ``path`` as module ``name``; ``before_exec(module)`` runs before any of its code does."""
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # triton reads kernel source through the module's file
+    if before_exec is not None:
+        before_exec(module)
     spec.loader.exec_module(module)
     return module
 
@@ -168,6 +198,8 @@ class Session:
         self.prepared: dict[str, Any] = {}  # check name -> what its prepare() built for its collect()
         self._held: list[Any] = []  # outputs of earlier calls stay alive, so addresses are unique
         self._held_ptrs: set[int] = set()
+        # sandbox findings after the trials (a check's collect ran candidate code): the tamper check reports them
+        self.late_findings: list[str] = []
 
     def poison(self, inputs: list[Any]) -> None:
         """Fill memory the allocator is likely to hand out next with NaN (uninitialised outputs fail)."""
@@ -194,11 +226,13 @@ class Session:
             oob = stack.enter_context(self.backend.bounds_checking()) if "bounds_check" in caps else []
             if order_seed is not None and "program_order" in caps:
                 stack.enter_context(self.backend.program_order(order_seed))
-            audit = make_audit_mode(tracker)
+            audit = make_audit_mode(tracker, self.worker.callers)
+            state: list[str] = []
             try:
                 self.worker.guard.armed = True
                 with torch.no_grad(), audit:
                     out = self.model(*inputs)
+                state = tracker_findings(tracker, self.worker.guard)
                 synchronize(self.device)
                 obs["output"] = flatten_outputs(out)
             except MemoryError:
@@ -210,6 +244,8 @@ class Session:
                     self.worker.guard.violations.append(escape)
             finally:
                 self.worker.guard.armed = False
+                # before anything touches the outputs: a patched torch would answer for them
+                record_tampering(self.worker, state)
             obs.update(launches=tracker.count, kernels=list(tracker.kernels)[:16], audit=audit.ops[:16],
                        downcasts=sorted(set(audit.downcasts))[:8], oob=list(oob)[:16])
         obs["seconds"] = time.perf_counter() - start
