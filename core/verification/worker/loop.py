@@ -79,6 +79,10 @@ class WorkerMain:
         from core.verification.devicemem import Exports
 
         self.exports = Exports(self.device, self.scratch)
+        if self.device == "cuda":  # load libcuda now: the snapshot below must see it as the harness uses it
+            from core.verification.devicemem import cuda_ipc_available
+
+            cuda_ipc_available()
         if self.role == "candidate":  # last: what it records is the instrumentation as installed
             self.callers, self.verify_instrumentation = install_runtime_guard(self.backend, self.guard)
         sys.addaudithook(self.guard.hook)
