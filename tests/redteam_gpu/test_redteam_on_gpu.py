@@ -54,6 +54,8 @@ def test_candidate_gets_the_expected_verdict_on_gpu(verifier, path):
         pytest.xfail("a cross-program race in global memory: compute-sanitizer racecheck covers shared-memory "
                      "hazards only, and the GPU's own block order happened to give the right answer")
     assert not verdict.accepted, summary
+    if expect == "crashed" and path.stem == "exit_at_import" and verdict.reason.startswith("compile:"):
+        return  # its crash is a kernel load from an unmapped host address: on a GPU the launch refuses a host pointer
     if expect in ("timeout", "crashed", "oom"):
         assert verdict.status == expect, summary
         return
