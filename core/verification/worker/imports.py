@@ -87,8 +87,10 @@ class AllowedImports:
 def runtime_imports(backend: Any) -> AllowedImports:
     """The allowed set of ``backend`` (a plugin object): its ``static_policy`` when it declares one,
     else :data:`RUNTIME_IMPORTS` for its name, else :data:`STRICTEST`."""
-    name = str(getattr(backend, "name", "?"))
-    policy = getattr(backend, "static_policy", None)
+    from core.contracts import optional
+
+    name = str(backend.name)
+    policy = optional(backend, "Backend", "static_policy")
     if policy is not None and hasattr(policy, "modules"):
         return AllowedImports.from_policy(name, policy)
     table = RUNTIME_IMPORTS.get(name, STRICTEST)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from core.contracts import optional
-from core.verification.worker import imports as imports_module
+import core.verification.worker.imports as imports_module
 from core.verification.worker.callers import Callers
 from core.verification.worker.events import CandidateEvents, guard_threads
 from core.verification.worker.imports import ImportGuard, runtime_imports
