@@ -10,6 +10,7 @@ them first: tests/redteam/test_redteam.py); the honest controls are judged with 
 from __future__ import annotations
 
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -82,7 +83,17 @@ def test_frames_are_trusted_only_with_a_registered_modules_real_globals():
         assert callers.module_of(fake.__dict__) == "kz_fake_module"
         callers.candidate_globals = fake.__dict__  # the candidate's module, whatever it calls itself
         assert callers.module_of(fake.__dict__) is None
-        assert callers.candidate_on_stack(sys._getframe()) is False
+        exec("import sys\ndef grab():\n    return sys._getframe()\n", fake.__dict__)
+        found = {}
+
+        def probe():  # on a thread of its own: only threading's frames and these are on its stack
+            found["trusted"] = callers.candidate_on_stack(sys._getframe())
+            found["candidate"] = callers.candidate_on_stack(fake.grab())
+
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join()
+        assert found == {"trusted": False, "candidate": True}
     finally:
         sys.modules.pop("kz_fake_module")
 
