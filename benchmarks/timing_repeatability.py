@@ -19,7 +19,7 @@ _MiB = 1 << 20
 _PREVIOUS = {"filler_margin": 2.0, "l2_flush_bytes": 256 * _MiB}  # filler 2x the launch, 256 MiB flush
 VARIANTS = {  # name -> TimingPolicy overrides
     # the verifier's timer: the GPU filler (1.3x the host's launch time) hides the launch latency; 5 ms
-    # warm-up; L2 flushed with twice its size; stops once the median's 95% interval is 0.5% wide (core.timing)
+    # warm-up; L2 flushed with twice its size; stops once the median's 95% interval is 0.5% wide (plugins.verifiers.performance.timing)
     "default": {},
     "previous": dict(_PREVIOUS),  # the default before 2026-11-30 (fourth session)
     "planned": {"settle_rel": 0.0, "warmup_ms": 25.0, **_PREVIOUS},  # the default before the third session
@@ -37,7 +37,7 @@ VARIANTS = {  # name -> TimingPolicy overrides
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from core.timing import TimingPolicy, relative_spread, time_gpu
+    from plugins.verifiers.performance.timing import TimingPolicy, relative_spread, time_gpu
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA GPU; none is visible", file=sys.stderr)
         return 2
-    from core.roofline import UnknownDeviceError, find_device
+    from plugins.verifiers.performance.roofline import UnknownDeviceError, find_device
 
     try:  # as the performance stage does: the flush is at least twice the device's L2
         l2_bytes = find_device(torch.cuda.get_device_name()).l2_bytes

@@ -60,6 +60,52 @@ class Coder(Protocol):
 
 
 @runtime_checkable
+class TrainableCoder(Coder, Protocol):
+    """A coder the training loop can update (the ``llm`` coder): what :mod:`core.loop` calls on it.
+
+    :ivar model: the weights it loads (a path, a hub name, or ``"embedded"``).
+    :ivar tokenizer: where its tokenizer comes from (defaults to ``model``).
+    :ivar adapter: a LoRA adapter directory loaded on top of ``model``, or None.
+    """
+
+    model: str | None
+    tokenizer: str | None
+    adapter: str | None
+
+    @property
+    def hf_model(self) -> Any:
+        """The ``transformers`` model (loaded by :meth:`load`)."""
+
+    @property
+    def hf_tokenizer(self) -> Any:
+        """Its tokenizer."""
+
+    def load(self, corpus: Sequence[str] | None = None) -> Any:
+        """Load ``model`` (an embedded model is built, its tokenizer trained on ``corpus``)."""
+
+    def set_model(self, model: Any) -> None:
+        """Use ``model`` (a trainer's updated model) from now on."""
+
+    def corpus(self, tasks: Sequence[Task], solutions: Sequence[str], backend: str) -> list[str]:
+        """Text an embedded tokenizer is trained on: these tasks' prompts and these solutions."""
+
+    def prompt(self, task: Task, backend: str) -> str:
+        """The prompt for ``task``."""
+
+    def fits(self, prompt: str) -> bool:
+        """Whether ``prompt`` fits the prompt budget."""
+
+    def completion_for(self, solution_source: str) -> str:
+        """The completion that answers a prompt with this solution (SFT targets)."""
+
+    def extract(self, completion: str) -> str:
+        """The candidate source inside a completion."""
+
+    def to_candidate(self, task: Task, completion: str, backend: str) -> Candidate:
+        """A completion as a candidate for ``task``."""
+
+
+@runtime_checkable
 class RewardTerm(Protocol):
     name: str
 
@@ -264,6 +310,9 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         "warm_up_candidate": None,  # a candidate (source) judged once per worker before verdicts
         "compiler_dirs": _no_dirs,  # compiler_dirs(): the only folders a worker may start programs from
         "precompile": None,  # precompile(source, device) -> dict: compile from the text alone
+        # static_policy: what a candidate's source may name (plugins.verifiers.policy.StaticPolicy:
+        # modules, members, builtins); None: the strictest policy, torch and math only.
+        "static_policy": None,
         # toolchain() -> {name: version}: the compilers and libraries a verdict depends on (the eval
         # cache keys verdicts on them); the default, dict(), declares none
         "toolchain": dict,
@@ -271,6 +320,24 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # wrappers, interpreter hooks, trackers); the worker verifies each is still in place after every
         # candidate call (core.verification.worker.tamper). The default, dict(), patched nothing.
         "instrumentation": dict,
+    },
+    # What the training and self-play loop (core/loop/) reads of a coder beyond ``generate``. A coder
+    # that trains (hf_model, hf_tokenizer, prompt, to_candidate, load) is a language model; these are
+    # its knobs. max_new_tokens: 512, LLMCoder's own default (it bounds both the SFT budget and GRPO's
+    # completions; every coder that can train defines it).
+    "Coder": {
+        "model": None,  # the weights it loads; "embedded" has its tokenizer trained on a corpus first
+        "corpus_tasks": 200,  # tasks in the embedded tokenizer's corpus
+        "max_prompt_tokens": 1024,  # prompt budget (SFT budget = this + max_new_tokens)
+        "max_new_tokens": 512,  # completion budget
+        "temperature": 1.0,  # GRPO sampling
+        "top_p": 1.0,  # GRPO sampling
+        # prompt_format: a core.loop.distillation.PromptFormat, the prompt a student coder is given
+        # and the completion that answers it; core.distill writes its rows in it.
+        "prompt_format": None,
+    },
+    "RewardTerm": {
+        "scores_failures": False,  # True: the term scores rejected candidates itself (no failure_reward)
     },
 }
 

@@ -11,6 +11,10 @@ results.csv, summary.csv and fast_p.png in the run's output directory. Verdicts 
 (task, candidate, hardware, software) so a rerun verifies only what changed, and every evaluated
 task is recorded as held out so training can exclude it (:mod:`core.evaluation.suites`). The work is
 :func:`core.evaluation.runner.evaluate`.
+
+When every task is declined (the coder answered none), a warning with the commonest reasons is
+printed; with ``fail_if_all_declined=true`` the exit status is then 3. A run that cannot start (a
+missing extra such as CuPy or Ray, no GPU, a bad suite path) prints one ``error:`` line and exits 2.
 """
 
 from __future__ import annotations
@@ -25,17 +29,24 @@ from core.config import store_plugin_configs
 from core.evaluation.runner import evaluate
 from core.evaluation.suites import SuiteError
 from core.plugins import PluginError
+from core.verification.executor import ExecutorError
+from core.verification.judge import VerifierConfigError
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+EXIT_ALL_DECLINED = 3  # with fail_if_all_declined=true: no task was attempted (2: the run could not start)
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="eval")
 def _main(cfg: DictConfig) -> float | None:
     try:
         payload = evaluate(cfg)
-    except (PluginError, SuiteError) as exc:
+    except (PluginError, SuiteError, VerifierConfigError, ExecutorError) as exc:
+        # what cannot run here (a missing extra, no GPU, a bad suite path): one line, no traceback
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    if payload["all_declined"] and cfg.get("fail_if_all_declined", False):
+        print(f"error: all {payload['declined']} task(s) were declined (fail_if_all_declined=true)", file=sys.stderr)
+        sys.exit(EXIT_ALL_DECLINED)
     overall = payload["summary"][-1]
     return overall["fast_p"]["eager"]["0"]
 

@@ -50,15 +50,18 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.verifiers.builtin",
     "plugins.verifiers.tamper",
     "plugins.backends.cuda_backend",
+    "plugins.backends.load_inline",
     "plugins.devices",
     "plugins.verifiers.performance",
     "plugins.verifiers.sanitizer",
+    "plugins.verifiers.gpu_activity",
     "plugins.curricula.adaptive",
     "plugins.coders.llm",
     "plugins.coders.expert",
     "plugins.coders.inductor",
     "plugins.executors.local",
     "plugins.executors.ray",
+    "plugins.trainers",
 )
 
 # Built-ins every run needs, which KERNELZERO_BLOCK_PLUGINS cannot remove: without the local

@@ -3,15 +3,24 @@
     python -m core.propose proposer=random n=200 seed=1 out=tasks.jsonl
     python -m core.propose proposer=mcts n=50 out=tasks/             # tasks/0000_<id>.py ...
     python -m core.propose proposer.max_ops=5 curriculum.max_tier=1 out=easy.jsonl
+    python -m core.propose n=200 layout=kernelbench out=suite/    # suite/level1/1_relu_<id>.py ...
 
 Each JSONL line is ``Task.to_dict()``: at least ``id`` (content hash), ``source`` (the KernelBench
 module), ``ops`` and ``adversarial`` (null or the edge-case tags). The same seed and config give
 the same tasks in the same order.
+
+``layout=kernelbench`` writes the folders KernelBench reads, ``out/level<N>/<k>_<ops>_<id>.py`` with
+``k`` counting from 1 in each level, plus a ``.json`` sidecar per problem holding the rest of
+``Task.to_dict()`` (so ``core.eval suite=out/`` gets the program IR back). The level follows
+KernelBench's own definition, not the op tier: one op is a single-kernel operator (``level1``), two
+or more are a fusion pattern (``level2``) (:func:`kernelbench_level`). A proposed task is never a
+whole architecture (``level3``).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import math
 import sys
@@ -46,14 +55,38 @@ def propose_tasks(proposer: Any, n: int, curriculum: CurriculumState, chunk: int
     return tasks
 
 
-def write_tasks(tasks: Sequence[Task], out: str | Path, fmt: str = "auto") -> Path:
-    """JSONL (one ``Task.to_dict()`` per line) or a directory of ``<index>_<id>.py`` files plus
-    ``tasks.jsonl`` with the metadata."""
+LAYOUTS = ("flat", "kernelbench")
+
+
+def kernelbench_level(task: Task) -> str:
+    """KernelBench's level for a proposed task: ``level1`` for one op, ``level2`` for a fused chain."""
+    return "level1" if len(task.ops) <= 1 else "level2"
+
+
+def check_output(out: str | Path, fmt: str, layout: str) -> None:
+    """Raise ``ValueError`` (before anything is proposed) when ``out``, ``format`` and ``layout`` disagree."""
     out = Path(out)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+    if fmt not in ("auto", "jsonl", "dir"):
+        raise ValueError(f"format must be auto, jsonl or dir; got {fmt!r}")
+    if layout == "kernelbench" and (fmt == "jsonl" or (fmt == "auto" and out.suffix == ".jsonl")):
+        raise ValueError(f"layout=kernelbench writes level folders; out={str(out)!r} must be a directory, not a "
+                         ".jsonl file")
+
+
+def write_tasks(tasks: Sequence[Task], out: str | Path, fmt: str = "auto", layout: str = "flat") -> Path:
+    """JSONL (one ``Task.to_dict()`` per line), a directory of ``<index>_<id>.py`` files plus
+    ``tasks.jsonl`` with the metadata, or (``layout="kernelbench"``) KernelBench's ``levelN/`` folders."""
+    from core.evaluation.suites import write_kernelbench_dir
+
+    out = Path(out)
+    check_output(out, fmt, layout)
+    if layout == "kernelbench":
+        write_kernelbench_dir([dataclasses.replace(t, level=kernelbench_level(t)) for t in tasks], out)
+        return out
     if fmt == "auto":
         fmt = "jsonl" if out.suffix == ".jsonl" else "dir"
-    if fmt not in ("jsonl", "dir"):
-        raise ValueError(f"format must be auto, jsonl or dir; got {fmt!r}")
     if fmt == "jsonl":
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(t.to_dict(), sort_keys=True) + "\n" for t in tasks))
@@ -107,15 +140,16 @@ def print_summary(summary: dict[str, Any], seconds: float, out: Path, generation
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="propose")
 def _main(cfg: DictConfig) -> None:
     try:
+        check_output(cfg.out, cfg.format, cfg.get("layout", "flat"))
         proposer = build("proposer", cfg.proposer, seed=cfg.seed)
-    except PluginError as exc:
+    except (PluginError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     curriculum = CurriculumState(**OmegaConf.to_container(cfg.curriculum, resolve=True))
     started = time.perf_counter()
     tasks = propose_tasks(proposer, int(cfg.n), curriculum, chunk=int(cfg.chunk), progress=bool(cfg.progress))
     seconds = time.perf_counter() - started
-    out = write_tasks(tasks, cfg.out, cfg.format)
+    out = write_tasks(tasks, cfg.out, cfg.format, cfg.get("layout", "flat"))
     factory = getattr(proposer, "factory", None)
     print_summary(summarize(tasks), seconds, out, factory.stats.to_dict() if factory is not None else None)
 

@@ -15,6 +15,12 @@ HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     # Must be set before triton is imported anywhere in the test process.
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # Triton 3.9's interpreter leaves triton.language patched after a direct (grid-less) call of a
+    # @jit function; the verifier's workers repair that before any candidate runs, and so does the
+    # test process, so that one test's direct call cannot break a later test's GPU-target compile.
+    from plugins.backends.triton_gpu_compile import restore_after_device_calls  # noqa: E402
+
+    restore_after_device_calls()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -20,7 +20,7 @@ def test_distill_command_writes_the_contract(tmp_path):
     out = tmp_path / "pairs.jsonl"
     env = dict(os.environ, KERNELZERO_DISABLE_AUTOLOAD="1", PYTHONPATH=str(REPO))
     cmd = [sys.executable, "-m", "core.distill", "n=4", "seed=3", f"out={out}", "device=cpu", "progress=false",
-           "verifier.workers=2", "curriculum.max_tier=1", "curriculum.allowed_ops=[relu,gelu,mul,softmax,sum,transpose]"]
+           "executor.cpu_workers=2", "curriculum.max_tier=1", "curriculum.allowed_ops=[relu,gelu,mul,softmax,sum,transpose]"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]

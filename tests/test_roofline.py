@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.contracts import DeviceSpec
-from core.roofline import (
+from plugins.verifiers.performance.roofline import (
     UnknownDeviceError,
     find_device,
     from_counters,

@@ -69,3 +69,48 @@ def test_multirun_sweeps_reward_weights(tmp_path):
     # Same tasks and kernels in both jobs (same seed); only the weight differs, so the rewards scale.
     assert rows["0"]["pass_rate"] == rows["1"]["pass_rate"] > 0
     assert abs(rows["1"]["mean_reward"] - 5 * rows["0"]["mean_reward"]) < 1e-9
+
+
+def test_unknown_trainer_name_lists_the_registered_trainers(tmp_path):
+    proc = run("trainer.name=nope", f"hydra.run.dir={tmp_path}", timeout=120)
+    assert proc.returncode == 2
+    assert "error: Unknown trainer 'nope'. Known trainers: embedded, grpo, none" in proc.stderr
+
+
+def test_every_trainer_option_in_conf_names_a_registered_trainer():
+    import yaml
+
+    from core.plugins import registry
+
+    for path in sorted((ROOT / "conf" / "trainer").glob("*.yaml")):
+        name = yaml.safe_load(path.read_text())["name"]
+        assert name in registry("trainer"), f"conf/trainer/{path.name} names unregistered trainer {name!r}"
+
+
+def test_core_run_runs_the_trainer_a_plugin_registers(register_plugin, tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
+
+    from core import hookimpl
+    from core.run import run as run_config
+
+    seen = []
+
+    def recording_run(cfg):
+        seen.append(cfg)
+        return {"pass_rate": 0.25, "rounds": 3}
+
+    class TrainerPlugin:
+        @hookimpl
+        def register_trainers(self, register):
+            register("recording", lambda: recording_run)
+
+    register_plugin(TrainerPlugin(), name="trainer_plugin")
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base=None, config_dir=str(ROOT / "conf")):
+        cfg = compose("config", overrides=["trainer=none", f"out_dir={tmp_path}"])
+    with open_dict(cfg):
+        cfg.trainer.name = "recording"
+    assert run_config(cfg) == 0.25
+    assert len(seen) == 1 and seen[0].trainer.name == "recording"

@@ -108,3 +108,28 @@ def test_a_direct_call_of_a_jit_function_does_not_break_later_compiles():
     out = torch.empty_like(x)
     honest_kernel[(1,)](x, out, 40, 0.5, BLOCK=64)
     torch.testing.assert_close(out, x)
+
+
+def test_two_kernels_of_one_name_and_shape_with_other_globals_get_their_own_verdicts(tmp_path):
+    # the same body and name in two modules: one reads a helper kernel, the other a host function
+    import importlib.util
+
+    source = (
+        "import triton\nimport triton.language as tl\n\n"
+        "@triton.jit\ndef k(x_ptr, out_ptr, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.arange(0, BLOCK)\n"
+        "    tl.store(out_ptr + offs, helper(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)\n")
+    modules = []
+    for name in ("kz_same_good", "kz_same_bad"):
+        path = tmp_path / f"{name}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules.append(module)
+    good, bad = modules
+    good.helper, bad.helper = _double, host_side_effect
+    x = torch.randn(8)
+    compile_for_gpu(good.k.fn, (x, torch.empty_like(x), 8), {"BLOCK": 8})
+    with pytest.raises(GpuCompileError, match="Cannot access global variable helper"):
+        compile_for_gpu(bad.k.fn, (x, torch.empty_like(x), 8), {"BLOCK": 8})

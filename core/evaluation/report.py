@@ -154,6 +154,17 @@ def summarise(results: Sequence[TaskResult]) -> list[GroupSummary]:
     return groups
 
 
+def all_declined_warning(results: Sequence[TaskResult]) -> str | None:
+    """The warning when no task was attempted (every candidate declined), naming the commonest
+    reasons; None when at least one candidate was verified."""
+    if not results or any(r.status != "declined" for r in results):
+        return None
+    reasons = Counter((r.reason or "no reason given").splitlines()[0][:200] for r in results)
+    top = "; ".join(f"{n}x {why}" for why, n in reasons.most_common(3))
+    return (f"every one of the {len(results)} task(s) was declined, so nothing was verified and every rate above "
+            f"is 0. Commonest reasons: {top}")
+
+
 # --------------------------------------------------------------------------- presentation
 
 

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from core.config import build, resolve_device
 from core.evaluation.cache import CacheKey, EvalCache, hardware, software_versions, split_cached
-from core.evaluation.report import TaskResult, summarise, table, write_results
+from core.evaluation.report import TaskResult, all_declined_warning, summarise, table, write_results
 from core.evaluation.suites import HeldOut, Suite, SuiteError, level_of, load_solutions, load_suite
 from core.task import Candidate, Task
 from core.verdict import Verdict
@@ -40,6 +40,13 @@ def select_tasks(suite: Suite, levels: Any = None, limit: int | None = None) -> 
     if limit is not None:
         tasks = tasks[: int(limit)]
     return tasks
+
+
+def levels_line(suite: Suite, tasks: list[Task]) -> str:
+    """``"200 tasks in 2 level(s) (level1, level2) of the suite's 4"``: the levels of the tasks selected."""
+    chosen = list(dict.fromkeys(level_of(t) for t in tasks))
+    line = f"{len(tasks)} tasks in {len(chosen)} level(s) ({', '.join(chosen)})"
+    return line + (f" of the suite's {len(suite.levels)}" if len(suite.levels) != len(chosen) else "")
 
 
 def candidates_for(cfg: DictConfig, tasks: list[Task], backend: str, console: Console) -> tuple[list[Candidate], str]:
@@ -69,7 +76,7 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     device = resolve_device(cfg.device)
     backend = cfg.backend.name
     out_dir = Path(cfg.out_dir)
-    console.print(f"suite [bold]{suite.name}[/]: {len(tasks)} tasks in {len(suite.levels)} level(s) from {suite.source}")
+    console.print(f"suite [bold]{suite.name}[/]: {levels_line(suite, tasks)} from {suite.source}")
 
     heldout_path = cfg.heldout.get("path")
     if cfg.heldout.get("record", True):
@@ -113,10 +120,14 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         results.append(TaskResult.of(task, level_of(task), cand, verdict, cached=k in found if k is not None else False))
     groups = summarise(results)
     console.print(table(groups, f"{suite.name} — {source} — {backend} on {hardware(device)}", device))
+    warning = all_declined_warning(results)
+    if warning:
+        console.print(f"[bold red]WARNING: {warning}[/]")
     meta = {"suite": suite.name, "suite_source": suite.source, "candidates": source, "backend": backend,
             "device": device, "hardware": hardware(device), "software": software_versions(backend),
             "cache": {"path": cfg.cache.path if cfg.cache.get("enabled", True) else None,
                       "hits": len(found), "verified": len(missing)},
+            "attempted": len(attempts), "declined": len(candidates) - len(attempts), "all_declined": bool(warning),
             "seconds": round(time.perf_counter() - started, 2),
             "config": OmegaConf.to_container(cfg, resolve=True)}
     paths = write_results(out_dir, results, groups, meta)
@@ -124,4 +135,4 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     return {**meta, "summary": [g.to_dict() for g in groups]}
 
 
-__all__ = ["VERDICT_SETTINGS", "candidates_for", "evaluate", "select_tasks"]
+__all__ = ["VERDICT_SETTINGS", "candidates_for", "evaluate", "levels_line", "select_tasks"]

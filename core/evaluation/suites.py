@@ -238,8 +238,10 @@ def fingerprint(task: Task | str) -> str:
 
 
 def heldout_file(path: str | Path | None = None) -> Path:
-    """The registry file: ``path``, else ``$KERNELZERO_HELDOUT``, else ``~/.cache/kernelzero/heldout.txt``."""
-    chosen = path or os.environ.get(ENV_HELDOUT) or DEFAULT_HELDOUT_FILE
+    """The registry file: ``path``, else ``$KERNELZERO_HELDOUT``, else ``heldout.txt`` in
+    ``$KERNELZERO_CACHE`` (the root of every KernelZero cache), else ``~/.cache/kernelzero/heldout.txt``."""
+    root = os.environ.get("KERNELZERO_CACHE")
+    chosen = path or os.environ.get(ENV_HELDOUT) or (Path(root) / "heldout.txt" if root else DEFAULT_HELDOUT_FILE)
     return Path(chosen).expanduser()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from core.contracts import optional
 from core.plugins import registry
 from core.task import Candidate, Task
 from core.verdict import Verdict
@@ -60,7 +61,7 @@ class RewardMix:
             values = list(term(verdicts, tasks, candidates=candidates))
             if len(values) != len(verdicts):
                 raise ValueError(f"reward term {name!r} returned {len(values)} values for {len(verdicts)} verdicts")
-            if not getattr(term, "scores_failures", False):
+            if not optional(term, "RewardTerm", "scores_failures"):
                 values = [v if verdict.accepted else self.failure_reward for v, verdict in zip(values, verdicts)]
             out[name] = [float(v) for v in values]
         return out

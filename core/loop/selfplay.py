@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from core.plugins import notify
+from core.config import build
+from core.loop.attempts import attempt
 from core.loop.rewards import RewardMix
+from core.plugins import notify
 from core.task import Candidate, Task
 from core.verdict import Verdict
 
@@ -34,29 +36,6 @@ class RoundResult:
     declined: int
     seconds: float
     metrics: dict[str, float] = field(default_factory=dict)
-
-
-def attempts_of(tasks: Sequence[Task],
-                candidates: Sequence[Sequence[Candidate]]) -> tuple[list[tuple[Task, Candidate]], int]:
-    """Pair every non-declined candidate with its task; count the declined ones."""
-    pairs, declined = [], 0
-    for task, cands in zip(tasks, candidates, strict=True):
-        for cand in cands:
-            if cand.declined:
-                declined += 1
-            else:
-                pairs.append((task, cand))
-    return pairs, declined
-
-
-def solve_rates(pairs: Sequence[tuple[Task, Candidate]], verdicts: Sequence[Verdict]) -> dict[str, float]:
-    """Share of accepted samples per task id."""
-    tried: dict[str, int] = defaultdict(int)
-    solved: dict[str, int] = defaultdict(int)
-    for (task, _), verdict in zip(pairs, verdicts):
-        tried[task.id] += 1
-        solved[task.id] += int(verdict.accepted)
-    return {tid: solved[tid] / tried[tid] for tid in tried}
 
 
 def round_metrics(result: RoundResult, reward_terms: Sequence[str]) -> dict[str, float]:
@@ -106,10 +85,10 @@ class SelfPlay:
 
         tasks = self.proposer.propose(self.tasks_per_round, self.curriculum.state)
         advance("code")
-        candidates = self.coder.generate(tasks, self.backend, self.samples_per_task)
-        pairs, declined = attempts_of(tasks, candidates)
-        advance("verify", total=len(pairs), completed=0)
         done = 0
+
+        def coded(pairs: list[tuple[Task, Candidate]]) -> None:
+            advance("verify", total=len(pairs), completed=0)
 
         def landed(indices: list[int], _verdicts: list[Verdict]) -> None:
             nonlocal done
@@ -117,13 +96,13 @@ class SelfPlay:
             advance("verify", completed=done)
 
         # One batch over every worker (a lost worker's pairs are retried); progress as verdicts land.
-        verdicts: list[Verdict] = self.verifier.verify_many(pairs, on_verdicts=landed)
-        for (task, cand), verdict in zip(pairs, verdicts):
-            notify("on_verdict", task=task, candidate=cand, verdict=verdict)
+        attempts = attempt(self.coder, tasks, self.verifier, self.backend, self.samples_per_task,
+                           on_answers=coded, on_verdicts=landed, hooks=True)
+        pairs, verdicts, declined = attempts.pairs, attempts.verdicts, attempts.declined
         pair_tasks = [t for t, _ in pairs]
-        per_term = self.reward.per_term(verdicts, pair_tasks, [c for _, c in pairs])
+        per_term = self.reward.per_term(verdicts, pair_tasks, attempts.candidates)
         rewards = self.reward.combine(per_term) if per_term else [0.0] * len(verdicts)
-        self.proposer.feedback(solve_rates(pairs, verdicts))
+        self.proposer.feedback(attempts.solve_rates())
         result = RoundResult(round_index, tasks, [c for _, c in pairs], verdicts, rewards, per_term, declined,
                              time.perf_counter() - start)
         result.metrics = round_metrics(result, list(self.reward.terms))
@@ -176,3 +155,27 @@ class SelfPlay:
         passed = sum(m["pass_rate"] * m["attempts"] for m in self.history)
         rate = passed / attempts if attempts else 0.0
         self.console.print(f"overall pass rate {rate:.3f} over {attempts:.0f} attempts")
+
+
+def run_selfplay(cfg: DictConfig) -> list[dict[str, float]]:
+    """``cfg.rounds`` self-play rounds with the configured plugins; every round's metrics, in order."""
+    from core.evaluation.suites import HeldOut
+    from core.verification.executor import executor_for_run
+
+    backend_name = cfg.backend.name
+    # Tasks ever used for evaluation (core.eval's registry) never reach training or self-play.
+    proposer = HeldOut.load().guard(build("proposer", cfg.proposer, seed=cfg.seed))
+    coder = build("coder", cfg.coder)
+    curriculum = build("curriculum", cfg.curriculum)
+    reward = RewardMix(**OmegaConf.to_container(cfg.reward, resolve=True))
+    with executor_for_run(cfg) as verifier:
+        loop = SelfPlay(proposer=proposer, coder=coder, verifier=verifier, reward=reward, curriculum=curriculum,
+                        backend=backend_name, tasks_per_round=cfg.tasks_per_round,
+                        samples_per_task=cfg.samples_per_task, out_dir=cfg.out_dir)
+        return loop.run(cfg.rounds)
+
+
+def selfplay_trainer(cfg: DictConfig) -> dict[str, float] | None:
+    """The ``none`` trainer (self-play, no learning): the last round's metrics, or None without rounds."""
+    history = run_selfplay(cfg)
+    return history[-1] if history else None

@@ -35,6 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Sequence
 
+from core.config import resolve_device
 from core.contracts import optional
 from core.task import Candidate, Task
 from core.verdict import Verdict
@@ -64,16 +65,6 @@ DEFAULT_FLOAT64_MAX_ELEMENTS = 1 << 25
 
 class VerifierConfigError(ValueError):
     """The verifier was configured with something that does not exist or cannot run here."""
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise VerifierConfigError(f"device must be auto, cpu or cuda; got {device!r}")
-    return device
 
 
 # The task of the pool warm-up (Verifier.warm_up): every backend's warm_up_candidate solves it.
@@ -132,6 +123,9 @@ class Verifier:
         ``warm_up_candidate``) in every candidate worker at once, so each worker and keeper has been
         through a whole verification: a cold worker's first verdict on the H200 took 6-15 s against
         1-3 s for later ones. ``None`` (default): on CUDA; the outcome is in ``warm_up_report``.
+    :param accept_unchecked: a check that could not run (its tool missing, timed out or crashed)
+        fails closed: the candidate is not accepted. ``True`` lets every such check pass, a list of
+        check names lets those pass; either way ``Verdict.accepted_unchecked`` names them.
     :param share_gpu_fairly: on CUDA, hold the host-wide lock of core.verification.devicelock: trials, references
         and sanitizer runs share the GPU, a check with ``exclusive_device = True`` (the timed
         performance stage) has it alone, so several workers per GPU keep timings honest.
@@ -144,14 +138,17 @@ class Verifier:
                  float64_max_elements: int = DEFAULT_FLOAT64_MAX_ELEMENTS, share_gpu_fairly: bool = True,
                  inputs_by_seed: bool = True, float64_on_demand: bool = True, gpu_wait_s: float = 900.0,
                  split_transfers: bool | None = None, compare_on_device: bool | None = None,
-                 warm_up: bool | None = None, **check_options: Any):
+                 warm_up: bool | None = None, accept_unchecked: bool | Sequence[str] = False, **check_options: Any):
         from core.plugins import registry
 
         if trials < MIN_TRIALS:
             raise VerifierConfigError(f"trials={trials}: the verifier runs at least {MIN_TRIALS} correctness trials")
         self.backend_name = backend
         self.backend = registry("backend").create(backend)  # unknown name: lists the known ones
-        self.device = resolve_device(device)
+        try:
+            self.device = resolve_device(device)
+        except ValueError as exc:
+            raise VerifierConfigError(str(exc)) from None
         unsupported = self.backend.supports(self.device)
         # A backend that cannot execute here may still compile here (CUDA C through NVRTC on a CPU
         # machine): then only static + compile run and the verdict says why nothing executed.
@@ -166,6 +163,8 @@ class Verifier:
         self.probe_scales = {**DEFAULT_PROBE_SCALES, **(probe_scales or {})}
         self.float64_max_elements = max(0, int(float64_max_elements))
         self.checks = self._build_checks(checks, check_options)
+        # A check that could not run fails closed unless named here (True: every check).
+        self.accept_unchecked = accept_unchecked if isinstance(accept_unchecked, bool) else frozenset(accept_unchecked)
         limits = Limits(memory_mb=memory_mb, isolate=isolate, cpu_s_per_request=int(max(timeout_s, 1)) + 5)
         self.compare_on_device = self._resolve_compare_on_device(compare_on_device)
         if self.compare_on_device:
@@ -239,6 +238,11 @@ class Verifier:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def accepts_unchecked(self, check: str) -> bool:
+        """Whether a result of ``check`` that could not run may pass (``accept_unchecked``)."""
+        return self.accept_unchecked is True or (not isinstance(self.accept_unchecked, bool)
+                                                 and check in self.accept_unchecked)
 
     def close(self) -> None:
         if not self._closed:

@@ -64,8 +64,10 @@ class ExtraObservations:
         for run, obs in zip(runs, observed):
             kind = run["name"].rstrip("0123456789")
             if kind == "probe":
-                scale, seed, r = probes[int(run["name"][5:])]
-                truth = r.get("truth") if evidence.config.get("float64_truth") else None  # None: on demand
+                k = int(run["name"][5:])
+                scale, seed, r = probes[k]
+                loaded = evidence.config.get("float64_probe_truths")  # the truth came on demand, before the probes ran
+                truth = (loaded[k] if loaded else r.get("truth")) if evidence.config.get("float64_truth") else None
                 evidence.probes.append(Trial(seed, r.get("inputs"), r["output"], obs, scale=scale, truth=truth,
                                              inputs_digest=r.get("inputs_digest")))
             else:

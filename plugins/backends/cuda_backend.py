@@ -34,6 +34,7 @@ from typing import Any, Iterator, Sequence
 from core import hookimpl
 from plugins.backends import nvrtc
 from plugins.backends.cuda_static import KernelSource, StaticReport, analyse_source, kernel_class_of
+from plugins.verifiers.policy import TORCH_MODULES, TYPING, StaticPolicy, module
 
 NAME = "cuda"
 NEEDS_GPU = (
@@ -94,6 +95,36 @@ class ModelNew(nn.Module):
 '''
 # The guide's example (a ReLU) as a candidate source: the pool warm-up's candidate, and the GPU tests' honest one.
 GUIDE_EXAMPLE = GUIDE.split("```python\n")[1].split("```")[0]
+
+CUPY_MISSING = "backend 'cuda' needs CuPy: pip install 'kernelzero[cuda]'"
+
+
+def cupy_missing() -> str | None:
+    """:data:`CUPY_MISSING` when CuPy is not installed (every worker of this backend imports it), else None.
+    Found without importing it, so the judge stays light."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("cupy") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["cupy"] is None (blocked)
+        found = False
+    return None if found else CUPY_MISSING
+
+
+# What a candidate may name (plugins/verifiers/policy): torch's tensors and modules, and of CuPy only
+# what builds and launches its own kernels on torch's memory: no cupy arrays, no cupy compute.
+STATIC_POLICY = StaticPolicy(
+    backend="cuda",
+    modules=TORCH_MODULES + (
+        TYPING,
+        module("cupy", members={"RawModule", "RawKernel", "bool_", "int8", "int16", "int32", "int64", "uint8",
+                                "uint16", "uint32", "uint64", "float16", "float32", "float64", "intp", "uintp"}),
+        module("cupy.cuda", members={"ExternalStream", "Stream", "Device", "get_current_stream"}),
+    ),
+    kernel_factories=frozenset({"cupy.RawKernel"}),
+    kernel_getters=frozenset({"get_function"}),
+)
+
 
 class GpuRequiredError(RuntimeError):
     """A CUDA kernel was launched in a process without a GPU."""
@@ -457,6 +488,7 @@ class CudaBackend:
     guide: str = GUIDE
     # the guide's own example (a ReLU) is the candidate of the verifier's pool warm-up (core.verify.WARM_UP_TASK)
     warm_up_candidate: str = GUIDE_EXAMPLE
+    static_policy: StaticPolicy = STATIC_POLICY
     # without a GPU the static and compile stages still mean something (NVRTC to PTX); a verifier
     # may then report "compiled" and stop with supports(device) as the reason
     compiles_without_device: bool = True
@@ -467,6 +499,9 @@ class CudaBackend:
 
     # ---------------------------------------------------------------- judge side (static only)
     def supports(self, device: str) -> str | None:
+        missing = cupy_missing()
+        if missing:
+            return missing
         if device.startswith("cuda"):
             try:
                 import torch
@@ -477,6 +512,10 @@ class CudaBackend:
                 pass
             return "backend 'cuda' was asked to run on a GPU, but no CUDA device is visible"
         return NEEDS_GPU
+
+    def compiles_on(self, device: str) -> bool:
+        """Without a GPU the sources are recorded by CuPy's own classes and compiled to PTX: CuPy is needed."""
+        return device == "cpu" and cupy_missing() is None
 
     def detect_kernels(self, tree: ast.Module) -> list[str]:
         """``__global__`` kernels in the candidate's strings, if it builds a RawModule/RawKernel."""

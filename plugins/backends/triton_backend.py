@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from core import hookimpl
+from plugins.verifiers.policy import TORCH_MODULES, TYPING, StaticPolicy, module
+from plugins.verifiers.policy.declaration import BASE_BARRED_ATTRIBUTES, TRITON_HOOK_ATTRIBUTES
 
 GUIDE = """\
 Write a Python module in KernelBench format that defines `class ModelNew(torch.nn.Module)` with the
@@ -29,7 +31,27 @@ reference's dtype, and keep reductions numerically stable (subtract the row maxi
 Do not read files, use the network, subprocesses, ctypes, numpy, or patch torch.
 """
 
-_KERNEL_DECORATORS = {"jit", "autotune", "heuristics"}
+# What a candidate may name (plugins/verifiers/policy): torch's tensors and modules, triton's
+# decorators and helpers, triton.language in kernels; and the private paths the inductor teacher's
+# wrapper keeps from Inductor's output (its allocators, the helper modules its kernels import).
+STATIC_POLICY = StaticPolicy(
+    backend="triton",
+    modules=TORCH_MODULES + (
+        TYPING,
+        module("triton", members={"jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2"}, device=True),
+        module("triton.language", submodules=True, device=True),
+        module("torch._inductor.runtime.triton_helpers", device=True),
+        module("torch._inductor.runtime.triton_heuristics", members=()),
+        module("torch._inductor.runtime.hints", members={"AutotuneHint", "ReductionHint", "TileHint", "DeviceProperties"}),
+    ),
+    exact_paths=frozenset({"torch.cuda._DeviceGuard"} | {f"torch._C._dynamo.guards.{name}" for name in (
+        "_empty_strided_cpu", "_empty_strided_cuda", "_reinterpret_tensor", "assert_size_stride", "assert_alignment")}),
+    barred_attributes=BASE_BARRED_ATTRIBUTES | {"data_ptr", *TRITON_HOOK_ATTRIBUTES},
+    kernel_decorators=frozenset({"triton.jit"}),
+    device_constants=frozenset({"triton.language.constexpr"}),
+    launch_configurators=frozenset({"triton.heuristics", "triton.autotune", "triton.Config"}),
+    callable_configurators=frozenset({"triton.heuristics"}),
+)
 
 
 @dataclass
@@ -37,6 +59,7 @@ class TritonLaunchTracker:
     count: int = 0
     kernels: list[str] = field(default_factory=list)
     depth: int = 0
+    call: int = 0  # calls of forward since the candidate was loaded, this one excluded (autotune)
 
     @property
     def inside(self) -> bool:
@@ -44,6 +67,7 @@ class TritonLaunchTracker:
 
 
 _local = threading.local()
+_calls = [0]  # forward calls since the last load (the interpreter's autotuner picks configs by it)
 
 
 def _current_tracker() -> TritonLaunchTracker | None:
@@ -95,6 +119,7 @@ class TritonBackend:
     guide: str = GUIDE
     interpret: str = "auto"
     warm_up_candidate: str = WARM_UP_CANDIDATE
+    static_policy: StaticPolicy = STATIC_POLICY
 
     # -- judge side
 
@@ -142,6 +167,7 @@ class TritonBackend:
             triton_interp_checks.install()
             triton_gpu_compile.install()  # a kernel body no GPU compiler accepts never runs here
             classes.append(interpreter.InterpretedFunction)
+            _autotune_without_benchmarks()
         for cls in classes:
             _count_launches(cls)
         if device == "cuda" and not self._interpreted(device):
@@ -207,11 +233,13 @@ class TritonBackend:
     def load(self, module: Any, device: str) -> None:
         """Triton compiles each kernel at its first launch, so the first correctness trial is the
         compile step; nothing to build ahead of time."""
+        _calls[0] = 0
 
     @contextmanager
     def launch_tracker(self) -> Iterator[TritonLaunchTracker]:
         previous = _current_tracker()
-        tracker = TritonLaunchTracker()
+        tracker = TritonLaunchTracker(call=_calls[0])
+        _calls[0] += 1
         _local.tracker = tracker
         try:
             yield tracker
@@ -223,26 +251,31 @@ class TritonBackend:
 
     @contextmanager
     def bounds_checking(self) -> Iterator[list[str]]:
-        from plugins.backends.triton_interp_checks import STATE
+        """Out-of-bounds findings of one call; race findings join them while :meth:`program_order`
+        is active (``core.verification.evidence.RACE_FINDING``)."""
+        from plugins.backends import triton_interp_checks as checks
 
         findings: list[str] = []
-        STATE.findings, STATE.seen = findings, set()
+        checks.reset_findings(findings)
         try:
             yield findings
         finally:
-            STATE.findings = None
+            checks.reset_findings(None)
 
     @contextmanager
     def program_order(self, seed: int | None) -> Iterator[None]:
+        """Programs run in an order shuffled by ``seed``, and every launch's accesses are analysed
+        for races between programs (the shuffled runs are the races check's evidence)."""
         import random
 
         from plugins.backends.triton_interp_checks import STATE
 
         STATE.order_rng = random.Random(seed) if seed is not None else None
+        STATE.races = True
         try:
             yield
         finally:
-            STATE.order_rng, STATE.perm = None, None
+            STATE.order_rng, STATE.perm, STATE.races = None, None, False
 
 
 def _warm_up_gpu() -> None:
@@ -275,20 +308,65 @@ def _count_launches(cls: type) -> None:
         from plugins.backends import triton_interp_checks as checks
 
         name = getattr(getattr(self, "fn", None), "__name__", None) or getattr(self, "__name__", "kernel")
+        config = getattr(_local, "config", None)  # the autotune config chosen in the interpreter
+        if config:
+            name = f"{name}[{config}]"
         tracker.count += 1
         if len(tracker.kernels) < 64:
             tracker.kernels.append(name)
         tracker.depth += 1
         saved = (checks.STATE.ranges, checks.STATE.kernel)
-        checks.STATE.ranges, checks.STATE.kernel = checks.storage_ranges([args, list(kwargs.values())]), name
+        ranges = checks.storage_ranges([args, list(kwargs.values())])
+        checks.STATE.ranges, checks.STATE.kernel = ranges, name
+        outer_log = checks.begin_launch(name)
         try:
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
             tracker.depth -= 1
+            checks.end_launch(ranges, outer_log)
             checks.STATE.ranges, checks.STATE.kernel = saved
 
     run._kz_counting = True  # type: ignore[attr-defined]
     cls.run = run
+
+
+def _autotune_without_benchmarks() -> None:
+    """``@triton.autotune`` in the interpreter, which has no driver to benchmark configs with ("0
+    active drivers"): no benchmark; forward call ``i`` since the candidate's load runs config ``i``
+    (after the kernel's ``early_config_prune``; its ``perf_model`` ranks speed, a GPU matter) and
+    every call after the last config the first one. So every config is run and its outputs checked
+    against the reference: by the correctness trials, then the shuffled orders, the repeat and the
+    probes (11 calls by default); with no more configs than trials the repeat runs the first config
+    again, and otherwise the determinism check compares it with the reference instead of bitwise.
+    The launch is named with its config (``add_kernel[BLOCK=256]``). Each call runs its kernel
+    once, so ``restore_value`` has nothing to restore and ``reset_to_zero`` is not applied: a GPU
+    applies it only around benchmarking (and before the first call's run), so a kernel must zero
+    its outputs itself there too."""
+    from triton.runtime.autotuner import Autotuner
+
+    if getattr(Autotuner.run, "_kz_interpreted", False):
+        return
+
+    def run(self, *args, **kwargs):
+        self.nargs = dict(zip(self.arg_names, args))
+        configs = list(self.configs)
+        if len(configs) > 1 and self.early_config_prune:
+            configs = list(self.early_config_prune(configs, self.nargs, **kwargs)) or configs[:1]
+        tracker = _current_tracker()
+        turn = tracker.call if tracker is not None else 0
+        config = configs[turn] if turn < len(configs) else configs[0]
+        self.best_config = config
+        if config.pre_hook is not None:
+            config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
+        _local.config = ", ".join(f"{k}={v}" for k, v in config.kwargs.items()) if len(configs) > 1 else None
+        try:
+            return self.fn.run(*args, **kwargs, **config.all_kwargs())
+        finally:
+            _local.config = None
+            self.nargs = None
+
+    run._kz_interpreted = True  # type: ignore[attr-defined]
+    Autotuner.run = run
 
 
 @hookimpl

@@ -138,8 +138,15 @@ def _signature(jit: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[dict[str,
 
 
 def _key(py_fn: Any, signature: dict[str, str], constexprs: dict[str, Any]) -> tuple:
-    source = hashlib.sha256(py_fn.__code__.co_code + repr(py_fn.__code__.co_consts).encode()).hexdigest()
-    return (py_fn.__qualname__, source, tuple(signature.items()), repr(sorted(constexprs.items())))
+    """What the compile's verdict depends on: the body (bytecode, constants, the names it reads), the
+    identity of every global it reads (another kernel of the same name and shape may read other
+    globals), the launch's types and constexprs."""
+    code = py_fn.__code__
+    scope = py_fn.__globals__
+    body = code.co_code + repr((code.co_consts, code.co_names, code.co_varnames)).encode()
+    reads = tuple((name, id(scope[name])) for name in code.co_names if name in scope)
+    return (py_fn.__qualname__, hashlib.sha256(body).hexdigest(), reads, id(py_fn),
+            tuple(signature.items()), repr(sorted(constexprs.items())))
 
 
 def compile_for_gpu(py_fn: types.FunctionType, args: tuple, kwargs: dict[str, Any]) -> None:
@@ -193,18 +200,20 @@ def install() -> None:
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     InterpretedFunction.run = run
-    _restore_after_device_calls(InterpretedFunction)
+    restore_after_device_calls()
     _warm()
 
 
-def _restore_after_device_calls(cls: type) -> None:
+def restore_after_device_calls() -> None:
     """Triton 3.9's interpreter patches ``triton.language`` for a direct (grid-less) call of a
     ``@jit`` function and never restores it, so after one such call every later compile in the
     worker would see the interpreter's builtins. Restore the patch when the call returns; nested
     calls inside a kernel restore to the kernel's own patch, as before."""
     from triton.runtime import interpreter
 
-    if not hasattr(interpreter, "_patch_lang") or not hasattr(cls, "rewrite"):
+    cls = interpreter.InterpretedFunction
+    if getattr(cls.__call__, "_kz_restores", False) or not hasattr(interpreter, "_patch_lang") \
+            or not hasattr(cls, "rewrite"):
         return
 
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -216,6 +225,7 @@ def _restore_after_device_calls(cls: type) -> None:
         finally:
             scope.restore()
 
+    __call__._kz_restores = True  # type: ignore[attr-defined]
     cls.__call__ = __call__
 
 

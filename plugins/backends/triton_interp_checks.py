@@ -7,6 +7,10 @@
 * **Program order**: the grid's programs run in a shuffled order. The interpreter walks the grid
   with nested loops calling ``set_grid_idx``; we remap each linear index through a permutation,
   so every program still runs exactly once.
+* **Races** (while the program order is shuffled): every address each program loads, stores or
+  touches atomically is logged, and at the end of the launch an address one program writes and
+  another touches outside atomics is reported (:mod:`plugins.backends.triton_races`), as a finding
+  prefixed ``race: `` beside the bounds findings, with one ``race analysis: `` summary line per call.
 
 Both hook the interpreter's builder class (``triton.runtime.interpreter.InterpreterBuilder``),
 present with the same method names in Triton 3.6 and 3.9.
@@ -18,6 +22,9 @@ import random
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+
+from core.verification.evidence import RACE_FINDING, RACE_SUMMARY
+from plugins.backends.triton_races import ATOMIC, EXCHANGE, LOAD, MAX_ADDRESSES, STORE, AccessLog, find_races
 
 MAX_FINDINGS = 16
 
@@ -33,6 +40,73 @@ class InterpreterState:
     perm: list[int] | None = None
     grid: tuple[int, int, int] = (1, 1, 1)
     seen: set = field(default_factory=set)
+    races: bool = False  # log every access of each launch and look for races at its end
+    log: AccessLog | None = None  # the running launch's accesses
+    atomic_depth: int = 0  # >0 inside an atomic op the interpreter builds from plain loads/stores
+    analysed: list[int] = field(default_factory=lambda: [0, 0, 0])  # this call: launches, addresses, cut short
+    summary_at: int | None = None  # index of this call's summary line in ``findings``
+
+
+def reset_findings(findings: list[str] | None) -> None:
+    """Start one call's findings (None: bounds checking off)."""
+    STATE.findings, STATE.seen = findings, set()
+    STATE.analysed, STATE.summary_at = [0, 0, 0], None
+
+
+def begin_launch(kernel: str) -> AccessLog | None:
+    """A launch starts: a fresh access log when races are looked for. Returns the enclosing log."""
+    saved = STATE.log
+    STATE.log = AccessLog(kernel=kernel) if STATE.races and STATE.findings is not None else None
+    return saved
+
+
+def end_launch(ranges: list[tuple[int, int]] | None, saved: AccessLog | None) -> None:
+    """A launch ended: report its races (if its accesses were logged); restore ``saved``."""
+    log, STATE.log = STATE.log, saved
+    if log is None or STATE.findings is None:
+        return
+    report = find_races(log, ranges)
+    STATE.analysed[0] += 1
+    STATE.analysed[1] += log.recorded
+    STATE.analysed[2] += int(log.cut_short)
+    if report is not None and (log.kernel, "race") not in STATE.seen:
+        STATE.seen.add((log.kernel, "race"))
+        STATE.findings.append(f"{RACE_FINDING}{log.kernel}: {report.races} address(es) shared between programs "
+                              f"outside atomics, e.g. {report.example}")
+    launches, addresses, cut = STATE.analysed
+    line = (f"{RACE_SUMMARY}{launches} launch(es), {addresses} accesses by program"
+            + (f"; cut short after {MAX_ADDRESSES} addresses in {cut} launch(es)" if cut else ""))
+    if STATE.summary_at is None:
+        STATE.summary_at = len(STATE.findings)
+        STATE.findings.append(line)
+    else:
+        STATE.findings[STATE.summary_at] = line
+
+
+def _log_access(kind: int, ptrs: Any, mask: Any, value: Any = None) -> None:
+    """Add an access's active lanes (and a store's bits) to the running launch's log."""
+    import numpy as np
+
+    log = STATE.log
+    if log is None:
+        return
+    if STATE.atomic_depth and kind != EXCHANGE:  # atomic_store: the last one wins, as an exchange
+        kind = EXCHANGE if kind == STORE else ATOMIC
+    addr = ptrs.data
+    active = None
+    if mask is not None:
+        active = np.broadcast_to(mask.data.astype(bool, copy=False), addr.shape)
+        if active.all():
+            active = None
+    lanes = addr.reshape(-1) if active is None else addr[active]
+    bits = None
+    if kind in (STORE, EXCHANGE) and value is not None:
+        data = np.broadcast_to(value.data, addr.shape)
+        data = data.reshape(-1) if active is None else data[active]
+        width = data.dtype.itemsize
+        bits = np.ascontiguousarray(data).view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[width])
+        bits = bits.astype(np.uint64)
+    log.add(kind, lanes.astype(np.uint64, copy=True), bits)
 
 
 STATE = InterpreterState()
@@ -128,19 +202,43 @@ def install() -> None:
         orig_dim, orig_idx = builder.set_grid_dim, builder.set_grid_idx
 
         def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
-            return orig_load(self, ptrs, _checked_mask("load", ptrs, mask), other, cache_policy, is_volatile)
+            mask = _checked_mask("load", ptrs, mask)
+            _log_access(LOAD, ptrs, mask)
+            return orig_load(self, ptrs, mask, other, cache_policy, is_volatile)
 
         def create_masked_store(self, ptrs, value, mask, cache_policy):
-            return orig_store(self, ptrs, value, _checked_mask("store", ptrs, mask), cache_policy)
+            mask = _checked_mask("store", ptrs, mask)
+            _log_access(STORE, ptrs, mask, value)
+            return orig_store(self, ptrs, value, mask, cache_policy)
+
+        xchg = getattr(getattr(getattr(interp, "_ir", None), "ATOMIC_OP", None), "XCHG", None)
 
         def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
-            return orig_rmw(self, rmwOp, ptr, val, _checked_mask("atomic", ptr, mask), sem, scope)
+            mask = _checked_mask("atomic", ptr, mask)
+            if rmwOp == xchg:  # the last exchange wins: its value matters
+                _log_access(EXCHANGE, ptr, mask, val)
+            else:
+                _log_access(ATOMIC, ptr, mask)
+            return orig_rmw(self, rmwOp, ptr, val, mask, sem, scope)
 
         def create_atomic_cas(self, ptr, cmp, val, sem, scope):
             checked = _checked_mask("atomic_cas", ptr, None)
             if checked is not None:  # cannot be masked: refuse the whole access
                 raise IndexError(f"{STATE.kernel}: out-of-bounds atomic_cas")
+            _log_access(ATOMIC, ptr, None)
             return orig_cas(self, ptr, cmp, val, sem, scope)
+
+        def atomic_through_plain(orig):
+            """An atomic op the interpreter builds from its own masked load/store: log those as atomic."""
+
+            def op(self, *args, **kwargs):
+                STATE.atomic_depth += 1
+                try:
+                    return orig(self, *args, **kwargs)
+                finally:
+                    STATE.atomic_depth -= 1
+
+            return op
 
         def set_grid_dim(self, nx, ny, nz):
             orig_dim(self, nx, ny, nz)
@@ -154,11 +252,15 @@ def install() -> None:
 
         def set_grid_idx(self, x, y, z):
             perm = STATE.perm
+            _, ny, nz = STATE.grid
+            linear = (x * ny + y) * nz + z
             if perm is not None:
-                _, ny, nz = STATE.grid
-                linear = perm[(x * ny + y) * nz + z]
+                linear = perm[linear]
                 x, rest = divmod(linear, ny * nz)
                 y, z = divmod(rest, nz)
+            if STATE.log is not None:
+                STATE.log.program = linear
+                STATE.log.programs += 1
             return orig_idx(self, x, y, z)
 
         builder.create_masked_load = create_masked_load
@@ -167,4 +269,7 @@ def install() -> None:
         builder.create_atomic_cas = create_atomic_cas
         builder.set_grid_dim = set_grid_dim
         builder.set_grid_idx = set_grid_idx
+        for name in ("create_atomic_load", "create_atomic_store", "create_atomic_poll"):  # Triton 3.9
+            if hasattr(builder, name):
+                setattr(builder, name, atomic_through_plain(getattr(builder, name)))
         _installed = True

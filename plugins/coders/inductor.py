@@ -161,19 +161,28 @@ def get_raw_stream(index):
 
 def prune_imports(parts: list[str]) -> list[str]:
     """``parts`` (top-level statements) with each import cut down to the names the other
-    statements use: Inductor's header imports os, tempfile, ctypes ... that its ``call`` never
-    touches, and that a candidate may not import. ``get_raw_stream`` (from torch._C) is replaced by
+    statements use, and the header's assignments to those used: Inductor's header imports os,
+    tempfile, ctypes ... and binds ``torch.ops`` namespaces that its ``call`` never touches, and
+    that a candidate may not name. ``get_raw_stream`` (from torch._C) is replaced by
     :data:`_RAW_STREAM`."""
+    nodes = [ast.parse(text).body[0] for text in parts]
+    # Header assignments (aten = torch.ops.aten, ...) stay only when a kept statement uses their name.
+    named = [isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) for t in n.targets) for n in nodes]
+    kept = [not (isinstance(n, (ast.Import, ast.ImportFrom)) or named[i]) for i, n in enumerate(nodes)]
     used: set[str] = set()
-    for text in parts:
-        tree = ast.parse(text)
-        if not isinstance(tree.body[0], (ast.Import, ast.ImportFrom)):
-            used.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+    while True:
+        used = {x.id for n, k in zip(nodes, kept) if k for x in ast.walk(n) if isinstance(x, ast.Name)}
+        more = [i for i, n in enumerate(nodes) if named[i] and not kept[i]
+                and {t.id for t in n.targets} & used]  # type: ignore[attr-defined]
+        if not more:
+            break
+        for i in more:
+            kept[i] = True
     out: list[str] = []
-    for text in parts:
-        node = ast.parse(text).body[0]
+    for text, node, keep_it in zip(parts, nodes, kept):
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
-            out.append(text)
+            if keep_it:
+                out.append(text)
             continue
         keep = [a for a in node.names
                 if (a.asname or a.name.split(".")[0]) in used and (a.asname or a.name) != "get_raw_stream"]

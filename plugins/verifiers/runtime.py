@@ -6,7 +6,9 @@ only collected outputs, inputs after the call, launch counts, the ATen audit and
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
+from typing import Any
 
 from core.verdict import CheckResult
 from core.verification.evidence import (
@@ -14,10 +16,13 @@ from core.verification.evidence import (
     DETERMINISM,
     INTEGRITY,
     MEMORY,
+    RACE_FINDING,
+    RACE_SUMMARY,
     RACES,
     REFERENCE_NOISE_FACTOR,
     STABILITY,
     Evidence,
+    Trial,
     all_finite,
     bitwise_equal,
     compare_outputs,
@@ -81,10 +86,21 @@ class CorrectnessCheck:
                            hack=mutated is not None)
 
 
+def _all_empty(values: list[Any] | None) -> bool:
+    """Every value is a tensor (or a held one) without elements: a call with nothing to compute."""
+    return bool(values) and all(hasattr(v, "numel") and hasattr(v, "shape") and v.numel() == 0 for v in values)
+
+
+def _no_work(trial: Trial) -> bool:
+    """The call had no work: the reference's outputs and the candidate's are all empty."""
+    return _all_empty(trial.expected) and _all_empty(trial.observed.output)
+
+
 @dataclass
 class IntegrityCheck:
-    """The kernels really did the work: at least one launch of the backend's kernels per call, no
-    PyTorch compute op inside ``ModelNew.forward`` (ATen-level audit), no silent precision
+    """The kernels really did the work: at least one launch of the backend's kernels per call that
+    has work (a call whose outputs, the reference's and the candidate's, are all empty needs none),
+    no PyTorch compute op inside ``ModelNew.forward`` (ATen-level audit), no silent precision
     downcast, no output buffer handed back twice, no blocked sandbox escape."""
 
     name: str = "integrity"
@@ -116,7 +132,8 @@ class IntegrityCheck:
         if downcasts:
             return CheckResult(False, f"inputs or results were cast to lower precision in forward ({downcasts[0]})",
                                data={"downcasts": downcasts}, hack=True)
-        starved = [i for i, t in enumerate(ran) if t.observed.launches < self.min_launches]
+        idle = [t for t in ran if _no_work(t)]
+        starved = [i for i, t in enumerate(ran) if t.observed.launches < self.min_launches and not _no_work(t)]
         if ran and starved:
             return CheckResult(False, f"{len(starved)}/{len(ran)} forward calls launched no {evidence.backend} kernel "
                                "(the result did not come from a kernel)", data={"launches": [t.observed.launches for t in ran]},
@@ -127,8 +144,11 @@ class IntegrityCheck:
         launches = [t.observed.launches for t in ran]
         if not ran:
             return CheckResult(True, "no completed call to audit (see correctness)")
-        return CheckResult(True, f"{min(launches)}-{max(launches)} kernel launches per call; no PyTorch compute in forward",
-                           data={"launches": launches[:16], "kernels": sorted({k for t in ran for k in t.observed.kernels})})
+        empty = f"; {len(idle)} call(s) with only empty outputs needed no launch" if idle else ""
+        return CheckResult(True, f"{min(launches)}-{max(launches)} kernel launches per call; no PyTorch compute in "
+                           f"forward{empty}",
+                           data={"launches": launches[:16], "empty_calls": len(idle),
+                                 "kernels": sorted({k for t in ran for k in t.observed.kernels})})
 
 
 @dataclass
@@ -148,7 +168,7 @@ class MemoryCheck:
         findings: list[str] = []
         for trial in evidence.all_runs():
             for f in trial.observed.oob:
-                if f not in findings:
+                if f not in findings and not f.startswith((RACE_FINDING, RACE_SUMMARY)):
                     findings.append(f)
         if findings:
             return CheckResult(False, f"out-of-bounds memory access: {findings[0]}", data={"findings": findings[:16]})
@@ -157,8 +177,12 @@ class MemoryCheck:
 
 @dataclass
 class RaceCheck:
-    """The answer does not depend on the order programs run in (shuffled grid orders in the
-    interpreter, compared with the reference)."""
+    """No data race between programs, found by construction: in the shuffled runs the interpreter
+    records every address each program loads, stores or touches atomically, and an address that one
+    program writes and another touches, outside atomics, is a race (``plugins/backends/
+    triton_interp_checks.py``; two programs storing the same bits is not). The interpreter runs
+    programs one at a time, so a lost update cannot show in the values; the shuffled orders stay a
+    second signal: their outputs must still match the reference."""
 
     name: str = "races"
     stage: int = RACES
@@ -173,15 +197,39 @@ class RaceCheck:
     def evaluate(self, evidence: Evidence) -> CheckResult:
         if not evidence.shuffled:
             return CheckResult(True, "not run (no shuffled orders were requested)")
+        races = _lines(evidence.shuffled, RACE_FINDING)
+        summaries = _lines(evidence.shuffled, RACE_SUMMARY)
+        data = {"races": races[:8], "analysis": summaries[:4]}
+        if races:
+            return CheckResult(False, f"a data race between programs: {races[0]}", data=data)
         for i, trial in enumerate(evidence.shuffled):
             if trial.observed.error:
-                return CheckResult(False, f"shuffled program order {i} raised {trial.observed.error}")
+                return CheckResult(False, f"shuffled program order {i} raised {trial.observed.error}", data=data)
             cmp = compare_outputs(trial.expected, trial.observed.output, tolerances=_tolerances(evidence),
                                   truth=evidence.truth_of(trial))
             if not cmp.ok:
                 return CheckResult(False, f"result depends on program order (a race between programs): "
-                                   f"shuffled order {i}: {cmp.detail}")
-        return CheckResult(True, f"same answer under {len(evidence.shuffled)} shuffled program orders")
+                                   f"shuffled order {i}: {cmp.detail}", data=data)
+        if summaries:
+            cut = [s for s in summaries if "cut short" in s]
+            how = (f"address analysis cut short ({cut[0]})" if cut
+                   else "no address shared between programs outside atomics")
+        elif all(t.observed.launches == 0 for t in evidence.shuffled):
+            how = "no launch to analyse"
+        else:
+            how = "no address analysis from this backend"
+        return CheckResult(True, f"{how}; same answer under {len(evidence.shuffled)} shuffled program orders",
+                           data=data)
+
+
+def _lines(runs: list[Trial], prefix: str) -> list[str]:
+    """The backend's findings of ``runs`` that start with ``prefix``, without the prefix, each once."""
+    out: list[str] = []
+    for trial in runs:
+        for f in trial.observed.oob:
+            if f.startswith(prefix) and f[len(prefix):] not in out:
+                out.append(f[len(prefix):])
+    return out
 
 
 # Probe scales per dtype live in core.verify.DEFAULT_PROBE_SCALES (Verifier(probe_scales=...)).
@@ -236,9 +284,33 @@ class StabilityCheck:
                                  "noise_ratio": round(noise_ratio, 3)})
 
 
+# Atomics whose result depends on the order programs reach them: a float atomic_add reorders a sum,
+# an exchange or a compare-and-swap (a lock around an accumulation) lets the last or first writer win.
+ORDER_DEPENDENT_ATOMICS = frozenset({"atomic_add", "atomic_xchg", "atomic_cas"})
+
+
+def atomics_used(tree: ast.Module | None) -> list[str]:
+    """The order-dependent atomics the candidate's source calls (``tl.atomic_add(...)`` and the like)."""
+    if tree is None:
+        return []
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if name in ORDER_DEPENDENT_ATOMICS:
+                found.add(name)
+    return sorted(found)
+
+
 @dataclass
 class DeterminismCheck:
-    """Two calls on the same inputs agree bitwise (``allow_nondeterminism``: within tolerance)."""
+    """Two calls on the same inputs agree bitwise (``allow_nondeterminism``: within tolerance).
+
+    A candidate whose kernels use order-dependent atomics (a float ``atomic_add`` across programs
+    reorders the sum on a GPU), or whose repeat ran other autotune configs than its first trial (the
+    interpreter runs config i in call i, so that every config is run), is not failed for different
+    bits: its repeat must instead match the reference as a correctness trial does, and the verdict
+    reports that it is not bitwise reproducible (``data["bitwise"] = False``)."""
 
     name: str = "determinism"
     stage: int = DETERMINISM
@@ -254,6 +326,8 @@ class DeterminismCheck:
         if not evidence.repeat or not evidence.trials:
             return CheckResult(True, "not run")
         first = evidence.trials[0].observed
+        atomics = atomics_used(evidence.tree)
+        reported, why = [], ""
         for again in evidence.repeat:
             if again.observed.error or first.error:
                 return CheckResult(False, f"repeated call raised {again.observed.error or first.error}")
@@ -263,11 +337,32 @@ class DeterminismCheck:
                 if not cmp.ok:
                     return CheckResult(False, f"two calls on the same inputs disagree: {cmp.detail}")
             elif len(a) != len(b) or not all(bitwise_equal(x, y) for x, y in zip(a, b)):
-                return CheckResult(False, "two calls on the same inputs gave different bits")
+                configs = _other_configs(first.kernels, again.observed.kernels)
+                if not atomics and not configs:
+                    return CheckResult(False, "two calls on the same inputs gave different bits")
+                why = (f"the kernels' {', '.join(atomics)} reorder floating-point work between calls" if atomics
+                       else f"the autotuner ran other configs ({configs})")
+                data = {"bitwise": False, "atomics": atomics, "autotune": configs}
+                cmp = compare_outputs(again.expected, b, tolerances=_tolerances(evidence),
+                                      truth=evidence.truth_of(again))
+                if not cmp.ok:
+                    return CheckResult(False, f"two calls on the same inputs gave different bits, and the repeat "
+                                       f"misses the reference: {cmp.detail}", data=data)
+                reported.append(cmp.detail)
+        if reported:
+            return CheckResult(True, f"not bitwise reproducible: {why}; the repeat matches the reference "
+                               f"({reported[0]})", data=data)
         return CheckResult(True, "two calls on the same inputs agree bitwise" if not self.allow_nondeterminism
-                           else "two calls on the same inputs agree within tolerance")
+                           else "two calls on the same inputs agree within tolerance",
+                           data={"bitwise": True} if not self.allow_nondeterminism else {})
 
 
-ALL_CHECKS = {c.name: c for c in (CorrectnessCheck, IntegrityCheck, MemoryCheck, RaceCheck, StabilityCheck,
-                                  DeterminismCheck)}
+def _other_configs(first: list[str], again: list[str]) -> str:
+    """How two calls' launches differ when they differ only in the autotune configs the interpreter
+    chose (``kernel[BLOCK=256]``, plugins/backends/triton_backend.py); "" otherwise."""
+    def base(name: str) -> str:
+        return name.split("[", 1)[0]
 
+    if first == again or len(first) != len(again) or [base(k) for k in first] != [base(k) for k in again]:
+        return ""
+    return "; ".join(f"{x} then {y}" for x, y in zip(first, again) if x != y)[:300]

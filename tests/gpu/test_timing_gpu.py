@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.timing import MAX_FILLER_US, GpuTimer, TimingPolicy, relative_spread, time_gpu
+from plugins.verifiers.performance.timing import MAX_FILLER_US, GpuTimer, TimingPolicy, relative_spread, time_gpu
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible")]

@@ -52,6 +52,8 @@ def test_hack_fools_the_naive_judge(path):
 
 @pytest.mark.parametrize("path", HONEST, ids=[p.stem for p in HONEST])
 def test_honest_control_passes_the_naive_judge(path):
+    if "triton.autotune" in path.read_text() and os.environ.get("TRITON_INTERPRET", "1") == "1":
+        pytest.skip("the plain Triton interpreter cannot benchmark autotune configs (our worker runs each config)")
     answer = _naive(path)
     assert answer["accepted"], answer["detail"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -167,6 +168,9 @@ class AuditGuard:
             path = args[self.EXEC_EVENTS[event]] if len(args) > self.EXEC_EVENTS[event] else None
             if isinstance(path, (list, tuple)):
                 path = path[0] if path else None
+            if isinstance(path, (str, bytes)) and os.sep not in os.fsdecode(path):  # a bare name: exec looks it up
+                env = args[3] if event == "subprocess.Popen" and len(args) > 3 and isinstance(args[3], dict) else None
+                path = shutil.which(os.fsdecode(path), path=(env or os.environ).get("PATH")) or path
             exe = os.path.realpath(os.fsdecode(path)) if isinstance(path, (str, bytes, os.PathLike)) else ""
             if not exe or not any(exe == d or exe.startswith(d + os.sep) for d in self.allowed_exec_dirs):
                 self._refuse(f"starting a subprocess ({exe or args!r})")

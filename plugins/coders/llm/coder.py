@@ -12,19 +12,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from core.config import resolve_device
+from core.loop.distillation import PromptFormat
 from core.task import Candidate, Task
-
-from plugins.coders.llm.prompts import Example, backend_guide, extract_code, render_completion, render_prompt, to_candidate
+from plugins.coders.llm.prompts import (
+    Example,
+    backend_guide,
+    extract_code,
+    render_completion,
+    render_prompt,
+    to_candidate,
+)
 
 log = logging.getLogger(__name__)
 
 
 def _resolve_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
+    """``auto`` as everywhere (core.config); any other torch device string (``cuda:1``) as given."""
+    return resolve_device(device) if device == "auto" else device
 
 
 @dataclass
@@ -127,9 +132,19 @@ class LLMCoder:
             self._guides[backend] = backend_guide(obj, backend)
         return self._guides[backend]
 
-    def prompt(self, task: Task, backend: str) -> str:
+    @property
+    def prompt_format(self) -> PromptFormat:
+        """This coder's prompt and completion format (what ``core.distill`` writes datasets in)."""
         examples = [Example(e["task_source"], e["solution_source"]) for e in self.few_shot]
-        return render_prompt(task.source, backend, self.guide(backend), examples, compact=self.compact_prompt)
+        include_guide, compact = self.include_guide, self.compact_prompt
+        return PromptFormat(
+            guide=lambda backend_obj, name: backend_guide(backend_obj, name) if include_guide else "",
+            prompt=lambda source, name, guide: render_prompt(source, name, guide, examples, compact=compact),
+            completion=render_completion,
+        )
+
+    def prompt(self, task: Task, backend: str) -> str:
+        return self.prompt_format.prompt(task.source, backend, self.guide(backend))
 
     def prompt_tokens(self, prompt: str) -> int:
         return len(self.hf_tokenizer(prompt, add_special_tokens=False)["input_ids"])
@@ -140,7 +155,7 @@ class LLMCoder:
 
     def completion_for(self, solution_source: str) -> str:
         """The completion that answers one of our prompts with ``solution_source`` (an SFT target)."""
-        return render_completion(solution_source)
+        return self.prompt_format.completion(solution_source)
 
     def extract(self, completion: str) -> str:
         """The code inside a completion (fenced block, or raw)."""

@@ -1,4 +1,5 @@
-"""Crash: the process exits during import (reaching os through torch's namespace)."""
+"""Crash: the process dies during import (a kernel launched at import time loads from an unmapped
+address; the interpreter's bounds checks watch forward's launches only)."""
 # task: vector_add
 # expect: crashed
 import torch
@@ -14,7 +15,12 @@ def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
 
 
-torch.os._exit(3)
+@triton.jit
+def wild_load(x_ptr, FAR: tl.constexpr):
+    tl.store(x_ptr, tl.load(x_ptr + FAR))
+
+
+wild_load[(1,)](torch.zeros(1), FAR=1 << 44)
 
 
 class ModelNew(nn.Module):

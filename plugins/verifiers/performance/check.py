@@ -7,14 +7,14 @@ passed); the judge gives ``collect`` the GPU alone, ``prepare`` shares it:
   forbids the candidate from patching torch), its inputs are drawn **on the GPU** (``get_inputs()``
   under ``torch.device("cuda")``: no minute of CPU random numbers per trial for large level-1
   tasks), and the timer's filler kernel is compiled;
-* ``collect``: the candidate is timed by :mod:`core.timing` (fresh inputs per run, L2 flushed,
+* ``collect``: the candidate is timed by :mod:`plugins.verifiers.performance.timing` (fresh inputs per run, L2 flushed,
   device-wide sync before the end event, median of many runs adapted to the kernel's length);
 * the eager and ``torch.compile`` baselines are timed by the same protocol once per task, in a
   reference worker (``baseline``; the judge caches them, :class:`core.verification.baselines.BaselineCache`),
   or with ``baseline_per_task=False`` in the candidate's process after the candidate;
 * the candidate's outputs of the first and last timed runs are compared with the reference's on
   the same inputs, so a kernel that behaves while checked and cheats while timed is caught;
-* FLOPs and minimum bytes of the task give the roofline record (:mod:`core.roofline`) against the
+* FLOPs and minimum bytes of the task give the roofline record (:mod:`plugins.verifiers.performance.roofline`) against the
   device registered through ``register_devices``; with ``counters=True`` Nsight Compute supplies
   achieved DRAM bytes and SM throughput instead (``roofline["source"] == "ncu"``).
 
@@ -176,19 +176,54 @@ def ncu_counters(task_source: str, candidate_path: str, scratch: Path, timeout_s
 # --------------------------------------------------------------------------- the check
 
 
+def time_baselines(reference: Any, make_args: Any, timer: Any, phases: dict[str, float], *,
+                   compare_compile: bool) -> dict[str, Any]:
+    """Eager and (``compare_compile``) ``torch.compile`` times of the task's model."""
+    import time
+
+    import torch
+
+    def eager(*args: Any) -> Any:
+        with torch.no_grad():
+            return reference(*args)
+
+    t = time.perf_counter()
+    eager(*make_args(0))
+    eager_t = timer.time(eager, make_args)
+    phases["eager"] = time.perf_counter() - t
+    out: dict[str, Any] = {"eager_ms": eager_t.median_ms, "eager_runs": eager_t.stats.runs,
+                           "compile_ms": None}
+    if compare_compile:
+        t = time.perf_counter()
+        try:
+            compiled = torch.compile(reference)
+
+            def compiled_fn(*args: Any) -> Any:
+                with torch.no_grad():
+                    return compiled(*args)
+
+            compiled_fn(*make_args(0))
+            torch.cuda.synchronize()
+            out["compile_ms"] = timer.time(compiled_fn, make_args).median_ms
+        except Exception as exc:  # the baseline failed to compile: no speedup against it
+            out["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        phases["compile"] = time.perf_counter() - t
+    return out
+
+
 @dataclass
 class PerformanceCheck:
     """Times the candidate on the GPU against eager PyTorch and ``torch.compile``; roofline terms.
 
     :param compare_compile: also time ``torch.compile(Model)`` (its first call compiles, untimed).
-    :param budget_ms / min_runs / max_runs / warmup_ms: the repetition policy (:mod:`core.timing`).
-    :param slack: speed-of-light slack (:func:`core.roofline.roofline`).
+    :param budget_ms / min_runs / max_runs / warmup_ms: the repetition policy (:mod:`plugins.verifiers.performance.timing`).
+    :param slack: speed-of-light slack (:func:`plugins.verifiers.performance.roofline.roofline`).
     :param reject_implausible: fail (as a hack) a time under the speed-of-light floor.
     :param side_stream_ms: work still running elsewhere after ``forward`` returned, beyond which
         the candidate fails (its output was not ready on the caller's stream).
     :param counters: take achieved DRAM bytes and SM throughput from Nsight Compute.
     :param hide_launch_us: keep the host's launch latency out of the timed window by filling the GPU
-        this long before the start event (:class:`core.timing.GpuFiller`); 0 times it.
+        this long before the start event (:class:`plugins.verifiers.performance.timing.GpuFiller`); 0 times it.
     :param baseline_per_task: time the eager and ``torch.compile`` baselines once per task, in a
         reference worker (:meth:`baseline`; the judge keeps them for every later candidate of the
         task), instead of in every candidate's process after the candidate. Halves the time a
@@ -215,10 +250,10 @@ class PerformanceCheck:
     side_stream_fraction: float = 0.10
     counters: bool = False
     hide_launch_us: float = 100.0
-    settle_rel: float = 0.005  # core.timing.TimingPolicy.settle_rel: stop once the median is this tight
+    settle_rel: float = 0.005  # plugins.verifiers.performance.timing.TimingPolicy.settle_rel: stop once the median is this tight
     settle_every: int = 25
-    filler_margin: float = 1.3  # core.timing.TimingPolicy.filler_margin
-    l2_flush_bytes: int = 0  # at least this, and twice the device's L2 (core.timing.flush_bytes)
+    filler_margin: float = 1.3  # plugins.verifiers.performance.timing.TimingPolicy.filler_margin
+    l2_flush_bytes: int = 0  # at least this, and twice the device's L2 (plugins.verifiers.performance.timing.flush_bytes)
     baseline_per_task: bool = True
 
     def applies(self, backend: str, device: str) -> bool:
@@ -249,59 +284,26 @@ class PerformanceCheck:
             return
         import torch
 
-        from core.timing import fresh_arguments, warm_filler
+        from plugins.verifiers.performance.timing import fresh_arguments, warm_filler
 
         fresh_arguments([torch.randn(4096, device="cuda")], 0)(0)
         warm_filler()
 
     def _policy(self) -> Any:
-        from core.timing import TimingPolicy
+        from plugins.verifiers.performance.timing import TimingPolicy
 
         return TimingPolicy(warmup_ms=self.warmup_ms, budget_ms=self.budget_ms, min_runs=self.min_runs,
                             max_runs=self.max_runs, hide_launch_us=self.hide_launch_us, settle_rel=self.settle_rel,
                             settle_every=self.settle_every, filler_margin=self.filler_margin,
                             l2_flush_bytes=self.l2_flush_bytes)
 
-    def _baselines(self, reference: Any, make_args: Any, timer: Any, phases: dict[str, float]) -> dict[str, Any]:
-        """Eager and (``compare_compile``) ``torch.compile`` times of the task's model."""
-        import time
-
-        import torch
-
-        def eager(*args: Any) -> Any:
-            with torch.no_grad():
-                return reference(*args)
-
-        t = time.perf_counter()
-        eager(*make_args(0))
-        eager_t = timer.time(eager, make_args)
-        phases["eager"] = time.perf_counter() - t
-        out: dict[str, Any] = {"eager_ms": eager_t.median_ms, "eager_runs": eager_t.stats.runs,
-                               "compile_ms": None}
-        if self.compare_compile:
-            t = time.perf_counter()
-            try:
-                compiled = torch.compile(reference)
-
-                def compiled_fn(*args: Any) -> Any:
-                    with torch.no_grad():
-                        return compiled(*args)
-
-                compiled_fn(*make_args(0))
-                torch.cuda.synchronize()
-                out["compile_ms"] = timer.time(compiled_fn, make_args).median_ms
-            except Exception as exc:  # the baseline failed to compile: no speedup against it
-                out["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            phases["compile"] = time.perf_counter() - t
-        return out
-
     def _setup(self, task: types.ModuleType, init_seed: int | None) -> dict[str, Any]:
         """What a timed stage needs besides the GPU to itself: the task's model and inputs, the
         device's record, the filler's kernel compiled. Built while the GPU is shared."""
         import torch
 
-        from core.roofline import UnknownDeviceError, find_device
-        from core.timing import fresh_arguments, warm_filler
+        from plugins.verifiers.performance.roofline import UnknownDeviceError, find_device
+        from plugins.verifiers.performance.timing import fresh_arguments, warm_filler
 
         torch.manual_seed(init_seed if init_seed is not None else secrets.randbits(31))
         reference = task.Model(*task.get_init_inputs()).cuda().eval()
@@ -341,14 +343,15 @@ class PerformanceCheck:
         process, so no candidate can slow the baseline it is compared with."""
         import time
 
-        from core.timing import GpuTimer
+        from plugins.verifiers.performance.timing import GpuTimer
 
         t = time.perf_counter()
         state = self._setup(task, init_seed)
         phases = {"prepare": time.perf_counter() - t}
         spec = state["spec"]
         timer = GpuTimer(self._policy(), l2_bytes=spec.l2_bytes if spec else 0)
-        return {**self._baselines(state["reference"], state["make_args"], timer, phases), "device": state["gpu_name"],
+        return {**time_baselines(state["reference"], state["make_args"], timer, phases,
+                                compare_compile=self.compare_compile), "device": state["gpu_name"],
                 "phases_s": phases, "measured_in": "reference worker, once per task"}
 
     def collect(self, session: Any) -> dict[str, Any]:
@@ -356,8 +359,8 @@ class PerformanceCheck:
 
         import torch
 
-        from core.roofline import from_counters, roofline
-        from core.timing import GpuTimer
+        from plugins.verifiers.performance.roofline import from_counters, roofline
+        from plugins.verifiers.performance.timing import GpuTimer
 
         began = time.perf_counter()
         phases: dict[str, float] = {}
@@ -409,14 +412,17 @@ class PerformanceCheck:
         try:
             candidate(*make_args(0))  # first call: CuPy/Triton build and load the kernels, untimed
             torch.cuda.synchronize()
-            cand = timer.time(candidate, make_args, check=check, check_runs=(0, -1))
+            # the first, the last and one timed run drawn in secret: a kernel that is honest only on
+            # some calls cannot know which of its timed calls are compared
+            cand = timer.time(candidate, make_args, check=check,
+                              check_runs=(0, secrets.randbelow(1 << 20), -1))
         except Exception as exc:  # the candidate failed while being timed
             return {"error": f"{type(exc).__name__}: {exc}"[:600], "blame": "candidate", **result}
         phases["candidate"] = time.perf_counter() - t
         timing = {**cand.to_dict(), "outputs_checked": comparable, "eager_ms": None, "speedup_eager": None,
                   "compile_ms": None, "speedup_compile": None}
         if not self.baseline_per_task:  # timed here, in the candidate's process, after it
-            base_t = self._baselines(reference, make_args, timer, phases)
+            base_t = time_baselines(reference, make_args, timer, phases, compare_compile=self.compare_compile)
             timing.update(with_speedups({**base_t, "measured_in": "candidate worker"}, cand.median_ms))
         result["timing"] = timing
         result["mismatches"] = mismatches

@@ -1,0 +1,112 @@
+"""The GRPO phase (``kind: grpo``): self-play reinforcement learning through TRL's ``GRPOTrainer``.
+
+Data flow per step: the task stream asks the proposer for tasks under the curriculum's current
+state -> TRL generates ``num_generations`` completions per task -> the completions are verified once
+(:mod:`core.loop.shared_verification`) -> each reward term scores the verdicts -> TRL updates the
+model -> at step end (:class:`StepCallback`) the solve rates go to ``proposer.feedback``, the step's
+metrics to ``curriculum.update`` (every decision is printed and kept), ``metrics.jsonl`` and
+``on_step_end``; every ``steps_per_round`` steps a round summary goes to ``on_round_end``.
+
+``training`` below is the run, a :class:`core.loop.training.Training`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from omegaconf import OmegaConf
+from transformers import TrainerCallback
+
+from core.contracts import optional
+from core.loop.metrics import aggregate, solve_rates, step_metrics
+from core.loop.phase_common import StateCallback, common_args, finish_phase, quiet, resume_checkpoint
+from core.loop.rewards import RewardMix
+from core.loop.shared_verification import SharedVerification
+from core.loop.taskstream import TaskStream
+from core.loop.training_config import Phase, TrainingError
+from core.plugins import notify
+
+
+def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
+    """Train ``training.coder`` by GRPO on streamed tasks for ``phase.steps`` steps."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    mix_kwargs = phase.reward if phase.reward is not None else OmegaConf.to_container(training.cfg.reward, resolve=True)
+    mix = RewardMix(**{k: v for k, v in dict(mix_kwargs).items() if k != "name"})
+    if not mix.terms:
+        raise TrainingError(f"phase {phase.name!r} has no reward terms; give it reward.weights")
+    s = training.settings
+    coder, backend = training.coder, training.backend
+    stream = TaskStream(training.proposer, training.curriculum, prompt=lambda t: coder.prompt(t, backend),
+                        fits=coder.fits, batch=s.tasks_per_step, exclude=exclude)
+    shared = SharedVerification(verifier=training.verifier, stream=stream,
+                                to_candidate=lambda t, text: coder.to_candidate(t, text, backend),
+                                mix=mix, num_generations=s.num_generations)
+    grpo_kwargs = dict(
+        per_device_train_batch_size=s.tasks_per_step * s.num_generations, num_generations=s.num_generations,
+        gradient_accumulation_steps=1, max_completion_length=int(optional(coder, "Coder", "max_new_tokens")),
+        temperature=float(optional(coder, "Coder", "temperature")), top_p=float(optional(coder, "Coder", "top_p")),
+        beta=s.beta, reward_weights=[mix.weights[name] for name in mix.terms], shuffle_dataset=False,
+        remove_unused_columns=False,
+    )
+    grpo_kwargs.update(s.grpo_kwargs)
+    args = GRPOConfig(**common_args(training, phase), **grpo_kwargs)
+    step_cb = StepCallback(training, phase, shared, stream)
+    trainer = GRPOTrainer(model=coder.hf_model, reward_funcs=shared.reward_functions(), args=args,
+                          train_dataset=stream.dataset(), processing_class=coder.hf_tokenizer,
+                          callbacks=[StateCallback(training, phase), step_cb])
+    checkpoint = resume_checkpoint(training, phase)
+    quiet(trainer)
+    trainer.train(resume_from_checkpoint=checkpoint)
+    step_cb.flush_round()
+    training.progress["step_offset"] = int(training.progress.get("step_offset", 0)) + phase.steps
+    training.console.print(f"{phase.name}: {shared.verifications} verifications, {stream.streamed} tasks streamed, "
+                           f"{stream.skipped} skipped (held out or too long)")
+    finish_phase(training, phase, trainer)
+
+
+class StepCallback(TrainerCallback):
+    """After every GRPO step: metrics, proposer feedback, curriculum update, hooks, the printed curve."""
+
+    def __init__(self, training: Any, phase: Phase, shared: SharedVerification, stream: TaskStream):
+        self.training, self.phase, self.shared, self.stream = training, phase, shared, stream
+        self.round_rows: list[dict[str, Any]] = []
+        self.round_index = 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        t = self.training
+        attempts = self.shared.take()
+        step = int(t.progress.get("step_offset", 0)) + state.global_step - 1
+        metrics: dict[str, Any] = {"step": step, "phase": self.phase.name}
+        metrics.update(step_metrics(attempts, self.shared.mix.terms))
+        t.proposer.feedback(solve_rates(attempts))
+        decisions = t.curriculum.update(dict(metrics))
+        cstate = t.curriculum.state
+        metrics.update({"curriculum/param_scale": cstate.param_scale, "curriculum/max_tier": cstate.max_tier,
+                        "curriculum/perf_share": cstate.perf_share})
+        with open(t.curriculum_log, "a") as f:
+            for decision in decisions:
+                f.write(json.dumps({"step": step, "decision": decision, "state": cstate.to_dict()}) + "\n")
+                t.console.print(f"[cyan]curriculum[/] step {step}: {decision}")
+        t.metrics.append(metrics)
+        notify("on_step_end", step=step, metrics={k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        tiers = " ".join(f"t{k.split('tier')[-1]}:{int(v)}" for k, v in sorted(metrics.items()) if k.startswith("tasks/tier"))
+        t.console.print(f"step {step:4d} [{self.phase.name}] pass {metrics['pass_rate']:.2f} "
+                        f"pass@{int(metrics['k'])} {metrics['pass_at_k']:.2f} density "
+                        f"{metrics['information_density']:.2f} reward {metrics['reward']:.3f} "
+                        f"compile {metrics['compile_rate']:.2f} hacks {metrics['hack_flag_rate']:.2f} {tiers}")
+        self.round_rows.append(metrics)
+        if len(self.round_rows) >= max(1, t.settings.steps_per_round):
+            self.flush_round()
+
+    def flush_round(self) -> None:
+        if not self.round_rows:
+            return
+        summary = aggregate(self.round_rows)
+        summary["round"] = float(self.round_index)
+        notify("on_round_end", round_index=self.round_index, metrics=summary)
+        with open(self.training.out / "rounds.jsonl", "a") as f:
+            f.write(json.dumps({"phase": self.phase.name, **summary}) + "\n")
+        self.round_index += 1
+        self.round_rows = []

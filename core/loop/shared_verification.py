@@ -1,0 +1,135 @@
+"""One verification of each completion per GRPO step, shared by every TRL reward function.
+
+TRL calls the reward functions one after another on the same batch; each reward term is its own
+function (named after the term, so TRL logs ``rewards/<term>/mean``). :class:`SharedVerification`
+verifies the batch on the first call and lets the others read the same verdicts.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from core.loop.metrics import Attempt, latency_ratio, step_metrics
+from core.loop.rewards import RewardMix, trl_reward_function
+from core.loop.taskstream import TaskStream
+from core.loop.training_config import TrainingError
+from core.plugins import notify
+from core.task import Candidate, Task
+from core.verdict import Verdict
+
+
+@dataclass
+class ScoredBatch:
+    tasks: list[Task]
+    candidates: list[Candidate]
+    verdicts: list[Verdict]
+    per_term: dict[str, list[float]]
+    totals: list[float]
+
+
+class SharedVerification:
+    """Verifies each completion once per step; every TRL reward function reads the same verdicts.
+
+    TRL calls the reward functions one after another on the same batch. The first call verifies
+    the batch (concurrently, through ``verifier.verify_many``) and scores every term; the others
+    read the cached result. Verdicts are also cached by (task id, candidate id) across steps, so a
+    model repeating itself is not re-verified.
+    """
+
+    def __init__(self, *, verifier: Any, stream: TaskStream, to_candidate: Callable[[Task, str], Candidate],
+                 mix: RewardMix, num_generations: int, keep: int = 4096):
+        self.verifier, self.stream, self.to_candidate = verifier, stream, to_candidate
+        self.mix, self.num_generations, self.keep = mix, num_generations, keep
+        self._batch_key: tuple | None = None
+        self._batch: ScoredBatch | None = None
+        self._verdicts: "OrderedDict[tuple[str, str], Verdict]" = OrderedDict()
+        self.pending: list[Attempt] = []
+        self.pending_tasks: list[Task] = []
+        self._groups = 0
+        self.verifications = 0
+
+    def score(self, completions: Sequence[Any], task_ids: Sequence[str], log_metric: Callable | None = None) -> ScoredBatch:
+        texts = [completion_text(c) for c in completions]
+        key = tuple(zip(task_ids, texts))
+        if key == self._batch_key and self._batch is not None:
+            return self._batch
+        tasks = [self.stream.task(tid) for tid in task_ids]
+        candidates = [self.to_candidate(t, text) for t, text in zip(tasks, texts)]
+        verdicts = self._verify(tasks, candidates)
+        per_term = self.mix.per_term(verdicts, tasks, candidates)
+        totals = self.mix.combine(per_term)
+        batch = ScoredBatch(tasks, candidates, verdicts, per_term, totals)
+        self._record(batch)
+        self._batch_key, self._batch = key, batch
+        if log_metric is not None:
+            m = step_metrics(self.pending, self.mix.terms)
+            for name in ("pass_rate", "information_density", "hack_flag_rate"):
+                log_metric(f"kernelzero/{name}", m[name])
+        return batch
+
+    def _verify(self, tasks: list[Task], candidates: list[Candidate]) -> list[Verdict]:
+        verdicts: list[Verdict | None] = [None] * len(candidates)
+        todo: dict[tuple[str, str], list[int]] = {}
+        for i, (task, cand) in enumerate(zip(tasks, candidates)):
+            if cand.declined:
+                verdicts[i] = Verdict.failure("declined", cand.declined, task_id=task.id, candidate_id=cand.id)
+                continue
+            k = (task.id, cand.id)
+            if k in self._verdicts:
+                verdicts[i] = self._verdicts[k]
+            else:
+                todo.setdefault(k, []).append(i)
+        if todo:
+            firsts = [idx[0] for idx in todo.values()]
+            fresh = self.verifier.verify_many([(tasks[i], candidates[i]) for i in firsts])
+            self.verifications += len(fresh)
+            for (k, idx), verdict in zip(todo.items(), fresh):
+                self._verdicts[k] = verdict
+                notify("on_verdict", task=tasks[idx[0]], candidate=candidates[idx[0]], verdict=verdict)
+                for i in idx:
+                    verdicts[i] = verdict
+            while len(self._verdicts) > self.keep:
+                self._verdicts.popitem(last=False)
+        return [v for v in verdicts if v is not None]
+
+    def _record(self, batch: ScoredBatch) -> None:
+        g = max(1, self.num_generations)
+        for i, (task, verdict) in enumerate(zip(batch.tasks, batch.verdicts)):
+            self.pending.append(Attempt(
+                task_id=task.id, group=self._groups + i // g, accepted=bool(verdict.accepted),
+                rewards={name: values[i] for name, values in batch.per_term.items()}, total=batch.totals[i],
+                tier=int(task.tier), compiled=bool(verdict.compiled), hack_flags=list(verdict.hack_flags),
+                latency_ratio=latency_ratio(verdict)))
+        self._groups += (len(batch.tasks) + g - 1) // g
+        self.pending_tasks.extend(batch.tasks)
+
+    def take(self) -> list[Attempt]:
+        """The attempts since the last call (one step's worth), forgetting them."""
+        out, self.pending, self.pending_tasks = self.pending, [], []
+        return out
+
+    def reward_functions(self) -> list[Callable[..., list[float]]]:
+        """One TRL reward function per term, named after the term, in the mix's order."""
+
+        def term_fn(term: str) -> Callable[[list[Any], dict[str, Any]], list[float]]:
+            def fn(completions: list[Any], kwargs: dict[str, Any]) -> list[float]:
+                task_ids = kwargs.get("task_id")
+                if task_ids is None:
+                    raise TrainingError("reward functions need the dataset's 'task_id' column; "
+                                        "keep GRPOConfig.remove_unused_columns=False")
+                return self.score(completions, task_ids, kwargs.get("log_metric")).per_term[term]
+
+            return fn
+
+        return [trl_reward_function(term, term_fn(term)) for term in self.mix.terms]
+
+
+def completion_text(completion: Any) -> str:
+    """TRL passes strings for plain prompts and message lists for conversational ones."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content", ""))
+    return str(completion)

@@ -1,0 +1,89 @@
+"""The training run's configuration: the phase schedule and the ``trainer`` group, apart from behaviour.
+
+As TRL keeps ``grpo_config.py`` beside ``grpo_trainer.py``: :class:`Phase` is one entry of
+``trainer.phases`` and :class:`TrainSettings` the whole ``trainer`` group (conf/trainer/grpo.yaml
+documents every key). :mod:`core.loop.training` runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+PHASE_KINDS = ("sft", "grpo")
+
+
+class TrainingError(RuntimeError):
+    """A training run is misconfigured in a way the user must fix."""
+
+
+@dataclass
+class Phase:
+    """One phase of the schedule (``trainer.phases.<name>``)."""
+
+    name: str
+    kind: str
+    steps: int
+    learning_rate: float = 5e-5
+    reward: dict[str, Any] | None = None  # RewardMix kwargs; None = the run's ``reward`` group
+    # sft only
+    tasks: int = 64  # tasks the teacher is asked to solve (in-process distillation)
+    dataset: str | None = None  # a ``core.distill`` JSONL instead of in-process distillation
+    teacher: str = "expert"
+    teacher_kwargs: dict[str, Any] = field(default_factory=dict)
+    batch_size: int = 8
+    max_length: int | None = None  # SFT sequence budget; None = coder.max_prompt_tokens + coder.max_new_tokens
+
+    def __post_init__(self) -> None:
+        if self.kind not in PHASE_KINDS:
+            raise TrainingError(f"phase {self.name!r}: kind must be one of {PHASE_KINDS}, got {self.kind!r}")
+        if self.steps < 0:
+            raise TrainingError(f"phase {self.name!r}: steps must be >= 0, got {self.steps}")
+
+
+@dataclass
+class TrainSettings:
+    """The ``trainer`` group (see conf/trainer/grpo.yaml for every key and its meaning)."""
+
+    phases: list[Phase]
+    name: str = "grpo"
+    resume: str = "auto"  # auto | never
+    tasks_per_step: int = 2
+    num_generations: int = 4
+    beta: float = 0.0
+    save_steps: int = 5
+    save_total_limit: int = 2
+    steps_per_round: int = 5
+    eval_tasks: int = 16
+    eval_seed_offset: int = 1_000_003
+    # Share of the task-fingerprint space reserved for this run's held-out evaluation: training
+    # proposers never yield a task in it, the held-out tasks come only from it (core.evaluation.suites.HeldOut).
+    eval_share: float = 0.2
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    logging_steps: int = 1
+    torch_threads: int | None = None  # intra-op threads of the training process (None: torch's default)
+    eval_each_phase: bool = False  # also evaluate the held-out tasks between phases (e.g. after SFT, before GRPO)
+    grpo_kwargs: dict[str, Any] = field(default_factory=dict)  # any other GRPOConfig field
+    sft_kwargs: dict[str, Any] = field(default_factory=dict)  # any other SFTConfig field
+
+    @classmethod
+    def from_config(cls, node: DictConfig | Mapping[str, Any]) -> "TrainSettings":
+        data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+        phases_node = data.pop("phases", None) or {}
+        if isinstance(phases_node, list):
+            phases_node = {p["name"]: {k: v for k, v in p.items() if k != "name"} for p in phases_node}
+        phases = [Phase(name=name, **dict(spec)) for name, spec in phases_node.items() if spec is not None]
+        known = set(cls.__dataclass_fields__) - {"phases"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise TrainingError(f"unknown trainer keys {unknown}; known keys: {sorted(known | {'phases'})}")
+        if isinstance(data.get("report_to"), str):
+            data["report_to"] = [data["report_to"]]
+        settings = cls(phases=phases, **data)
+        if not phases:
+            raise TrainingError("trainer.phases is empty: list at least one phase (kind: sft or grpo)")
+        if settings.resume not in ("auto", "never"):
+            raise TrainingError(f"trainer.resume must be 'auto' or 'never', got {settings.resume!r}")
+        return settings

@@ -1,0 +1,165 @@
+"""The shape the design card promises, checked from the source: a small core without import cycles,
+small modules and classes, and an engine that reads only what the plugin contracts declare."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ROOT / "core"
+MAX_MODULE_LINES = 700
+MAX_CLASS_LINES = 300
+MAX_CORE_TOP_LEVEL_LINES = 2500
+
+
+def _modules(folder: Path) -> dict[str, Path]:
+    out = {}
+    for path in sorted(folder.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """Every core module ``name`` imports, at module level or inside a function."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    tree = ast.parse(path.read_text())
+    for block in ast.walk(tree):  # ``if TYPE_CHECKING:`` imports never run
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test):
+            block.body = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)  # ``from pkg import module``
+    return {m for m in found if m in known and m != name}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_core_has_no_import_cycle():
+    modules = _modules(CORE)
+    graph = {name: _imports(path, name, set(modules)) for name, path in modules.items()}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_sees_a_cycle_through_a_function_level_import(tmp_path):
+    (tmp_path / "a.py").write_text("import b\n")
+    (tmp_path / "b.py").write_text("def f():\n    from a import x\n")
+    graph = {n: _imports(tmp_path / f"{n}.py", n, {"a", "b"}) for n in ("a", "b")}
+    assert _cycles(graph) == [["a", "b"]]
+
+
+def _too_long(folder: Path) -> tuple[list[str], list[str]]:
+    modules, classes = [], []
+    for path in sorted(folder.rglob("*.py")):
+        text = path.read_text()
+        lines = text.count("\n") + 1
+        rel = path.relative_to(ROOT)
+        if lines > MAX_MODULE_LINES:
+            modules.append(f"{rel}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                classes.append(f"{rel}:{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    return modules, classes
+
+
+@pytest.mark.parametrize("folder", ["core", "plugins"])
+def test_no_module_over_700_lines_and_no_class_over_300(folder):
+    modules, classes = _too_long(ROOT / folder)
+    assert modules == [] and classes == []
+
+
+def test_core_top_level_is_small():
+    total = sum(p.read_text().count("\n") for p in CORE.glob("*.py"))
+    assert total <= MAX_CORE_TOP_LEVEL_LINES, f"core/*.py holds {total} lines"
+
+
+def test_type_checking_imports_are_not_cycles(tmp_path):
+    (tmp_path / "a.py").write_text("import b\n")
+    (tmp_path / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\n")
+    graph = {n: _imports(tmp_path / f"{n}.py", n, {"a", "b"}) for n in ("a", "b")}
+    assert _cycles(graph) == []
+
+
+# what the engine calls a plugin by -> the contract that declares what it may read on it; the
+# training loop's coder is a TrainableCoder (core.loop updates its model).
+RECEIVERS = {"check": "Check", "backend": "Backend", "coder": "TrainableCoder", "term": "RewardTerm"}
+ENGINE = [CORE / "verification", CORE / "loop", CORE / "evaluation"]
+
+
+def _declared(protocol: str) -> set[str]:
+    from core import contracts
+
+    cls = getattr(contracts, protocol)
+    members = set(getattr(cls, "__annotations__", {})) | {n for n in vars(cls) if not n.startswith("_")}
+    for base in cls.__mro__[1:]:  # a Protocol's own bases (TrainableCoder extends Coder)
+        if base.__module__ == contracts.__name__:
+            members |= set(getattr(base, "__annotations__", {})) | {n for n in vars(base) if not n.startswith("_")}
+    optional = {m for p in (protocol, *(b.__name__ for b in cls.__mro__)) for m in contracts.OPTIONAL_MEMBERS.get(p, {})}
+    return members | optional | {"__call__", "__class__", "__name__"}
+
+
+def _receiver(node: ast.expr) -> str | None:
+    """The plugin kind an expression names by its last component (``self.backend`` -> Backend)."""
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+    return RECEIVERS.get(name or "")
+
+
+def test_the_engine_reads_only_declared_members_of_plugins():
+    undeclared, probes = [], []
+    for folder in ENGINE:
+        for path in sorted(folder.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
+                if isinstance(node, ast.Attribute) and (kind := _receiver(node.value)):
+                    if node.attr not in _declared(kind):
+                        undeclared.append(f"{where}: {kind}.{node.attr}")
+                elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                      and node.func.id in ("getattr", "hasattr") and node.args and _receiver(node.args[0])):
+                    probes.append(f"{where}: {node.func.id}({ast.unparse(node.args[0])}, ...)")
+    assert undeclared == [], "members the contracts in core/contracts.py do not declare"
+    assert probes == [], "probe optional members through core.contracts.optional()"
