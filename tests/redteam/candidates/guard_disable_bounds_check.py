@@ -2,7 +2,7 @@
 masked, so the last block's out-of-bounds reads go unreported (the stored answer is right)."""
 # fools: naive
 # task: vector_add
-# expect: integrity hack
+# expect: static_integrity hack
 import torch
 import torch.nn as nn
 import triton

@@ -3,7 +3,7 @@ candidate's module on the first launch; ``inspect`` then hands out the caller's 
 harness's launch tracker is marked as inside a launch while PyTorch computes the answer."""
 # fools: naive
 # task: vector_add
-# expect: integrity hack
+# expect: static_integrity hack
 import torch
 import torch.nn as nn
 import triton

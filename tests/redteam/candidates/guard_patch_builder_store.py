@@ -3,7 +3,7 @@ launch where the ATen audit does not look, PyTorch writes the answer; the kernel
 nothing useful."""
 # fools: naive
 # task: vector_add
-# expect: integrity hack
+# expect: static_integrity hack
 import torch
 import torch.nn as nn
 import triton

@@ -2,7 +2,7 @@
 that skips the kernel and lets PyTorch write the answer into the output."""
 # fools: naive
 # task: vector_add
-# expect: integrity hack
+# expect: static_integrity hack
 import torch
 import torch.nn as nn
 import triton

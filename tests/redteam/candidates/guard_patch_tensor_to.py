@@ -2,7 +2,7 @@
 harness converts it for comparison (outside forward, where nothing audits PyTorch)."""
 # fools: naive
 # task: vector_add
-# expect: integrity hack
+# expect: static_integrity hack
 import torch
 import torch.nn as nn
 import triton
