@@ -101,6 +101,23 @@ def test_frames_are_trusted_only_with_a_registered_modules_real_globals():
         sys.modules.pop("kz_fake_module")
 
 
+def test_a_module_body_the_import_machinery_runs_is_trusted_though_unregistered(tmp_path):
+    """Triton loads its ``language.extra`` backends with ``importlib.util`` without registering them;
+    their module code (relative imports included) is theirs, not the candidate's."""
+    import importlib.util
+
+    path = tmp_path / "kz_unregistered.py"
+    path.write_text("import sys\nFRAME = sys._getframe()\ndef later():\n    return sys._getframe()\n")
+    spec = importlib.util.spec_from_file_location("kz_unregistered", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    callers = Callers(own=frozenset())
+    assert callers.frame_module(module.FRAME) == "kz_unregistered"
+    assert callers.frame_module(module.later()) is None  # its functions, called later, are not vouched for
+    callers.candidate_globals = module.__dict__  # and the candidate's own module body never is
+    assert callers.frame_module(module.FRAME) is None
+
+
 # --------------------------------------------------------------------------- the instrumentation record
 
 
