@@ -10,6 +10,7 @@ them first: tests/redteam/test_redteam.py); the honest controls are judged with 
 from __future__ import annotations
 
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -46,9 +47,11 @@ def test_the_triton_allow_list_has_torch_triton_and_math_and_not_the_harness():
         assert not allowed.allows(name), name
 
 
-def test_the_cuda_backend_may_also_import_cupy():
-    allowed = runtime_imports(registry("backend").create("cuda"))
-    assert allowed.allows("cupy") and allowed.allows("torch.nn") and not allowed.allows("triton")
+def test_each_backend_may_import_its_own_library():
+    cuda = runtime_imports(registry("backend").create("cuda"))
+    assert cuda.allows("cupy") and cuda.allows("torch.nn") and not cuda.allows("triton")
+    inline = runtime_imports(registry("backend").create("cuda_inline"))
+    assert inline.allows("torch.utils.cpp_extension") and not inline.allows("torch.utils")
 
 
 def test_a_declared_static_policy_is_the_runtime_set():
@@ -57,7 +60,8 @@ def test_a_declared_static_policy_is_the_runtime_set():
     backend = types.SimpleNamespace(name="mine", static_policy=policy)
     allowed = runtime_imports(backend)
     assert allowed.allows("torch") and allowed.allows("mylang.ops") and not allowed.allows("torch.nn")
-    assert runtime_imports(types.SimpleNamespace(name="unknown")).exact == {"torch", "math", "__future__"}
+    strictest = runtime_imports(types.SimpleNamespace(name="unknown"))  # no policy: torch's core and math
+    assert strictest.allows("torch.nn.functional") and strictest.allows("math") and not strictest.allows("triton")
 
 
 @given(st.lists(st.from_regex(r"_?[a-z]{1,6}", fullmatch=True), min_size=1, max_size=4))
@@ -82,9 +86,36 @@ def test_frames_are_trusted_only_with_a_registered_modules_real_globals():
         assert callers.module_of(fake.__dict__) == "kz_fake_module"
         callers.candidate_globals = fake.__dict__  # the candidate's module, whatever it calls itself
         assert callers.module_of(fake.__dict__) is None
-        assert callers.candidate_on_stack(sys._getframe()) is False
+        exec("import sys\ndef grab():\n    return sys._getframe()\n", fake.__dict__)
+        found = {}
+
+        def probe():  # on a thread of its own: only threading's frames and these are on its stack
+            found["trusted"] = callers.candidate_on_stack(sys._getframe())
+            found["candidate"] = callers.candidate_on_stack(fake.grab())
+
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join()
+        assert found == {"trusted": False, "candidate": True}
     finally:
         sys.modules.pop("kz_fake_module")
+
+
+def test_a_module_body_the_import_machinery_runs_is_trusted_though_unregistered(tmp_path):
+    """Triton loads its ``language.extra`` backends with ``importlib.util`` without registering them;
+    their module code (relative imports included) is theirs, not the candidate's."""
+    import importlib.util
+
+    path = tmp_path / "kz_unregistered.py"
+    path.write_text("import sys\nFRAME = sys._getframe()\ndef later():\n    return sys._getframe()\n")
+    spec = importlib.util.spec_from_file_location("kz_unregistered", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    callers = Callers(own=frozenset())
+    assert callers.frame_module(module.FRAME) == "kz_unregistered"
+    assert callers.frame_module(module.later()) is None  # its functions, called later, are not vouched for
+    callers.candidate_globals = module.__dict__  # and the candidate's own module body never is
+    assert callers.frame_module(module.FRAME) is None
 
 
 # --------------------------------------------------------------------------- the instrumentation record

@@ -225,6 +225,15 @@ class LoadInlineBackend:
         if self._recorder is None:
             self._recorder = build.InlineRecorder(dry=not device.startswith("cuda"), admit=admit).install()
 
+    def instrumentation(self) -> dict[str, Any]:
+        """What :meth:`prepare_worker` patched, by dotted name (the recording ``load_inline``); the
+        worker verifies it is still in place after every candidate call."""
+        if self._recorder is None:
+            return {}
+        from torch.utils import cpp_extension
+
+        return {"torch.utils.cpp_extension.load_inline": cpp_extension.load_inline}
+
     def _log(self) -> build.LaunchLog:
         if self._recorder is None:
             raise RuntimeError("LoadInlineBackend.prepare_worker(device) must run before candidates are loaded")

@@ -67,15 +67,31 @@ class Callers:
             return None
         return name
 
+    def frame_module(self, frame: Any) -> str | None:
+        """The trusted module ``frame`` runs code of, or None (the candidate's). Besides a registered
+        module's code, the body of a module that the import machinery is executing counts as trusted
+        (a library may load a module without registering it: triton loads its ``language.extra``
+        backends so); the load itself was judged when the machinery began it, and the candidate's
+        own module body is never trusted."""
+        frame_globals = frame.f_globals
+        name = self.module_of(frame_globals)
+        if name is not None or frame_globals is self.candidate_globals or type(frame_globals) is not dict:
+            return name
+        back = frame.f_back
+        if frame.f_code.co_name != "<module>" or back is None or self.module_of(back.f_globals) not in IMPORT_MACHINERY:
+            return None
+        claimed = dict.get(frame_globals, "__name__")
+        return claimed if type(claimed) is str and claimed != CANDIDATE_MODULE else "<a module being loaded>"
+
     def trusted(self, frame: Any) -> bool:
-        return frame is not None and self.module_of(frame.f_globals) is not None
+        return frame is not None and self.frame_module(frame) is not None
 
     def asker(self, frame: Any) -> tuple[Any, str | None]:
         """The first frame from ``frame`` outwards that is neither the import machinery nor the
         guard's own, with its trusted module name (None: the candidate's; no frame: ``(None, None)``)."""
         depth = 0
         while frame is not None and depth < _MAX_DEPTH:
-            name = self.module_of(frame.f_globals)
+            name = self.frame_module(frame)
             if name is None or (name not in IMPORT_MACHINERY and name not in self.own):
                 return frame, name
             frame, depth = frame.f_back, depth + 1
@@ -92,7 +108,7 @@ class Callers:
         while frame is not None:
             if depth >= _MAX_DEPTH:
                 return True
-            name = self.module_of(frame.f_globals)
+            name = self.frame_module(frame)
             if name is None:
                 return True
             if name in IMPORT_MACHINERY:

@@ -66,7 +66,7 @@ class CandidateEvents:
     def check(self, event: str, args: tuple, issuer: Any) -> str | None:
         """Why ``event`` (raised by the Python frame ``issuer``) is refused, or None."""
         callers = self.callers
-        issuer_module = callers.module_of(issuer.f_globals) if issuer is not None else None
+        issuer_module = callers.frame_module(issuer) if issuer is not None else None
         if event == "import":
             return self._load(_text(args[0] if args else None), issuer)
         if event in DYNAMIC_CODE:

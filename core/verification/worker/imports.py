@@ -24,6 +24,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from core.contracts import optional
 from core.verification.worker.callers import Callers, is_harness, root_of
 
 _IMPORT_NAME = dis.opmap["IMPORT_NAME"]
@@ -39,19 +40,10 @@ def import_statement(frame: Any) -> bool:
     code, at = frame.f_code.co_code, frame.f_lasti
     return 0 <= at < len(code) and code[at] == _IMPORT_NAME
 
-# The modules a candidate may import, per backend, for backends that declare no ``static_policy``.
-# TODO(lead): once every backend declares ``static_policy`` (plugins/verifiers/policy), derive this from
-# it alone (runtime_imports already prefers it) and delete this table.
-_TORCH = ("torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.nn.parameter", "torch.cuda",
-          "torch.autograd", "math", "__future__", "typing")
-RUNTIME_IMPORTS: dict[str, dict[str, tuple[str, ...]]] = {
-    # exact: these modules; trees: these and their public submodules (no ``_`` segment below them)
-    "triton": {"exact": _TORCH + ("triton", "torch._inductor.runtime.triton_helpers",
-                                   "torch._inductor.runtime.triton_heuristics", "torch._inductor.runtime.hints"),
-               "trees": ("triton.language",)},
-    "cuda": {"exact": _TORCH + ("cupy", "cupy.cuda"), "trees": ()},
-}
-STRICTEST = {"exact": ("torch", "math", "__future__"), "trees": ()}
+# What a backend that declares no ``static_policy`` allows: torch's core modules and math, the
+# same modules as the static check's default policy (plugins.verifiers.policy.STRICTEST).
+STRICTEST = ("torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.nn.parameter", "torch.cuda",
+             "torch.autograd", "math", "__future__")
 
 
 @dataclass(frozen=True)
@@ -85,16 +77,13 @@ class AllowedImports:
 
 
 def runtime_imports(backend: Any) -> AllowedImports:
-    """The allowed set of ``backend`` (a plugin object): its ``static_policy`` when it declares one,
-    else :data:`RUNTIME_IMPORTS` for its name, else :data:`STRICTEST`."""
-    from core.contracts import optional
-
-    name = str(backend.name)
+    """The allowed set of ``backend`` (a plugin object): the modules of its ``static_policy`` (the
+    same allow-list the static check applies to the source), else :data:`STRICTEST`."""
+    name = str(getattr(backend, "name", "?"))
     policy = optional(backend, "Backend", "static_policy")
-    if policy is not None and hasattr(policy, "modules"):
+    if policy is not None:
         return AllowedImports.from_policy(name, policy)
-    table = RUNTIME_IMPORTS.get(name, STRICTEST)
-    return AllowedImports(name, frozenset(table["exact"]), frozenset(table["trees"]))
+    return AllowedImports(name, frozenset(STRICTEST))
 
 
 def exact_text(value: Any) -> str:

@@ -226,7 +226,7 @@ def audit_mode_class() -> type:
             """Whether the op was asked for by the candidate's frame (torch's own frames skipped)."""
             frame, depth = getframe(2), 0
             while frame is not None and depth < 64:
-                name = self.callers.module_of(frame.f_globals)
+                name = self.callers.frame_module(frame)
                 if name is None:
                     return True
                 if name.partition(".")[0] != "torch":
