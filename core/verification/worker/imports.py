@@ -79,7 +79,7 @@ class AllowedImports:
 def runtime_imports(backend: Any) -> AllowedImports:
     """The allowed set of ``backend`` (a plugin object): the modules of its ``static_policy`` (the
     same allow-list the static check applies to the source), else :data:`STRICTEST`."""
-    name = str(getattr(backend, "name", "?"))
+    name = str(backend.name)
     policy = optional(backend, "Backend", "static_policy")
     if policy is not None:
         return AllowedImports.from_policy(name, policy)
