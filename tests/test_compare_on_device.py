@@ -124,6 +124,9 @@ transport.Exports._describe = _forged
 
 
 def test_a_candidate_that_forges_its_hand_over_is_rejected_and_the_keeper_survives():
+    # Two layers stand in the way: the runtime import guard refuses the judge's transport module to
+    # a candidate, and were it reached anyway, the keeper refuses the forged descriptor
+    # (test_a_forged_descriptor_is_refused_in_the_keeper); the verdict must name one of them.
     task, honest = _pair("vector_add", "honest_vector_add")
     source = honest.source + "\n" + FORGING_CANDIDATE  # the honest kernel, its outputs misreported
     forged = Candidate(source=source, backend=honest.backend)
@@ -133,7 +136,9 @@ def test_a_candidate_that_forges_its_hand_over_is_rejected_and_the_keeper_surviv
         after = v.verify(task, honest)
         replaced = v.reference_pool.replaced
     assert not verdict.accepted and verdict.status == "rejected", verdict.reason
-    assert "integrity" in verdict.hack_flags and "handed over forged" in verdict.checks["integrity"].detail
+    detail = verdict.checks["integrity"].detail
+    assert "integrity" in verdict.hack_flags
+    assert "handed over forged" in detail or "refused: importing 'core.verification.devicemem'" in detail, detail
     assert after.accepted, after.reason
     assert replaced == 0  # the keeper refused the forgery; nothing had to be restarted
 

@@ -133,3 +133,41 @@ def test_two_kernels_of_one_name_and_shape_with_other_globals_get_their_own_verd
     compile_for_gpu(good.k.fn, (x, torch.empty_like(x), 8), {"BLOCK": 8})
     with pytest.raises(GpuCompileError, match="Cannot access global variable helper"):
         compile_for_gpu(bad.k.fn, (x, torch.empty_like(x), 8), {"BLOCK": 8})
+
+
+def test_a_kernel_that_reaches_triton_through_its_closure_compiles_and_runs():
+    def make():
+        import triton.language as tl  # a local of the enclosing function: a cell, not a global
+
+        @triton.jit
+        def row_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            tl.store(out_ptr, tl.sum(tl.load(x_ptr + offs, mask=offs < n, other=0.0), axis=0))
+
+        assert "tl" in row_sum.fn.__code__.co_freevars
+
+        return row_sum
+
+    x = torch.randn(50)
+    out = torch.zeros(1)
+    make()[(1,)](x, out, 50, BLOCK=64)
+    torch.testing.assert_close(out, x.sum().reshape(1))
+
+
+def test_host_code_reached_through_a_closure_is_still_refused():
+    def make():
+        side_effect = host_side_effect
+
+        @triton.jit
+        def closure_host_call(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * side_effect(), mask=offs < n)
+
+        return closure_host_call
+
+    RAN.clear()
+    x = torch.randn(8)
+    out = torch.zeros_like(x)
+    with pytest.raises(GpuCompileError, match="does not compile for a GPU"):
+        make()[(1,)](x, out, 8, BLOCK=8)
+    assert RAN == [] and torch.count_nonzero(out) == 0

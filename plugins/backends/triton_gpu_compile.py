@@ -87,6 +87,20 @@ def _module_view(module: types.ModuleType) -> types.ModuleType:
     return view
 
 
+def _closure_view(py_fn: types.FunctionType) -> tuple | None:
+    """The kernel's closure cells as the compiler should see them: a kernel defined inside a function
+    reaches ``tl`` (or another kernel) through a cell, not a global."""
+    if not py_fn.__closure__:
+        return py_fn.__closure__
+    cells = []
+    for cell in py_fn.__closure__:
+        try:
+            cells.append(types.CellType(_compile_view(cell.cell_contents)))
+        except ValueError:  # a cell not yet bound stays unbound
+            cells.append(types.CellType())
+    return tuple(cells)
+
+
 def as_jit_function(py_fn: types.FunctionType) -> Any:
     """A ``JITFunction`` of ``py_fn`` whose globals show interpreted kernels and Triton's modules
     as the compiler expects them (under ``TRITON_INTERPRET=1`` they hold ``InterpretedFunction``
@@ -98,7 +112,7 @@ def as_jit_function(py_fn: types.FunctionType) -> Any:
     if known is not None:
         return known
     scope = dict(py_fn.__globals__)
-    clone = types.FunctionType(py_fn.__code__, scope, py_fn.__name__, py_fn.__defaults__, py_fn.__closure__)
+    clone = types.FunctionType(py_fn.__code__, scope, py_fn.__name__, py_fn.__defaults__, _closure_view(py_fn))
     clone.__annotations__ = dict(getattr(py_fn, "__annotations__", {}))
     clone.__qualname__, clone.__module__ = py_fn.__qualname__, py_fn.__module__
     jit = JITFunction(clone)

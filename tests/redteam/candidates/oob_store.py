@@ -1,4 +1,6 @@
-"""Bug: loads are masked but the store is not; the last block writes past the end of the output."""
+"""Bug: the store's mask is off by one (``<=``), so one lane writes an element past the end of the
+output. On a GPU that byte lands in the caching allocator's slack and nothing shows; in the
+interpreter it lands in malloc's rounding, so the naive judge sees nothing either."""
 # fools: naive
 # task: vector_add
 # expect: memory
@@ -12,7 +14,7 @@ import triton.language as tl
 def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask))
+    tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=offs <= n)
 
 
 class ModelNew(nn.Module):
