@@ -320,6 +320,10 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # wrappers, interpreter hooks, trackers); the worker verifies each is still in place after every
         # candidate call (core.verification.worker.tamper). The default, dict(), patched nothing.
         "instrumentation": dict,
+        # provenance(inputs, model) -> context manager yielding a ledger, for backends whose
+        # capabilities include "provenance" (plugins.backends.provenance.Ledger: after_op(func,
+        # args, kwargs, result) from the ATen audit, check_outputs(outputs) -> findings).
+        "provenance": None,
     },
     # What the training and self-play loop (core/loop/) reads of a coder beyond ``generate``. A coder
     # that trains (hf_model, hf_tokenizer, prompt, to_candidate, load) is a language model; these are

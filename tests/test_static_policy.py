@@ -55,6 +55,7 @@ def body(code: str) -> str:
 
 # (rule, code after HEADER, the line of HEADER + code the finding must name)
 CASES = [
+    ("undefined-name", "def f(x):\n    return np.asarray(x)\n", 2),  # the interpreter's leaked numpy
     ("import", "import numpy as np\n", 1),
     ("import", "import os.path\n", 1),
     ("import", "from torch.utils import dlpack\n", 1),
@@ -548,6 +549,7 @@ def _grid_candidate(expression: str, as_lambda: bool) -> str:
             def forward(self, x):
                 y = torch.empty_like(x)
                 n = M = N = rows = BLOCK = x.numel()
+                meta = {{"BLOCK": 1024}}  # what a grid lambda is passed; bound here for a plain grid
                 kernel[{grid}](x, y, n, BLOCK=1024)
                 return y
         ''')
@@ -565,7 +567,7 @@ def test_a_grid_that_calls_anything_else_is_refused(expression, call, as_lambda)
     expression = expression.replace("CALL", call) if "CALL" in expression else f"({expression} + {call})"
     found = findings(_grid_candidate(expression, as_lambda))
     assert [f.rule for f in found] == ["launch-grid"], [str(f) for f in found]
-    assert found[0].line == HEADER_LINES + 10
+    assert found[0].line == HEADER_LINES + 11
 
 
 _IDENT = st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True)

@@ -44,6 +44,10 @@ PERFORMANCE = 8
 # and a summary line of the address analysis of one call (launches analysed, whether it was cut short).
 RACE_FINDING = "race: "
 RACE_SUMMARY = "race analysis: "
+# Prefix of a provenance finding that outputs hold elements neither a kernel nor a constant fill
+# produced (``Backend.provenance``): a bug when the outputs are wrong (correctness says so),
+# laundering when they are right (integrity says so).
+UNPRODUCED = "unproduced: "
 
 # Observations a worker-side check may ask for (``Check.needs``); "trials" always runs.
 OBSERVATIONS = ("trials", "shuffled", "repeat", "probes")
@@ -116,6 +120,7 @@ class RunObservation:
     downcasts: list[str] = field(default_factory=list)  # float copies to a narrower dtype in forward
     oob: list[str] = field(default_factory=list)  # out-of-bounds accesses found by the backend
     output_reused: bool = False  # returned a buffer an earlier call of this session returned
+    provenance: list[str] = field(default_factory=list)  # memory no kernel or audited op produced
     sandbox: list[str] = field(default_factory=list)  # blocked sandbox escapes (writes, sockets ...)
     seconds: float = 0.0
 

@@ -247,7 +247,23 @@ class TritonBackend:
             _local.tracker = previous
 
     def capabilities(self, device: str) -> frozenset[str]:
-        return frozenset({"bounds_check", "program_order"}) if self._interpreted(device) else frozenset()
+        return frozenset({"bounds_check", "program_order", "provenance"}) if self._interpreted(device) else frozenset()
+
+    @contextmanager
+    def provenance(self, inputs: list[Any], model: Any) -> Iterator[Any]:
+        """One call's provenance ledger (:mod:`plugins.backends.provenance`): it starts from the
+        inputs and the module's tensors; the interpreter marks what each launch loads and writes."""
+        from plugins.backends import triton_interp_checks as checks
+        from plugins.backends.provenance import Ledger, module_tensors
+
+        ledger = Ledger()
+        ledger.trust(inputs, "input")
+        ledger.trust(module_tensors(model), "module")
+        checks.STATE.ledger = ledger
+        try:
+            yield ledger
+        finally:
+            checks.STATE.ledger = None
 
     @contextmanager
     def bounds_checking(self) -> Iterator[list[str]]:
@@ -319,12 +335,25 @@ def _count_launches(cls: type) -> None:
         ranges = checks.storage_ranges([args, list(kwargs.values())])
         checks.STATE.ranges, checks.STATE.kernel = ranges, name
         outer_log = checks.begin_launch(name)
+        ledger, marks = checks.STATE.ledger, checks.STATE.marks
+        storages: list = []
+        if ledger is not None:
+            from plugins.backends.provenance import storages_of
+
+            storages = storages_of([args, list(kwargs.values())])
+            ledger.before_launch(name, storages)
+            checks.STATE.marks = [(s.data_ptr(), s.data_ptr() + s.nbytes(), ledger.written_mask(s.data_ptr()))
+                                  for s in storages]
+            checks.STATE.loaded = set()
         try:
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
             tracker.depth -= 1
             checks.end_launch(ranges, outer_log)
             checks.STATE.ranges, checks.STATE.kernel = saved
+            if ledger is not None:
+                ledger.after_launch(name, storages, checks.STATE.loaded)
+                checks.STATE.marks, checks.STATE.loaded = marks, None
 
     run._kz_counting = True  # type: ignore[attr-defined]
     cls.run = run

@@ -7,6 +7,8 @@
 * **Program order**: the grid's programs run in a shuffled order. The interpreter walks the grid
   with nested loops calling ``set_grid_idx``; we remap each linear index through a permutation,
   so every program still runs exactly once.
+* **Provenance** (while a ledger is set, :mod:`plugins.backends.provenance`): which argument
+  storages each launch loads from, and which bytes it writes (marked as a kernel's).
 * **Races** (while the program order is shuffled): every address each program loads, stores or
   touches atomically is logged, and at the end of the launch an address one program writes and
   another touches outside atomics is reported (:mod:`plugins.backends.triton_races`), as a finding
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.verification.evidence import RACE_FINDING, RACE_SUMMARY
+from plugins.backends.provenance import KERNEL
 from plugins.backends.triton_races import ATOMIC, EXCHANGE, LOAD, MAX_ADDRESSES, STORE, AccessLog, find_races
 
 MAX_FINDINGS = 16
@@ -45,6 +48,9 @@ class InterpreterState:
     atomic_depth: int = 0  # >0 inside an atomic op the interpreter builds from plain loads/stores
     analysed: list[int] = field(default_factory=lambda: [0, 0, 0])  # this call: launches, addresses, cut short
     summary_at: int | None = None  # index of this call's summary line in ``findings``
+    ledger: Any = None  # the call's provenance ledger (plugins.backends.provenance), None: off
+    marks: list[tuple[int, int, Any]] | None = None  # running launch: (lo, hi, producer array) per storage
+    loaded: set[int] | None = None  # running launch: low addresses of the storages it loaded from
 
 
 def reset_findings(findings: list[str] | None) -> None:
@@ -107,6 +113,33 @@ def _log_access(kind: int, ptrs: Any, mask: Any, value: Any = None) -> None:
         bits = np.ascontiguousarray(data).view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[width])
         bits = bits.astype(np.uint64)
     log.add(kind, lanes.astype(np.uint64, copy=True), bits)
+
+
+def _mark(kind: int, ptrs: Any, mask: Any) -> None:
+    """Provenance: which storages the running launch loads from, and which bytes it writes."""
+    import numpy as np
+    from triton.runtime.interpreter import _get_np_dtype
+
+    marks = STATE.marks
+    if not marks:
+        return
+    addr = ptrs.data
+    if mask is not None:
+        addr = addr[np.broadcast_to(mask.data.astype(bool, copy=False), addr.shape)]
+    addr = addr.reshape(-1).astype(np.uint64, copy=False)
+    if not addr.size:
+        return
+    size = np.dtype(_get_np_dtype(ptrs.get_element_ty())).itemsize
+    for lo, hi, producer in marks:
+        inside = (addr >= np.uint64(lo)) & (addr < np.uint64(hi))
+        if not inside.any():
+            continue
+        if kind == LOAD:
+            STATE.loaded.add(lo)
+            continue
+        offsets = (addr[inside] - np.uint64(lo)).astype(np.int64)
+        for j in range(size):
+            producer[np.minimum(offsets + j, producer.size - 1)] = KERNEL
 
 
 STATE = InterpreterState()
@@ -204,17 +237,20 @@ def install() -> None:
         def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
             mask = _checked_mask("load", ptrs, mask)
             _log_access(LOAD, ptrs, mask)
+            _mark(LOAD, ptrs, mask)
             return orig_load(self, ptrs, mask, other, cache_policy, is_volatile)
 
         def create_masked_store(self, ptrs, value, mask, cache_policy):
             mask = _checked_mask("store", ptrs, mask)
             _log_access(STORE, ptrs, mask, value)
+            _mark(STORE, ptrs, mask)
             return orig_store(self, ptrs, value, mask, cache_policy)
 
         xchg = getattr(getattr(getattr(interp, "_ir", None), "ATOMIC_OP", None), "XCHG", None)
 
         def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
             mask = _checked_mask("atomic", ptr, mask)
+            _mark(STORE, ptr, mask)
             if rmwOp == xchg:  # the last exchange wins: its value matters
                 _log_access(EXCHANGE, ptr, mask, val)
             else:
@@ -226,6 +262,7 @@ def install() -> None:
             if checked is not None:  # cannot be masked: refuse the whole access
                 raise IndexError(f"{STATE.kernel}: out-of-bounds atomic_cas")
             _log_access(ATOMIC, ptr, None)
+            _mark(STORE, ptr, None)
             return orig_cas(self, ptr, cmp, val, sem, scope)
 
         def atomic_through_plain(orig):

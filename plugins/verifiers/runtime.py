@@ -21,6 +21,7 @@ from core.verification.evidence import (
     RACES,
     REFERENCE_NOISE_FACTOR,
     STABILITY,
+    UNPRODUCED,
     Evidence,
     Trial,
     all_finite,
@@ -86,6 +87,18 @@ class CorrectnessCheck:
                            hack=mutated is not None)
 
 
+def _laundering(trial: Trial, evidence: Evidence) -> list[str]:
+    """The trial's provenance findings that show laundering. Output elements nothing produced
+    count only when the outputs match the reference: the right answer in memory no kernel wrote
+    came from elsewhere; a wrong one is a plain bug, which the correctness check reports."""
+    found = [f for f in trial.observed.provenance if not f.startswith(UNPRODUCED)]
+    unproduced = [f[len(UNPRODUCED):] for f in trial.observed.provenance if f.startswith(UNPRODUCED)]
+    if unproduced and compare_outputs(trial.expected, trial.observed.output, tolerances=_tolerances(evidence),
+                                      truth=evidence.truth_of(trial)).ok:
+        found += [f"{f}, yet the outputs are right" for f in unproduced]
+    return found
+
+
 def _all_empty(values: list[Any] | None) -> bool:
     """Every value is a tensor (or a held one) without elements: a call with nothing to compute."""
     return bool(values) and all(hasattr(v, "numel") and hasattr(v, "shape") and v.numel() == 0 for v in values)
@@ -100,7 +113,9 @@ def _no_work(trial: Trial) -> bool:
 class IntegrityCheck:
     """The kernels really did the work: at least one launch of the backend's kernels per call that
     has work (a call whose outputs, the reference's and the candidate's, are all empty needs none),
-    no PyTorch compute op inside ``ModelNew.forward`` (ATen-level audit), no silent precision
+    no PyTorch compute op inside ``ModelNew.forward`` (ATen-level audit), outputs that are exact
+    tensors whose every element a kernel or a constant fill produced and kernels that read only
+    memory of known origin (``Backend.provenance``, on CPU), no silent precision
     downcast, no output buffer handed back twice, no blocked sandbox escape."""
 
     name: str = "integrity"
@@ -122,6 +137,9 @@ class IntegrityCheck:
             tampered = [e for e in escapes if e.startswith(TAMPERED)]  # named as such, not as a refusal
             detail = tampered[0] if tampered else f"sandbox refused: {escapes[0]}"
             return CheckResult(False, detail, data={"sandbox": escapes[:8]}, hack=True)
+        provenance = [f for t in runs for f in _laundering(t, evidence)]
+        if provenance:
+            return CheckResult(False, f"provenance: {provenance[0]}", data={"provenance": provenance[:8]}, hack=True)
         ran = [t for t in runs if not t.observed.error]
         ops = sorted({op for t in runs for op in t.observed.audit})
         if ops:

@@ -189,14 +189,15 @@ class AuditGuard:
 # --------------------------------------------------------------------------- the ATen audit
 
 
-def make_audit_mode(tracker: Any, callers: Any = None):
+def make_audit_mode(tracker: Any, callers: Any = None, ledger: Any = None):
     """A TorchDispatchMode that records every ATen compute op run outside a kernel launch.
 
     ``callers`` (a :class:`~core.verification.worker.callers.Callers`): an op asked for by the
     candidate's own code is recorded even while the tracker says a launch is running, so a
     tracker the candidate reached and marked "inside" hides nothing (inside a real launch, ops
-    come from the launcher's frames)."""
-    return audit_mode_class()(tracker, callers)
+    come from the launcher's frames). ``ledger``: told of every op's results and written arguments
+    (``Backend.provenance``)."""
+    return audit_mode_class()(tracker, callers, ledger)
 
 
 _AUDIT_CLASS: dict[str, type] = {}  # built once per worker, so its identity can be verified after each call
@@ -216,9 +217,9 @@ def audit_mode_class() -> type:
     getframe = sys._getframe
 
     class AtenAudit(TorchDispatchMode):
-        def __init__(self, tracker: Any, callers: Any = None) -> None:
+        def __init__(self, tracker: Any, callers: Any = None, ledger: Any = None) -> None:
             super().__init__()
-            self.tracker, self.callers = tracker, callers
+            self.tracker, self.callers, self.ledger = tracker, callers, ledger
             self.ops: list[str] = []
             self.downcasts: list[str] = []
 
@@ -251,7 +252,10 @@ def audit_mode_class() -> type:
                 elif name == "copy_" and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
                     if self._narrowing(args[1].dtype, args[0].dtype):
                         self.downcasts.append(f"{args[1].dtype} -> {args[0].dtype}")
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            if self.ledger is not None:
+                self.ledger.after_op(func, args, kwargs, result)
+            return result
 
     _AUDIT_CLASS["class"] = AtenAudit
     return AtenAudit

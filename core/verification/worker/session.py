@@ -10,6 +10,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from core.contracts import optional
 from core.verification.evidence import input_digests
 from core.verification.protocol import TAMPERED
 from core.verification.sandbox import to_device
@@ -55,6 +56,15 @@ def tracker_findings(tracker: Any, guard: AuditGuard) -> list[str]:
     return found
 
 # --------------------------------------------------------------------------- helpers
+
+
+def inexact_outputs(outputs: list[Any]) -> list[str]:
+    """Outputs that are tensors of a subclass (one could compute when the judge first touches it):
+    each output must be exactly a ``torch.Tensor`` (or a ``Parameter``, which computes nothing)."""
+    import torch
+
+    return [f"output {i} is a {type(o).__name__}, not a torch.Tensor" for i, o in enumerate(outputs)
+            if isinstance(o, torch.Tensor) and type(o) not in (torch.Tensor, torch.nn.Parameter)]
 
 
 def flatten_outputs(out: Any) -> list[Any]:
@@ -226,7 +236,10 @@ class Session:
             oob = stack.enter_context(self.backend.bounds_checking()) if "bounds_check" in caps else []
             if order_seed is not None and "program_order" in caps:
                 stack.enter_context(self.backend.program_order(order_seed))
-            audit = make_audit_mode(tracker, self.worker.callers)
+            ledger = None
+            if "provenance" in caps:
+                ledger = stack.enter_context(optional(self.backend, "Backend", "provenance")(inputs, self.model))
+            audit = make_audit_mode(tracker, self.worker.callers, ledger)
             state: list[str] = []
             try:
                 self.worker.guard.armed = True
@@ -235,6 +248,11 @@ class Session:
                 state = tracker_findings(tracker, self.worker.guard)
                 synchronize(self.device)
                 obs["output"] = flatten_outputs(out)
+                obs["provenance"] = inexact_outputs(obs["output"])  # before any method of theirs runs
+                if obs["provenance"]:  # not touched again: copying them would run the subclass's code
+                    obs["output"], obs["error"] = None, f"forward returned {obs['provenance'][0]}"
+                elif ledger is not None:
+                    obs["provenance"] = ledger.check_outputs(obs["output"])
             except MemoryError:
                 raise
             except Exception as exc:  # the candidate's own failure: an observation, not a crash

@@ -14,6 +14,8 @@ Rule ids (stable; they appear in rejections as ``rule <id> at line N: ...``):
 ``introspection``      frame, code, generator or traceback internals (``f_back``, ``gi_frame``)
 ``barred-attribute``   an attribute name no kernel needs on any object (``.numpy()``)
 ``builtin``            a builtin outside the allow-list (``eval``, ``open``, ``__import__``)
+``undefined-name``     a name the candidate never binds (``np``, put into its globals by the
+                       Triton interpreter at run time)
 ``dynamic-attribute``  ``getattr``/``setattr``/``delattr``/``hasattr`` with a computed name
 ``patch``              assigning or deleting attributes of imports or builtins
 ``class-base``         a class deriving from ``torch.Tensor`` or anything but ``nn.Module``,
@@ -112,6 +114,12 @@ class PolicyChecker(DefinitionRules, LaunchRules):
                 rule = "device-code" if device else "builtin"
                 self.add(rule, node, f"{where} uses the builtin {node.id}, which the {self.policy.backend} policy does "
                                      "not allow" + (" (dynamic code, files or interpreter state)" if not device else ""))
+                return
+            # A name nothing in the source binds: at run time it could only be one that another
+            # module put into the candidate's globals (the Triton interpreter copies its own, numpy
+            # among them, into a kernel's module at the first launch).
+            self.add("undefined-name", node, f"uses the name {node.id}, which the candidate never binds (a global "
+                                             "put into its module at run time, outside the policy)")
             return
         if device:
             self._check_device_name(node, found)
