@@ -139,6 +139,7 @@ class Trial:
     expected: list[Any]
     observed: RunObservation
     scale: float = 1.0  # stability probes: the factor floating inputs were multiplied by
+    probe: str = ""  # stability probes: the probe as the verdict names it ("x1e+03 heavy_tailed")
     truth: list[Any] | None = None  # the task run in float64 on the same inputs (None: unavailable)
     inputs_digest: list[str] | None = None  # the reference's inputs as digests (inputs may then be None)
 
@@ -218,6 +219,7 @@ class Comparison:
     max_rel_err: float = 0.0
     by_truth: int = 0  # outputs accepted through the float64 truth rather than the fp32 reference
     noise_ratio: float = 0.0  # largest (candidate's / fp32 reference's) max error against the truth
+    judged: int = 0  # elements compared (with ``scale_aware``: those where the reference is finite)
 
 
 def output_scale(magnitudes: Any, count: int, largest: bool = False) -> float:
@@ -252,7 +254,8 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     """Compare a candidate's outputs with the reference's, in the judging process.
 
     Count, shapes and dtypes must match; NaN must sit where the reference has NaN and infinities
-    must match in sign. Every finite element must satisfy ``|got - ref| <= floor * S + rtol * |ref|``
+    must match in sign (with ``scale_aware``, the stability probes: only the elements where the
+    reference is finite are judged, and the candidate must be finite there). Every finite element must satisfy ``|got - ref| <= floor * S + rtol * |ref|``
     (:data:`DEFAULT_TOLERANCES`), S being the output's RMS magnitude, or with ``scale_aware`` (the
     stability probes) its largest finite magnitude.
 
@@ -283,7 +286,7 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
         return store.compare(expected, got, tolerances=tolerances, scale_aware=scale_aware,
                              truth=truth is not None, noise_factor=noise_factor)
     worst_abs = worst_rel = 0.0
-    by_truth, noise_ratio = 0, 0.0
+    by_truth, noise_ratio, judged = 0, 0.0, 0
     truths: list[Any] | None = None
     for i, (e, g) in enumerate(zip(expected, got)):
         where = f"output {i}" if len(expected) > 1 else "output"
@@ -295,22 +298,34 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
         if mismatch is not None:
             return mismatch
         floor, rtol = tolerance(str(e.dtype), tolerances)
-        if e.numel() == 0 or bitwise_equal(e, g):
+        if e.numel() == 0:
+            continue
+        if bitwise_equal(e, g):
+            judged += int(torch.isfinite(e).sum()) if scale_aware and e.is_floating_point() else e.numel()
             continue
         work = torch.float32 if e.is_floating_point() and e.element_size() <= 4 else torch.float64
         ew, gw = e.detach().to(work), g.detach().to(work)
-        e_nan, g_nan = torch.isnan(ew), torch.isnan(gw)
-        if not torch.equal(e_nan, g_nan):
-            bad = int((e_nan != g_nan).sum())
-            kind = "NaN where the reference is a number" if bool((g_nan & ~e_nan).any()) else "a number where the reference is NaN"
-            return Comparison(False, f"{where}: {bad} element(s) hold {kind}")
-        finite = torch.isfinite(ew) & torch.isfinite(gw)
-        all_finite = bool(finite.all())
-        if not all_finite:
-            inf_mismatch = (~e_nan) & (~finite) & (ew != gw)
-            if bool(inf_mismatch.any()):
-                n = int(inf_mismatch.sum())
-                return Comparison(False, f"{where}: {n} element(s) are infinite where the reference is not (or vice versa)")
+        if scale_aware:  # probes: judged where the reference is finite, and only there
+            finite = torch.isfinite(ew)
+            lost = finite & ~torch.isfinite(gw)
+            if bool(lost.any()):
+                return Comparison(False, f"{where}: {int(lost.sum())} element(s) are not finite where the reference is")
+            all_finite = bool(finite.all())
+        else:
+            e_nan, g_nan = torch.isnan(ew), torch.isnan(gw)
+            if not torch.equal(e_nan, g_nan):
+                bad = int((e_nan != g_nan).sum())
+                kind = ("NaN where the reference is a number" if bool((g_nan & ~e_nan).any())
+                        else "a number where the reference is NaN")
+                return Comparison(False, f"{where}: {bad} element(s) hold {kind}")
+            finite = torch.isfinite(ew) & torch.isfinite(gw)
+            all_finite = bool(finite.all())
+            if not all_finite:
+                inf_mismatch = (~e_nan) & (~finite) & (ew != gw)
+                if bool(inf_mismatch.any()):
+                    n = int(inf_mismatch.sum())
+                    return Comparison(False, f"{where}: {n} element(s) are infinite where the reference is not (or vice versa)")
+        judged += e.numel() if all_finite else int(finite.sum())
         ref = ew.abs()
         diff = (ew - gw).abs()
         if not all_finite:
@@ -340,12 +355,12 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
                       f"{scale:.3g} + {rtol:.3g} x |reference| (max abs err {max_abs:.3g}, max rel err {max_rel:.3g})")
             if judged is not None:
                 detail += f"; {judged.detail}"
-            return Comparison(False, detail, max_abs, max_rel, noise_ratio=noise_ratio)
+            return Comparison(False, detail, max_abs, max_rel, noise_ratio=noise_ratio, judged=judged)
     detail = f"matches (max abs err {worst_abs:.3g})"
     if by_truth:
         detail += (f"; {by_truth} output(s) as accurate as the fp32 reference against a float64 reference "
                    f"(within {noise_factor:g}x its error)")
-    return Comparison(True, detail, worst_abs, worst_rel, by_truth=by_truth, noise_ratio=noise_ratio)
+    return Comparison(True, detail, worst_abs, worst_rel, by_truth=by_truth, noise_ratio=noise_ratio, judged=judged)
 
 
 def _layout_mismatch(e: Any, g: Any, i: int, n: int, kind: type) -> Comparison | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.verification.probes import apply as apply_probe
+
 
 def seed_everything(seed: int) -> None:
     """Seed every generator a task's get_inputs may draw from, so two workers draw the same inputs."""
@@ -22,8 +24,9 @@ def seed_everything(seed: int) -> None:
         pass
 
 
-def draw_inputs(module: Any, seed: int, scale: float, device: str = "cpu") -> list[Any]:
-    """The task's inputs for one trial: ``get_inputs()`` under ``seed``, floating tensors times ``scale``.
+def draw_inputs(module: Any, seed: int, scale: float | dict = 1.0, device: str = "cpu") -> list[Any]:
+    """The task's inputs for one trial: ``get_inputs()`` under ``seed``, floating tensors times
+    ``scale``, or transformed by a stability probe (``{"scale", "dist"}``, core.verification.probes).
 
     On ``cuda`` the tensors ``get_inputs`` creates without naming a device are drawn on the GPU
     (``torch.device`` as the default): drawing 100 MB on the CPU and copying it over takes longer
@@ -42,6 +45,4 @@ def draw_inputs(module: Any, seed: int, scale: float, device: str = "cpu") -> li
         except Exception:
             seed_everything(int(seed))
             inputs = list(module.get_inputs())
-    if scale != 1.0:
-        inputs = [x * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-    return inputs
+    return apply_probe(inputs, scale, seed)

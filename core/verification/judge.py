@@ -46,18 +46,17 @@ from core.verification.evidence import Evidence
 from core.verification.keeper import Keeper
 from core.verification.observations import fresh_seed
 from core.verification.pipeline import Verification
+from core.verification.probes import fixed_plan
 from core.verification.protocol import Op, request
 from core.verification.sandbox import Limits, WorkerFailure, WorkerPool
 
 # The old private names, re-exported: the same objects (tests patch ``judge._Keeper.compare``).
 _Budget, _Keeper, _GpuTurn = Budget, Keeper, GpuTurn
 
-__all__ = ["DEFAULT_PROBE_SCALES", "MIN_TRIALS", "WARM_UP_TASK", "GpuBusy", "Verifier", "VerifierConfigError",
+__all__ = ["MIN_TRIALS", "WARM_UP_TASK", "GpuBusy", "Verifier", "VerifierConfigError",
            "resolve_device", "_Budget", "_Keeper"]
 
 MIN_TRIALS = 5
-DEFAULT_PROBE_SCALES = {"float32": [1e3, 1e-5, 1e15], "float64": [1e3, 1e-5, 1e150],
-                        "float16": [1e2, 1e-2], "bfloat16": [1e3, 1e-5, 1e15]}
 # Largest trial (inputs + outputs, elements) for which the reference worker also runs the task in
 # float64 (the "truth" that accuracy is judged against; see core.verification.evidence.compare_outputs).
 DEFAULT_FLOAT64_MAX_ELEMENTS = 1 << 25
@@ -99,7 +98,10 @@ class Verifier:
     :param trials: correctness trials (at least 5), each with fresh random inputs.
     :param tolerances: ``{"float32": (atol, rtol), ...}`` overrides.
     :param memory_mb: address-space limit of a CPU worker.
-    :param probe_scales: stability probe input scales per dtype name.
+    :param probe_scales: fixed stability probes per dtype name (``{"float32": [1e3, 1e-5]}``, or
+        ``{"scale", "dist"}`` entries);
+        a dtype not named gets a plan drawn afresh for every verification: a large, a small and a
+        mild scale, each with a random distribution (core.verification.probes).
     :param isolate: try namespaces (network off, read-only filesystem but scratch).
     :param float64_max_elements: also run the task in float64 (the truth outputs are judged
         against, besides the fp32 reference) when a trial's inputs + outputs hold at most this many
@@ -160,7 +162,7 @@ class Verifier:
             self.compile_only = unsupported
         self.trials, self.timeout_s, self.workers = int(trials), float(timeout_s), int(workers)
         self.tolerances = {k: tuple(v) for k, v in (tolerances or {}).items()}
-        self.probe_scales = {**DEFAULT_PROBE_SCALES, **(probe_scales or {})}
+        self.probe_scales = {k: fixed_plan(list(v)) for k, v in (probe_scales or {}).items()}
         self.float64_max_elements = max(0, int(float64_max_elements))
         self.checks = self._build_checks(checks, check_options)
         # A check that could not run fails closed unless named here (True: every check).

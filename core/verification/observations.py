@@ -15,6 +15,8 @@ from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from core.contracts import optional
+from core.verification.probes import describe as describe_probe
+from core.verification.probes import scale_of
 from core.verification.evidence import Trial
 from core.verification.protocol import Op, request
 
@@ -26,7 +28,7 @@ def fresh_seed() -> int:
     return secrets.randbits(62)
 
 
-def inputs_of(ref_trial: dict[str, Any], seed: int, scale: float = 1.0) -> dict[str, Any]:
+def inputs_of(ref_trial: dict[str, Any], seed: int, scale: float | dict = 1.0) -> dict[str, Any]:
     """What a run request carries: the seed to draw the inputs from, or the reference's inputs."""
     if "inputs" in ref_trial:
         return {"inputs": ref_trial["inputs"]}
@@ -68,8 +70,9 @@ class ExtraObservations:
                 scale, seed, r = probes[k]
                 loaded = evidence.config.get("float64_probe_truths")  # the truth came on demand, before the probes ran
                 truth = (loaded[k] if loaded else r.get("truth")) if evidence.config.get("float64_truth") else None
-                evidence.probes.append(Trial(seed, r.get("inputs"), r["output"], obs, scale=scale, truth=truth,
-                                             inputs_digest=r.get("inputs_digest")))
+                evidence.probes.append(Trial(seed, r.get("inputs"), r["output"], obs, scale=scale_of(scale),
+                                             truth=truth, inputs_digest=r.get("inputs_digest"),
+                                             probe=describe_probe(scale)))
             else:
                 target = evidence.shuffled if kind == "shuffled" else evidence.repeat
                 target.append(Trial(first_seed, base.get("inputs"), base["output"], obs,

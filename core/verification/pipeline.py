@@ -27,6 +27,7 @@ from core.verification.budget import Budget
 from core.verification.evidence import Evidence, RunObservation, Trial, parse_python, truth_agrees
 from core.verification.keeper import Keeper
 from core.verification.observations import ExtraObservations, fresh_seed, inputs_of
+from core.verification.probes import draw_plan
 from core.verification.protocol import Op, request
 from core.verification.sandbox import WorkerFailure
 
@@ -100,7 +101,7 @@ class Verification:
         self.reference_request: dict[str, Any] = {}
         self.ref: dict[str, Any] = {}  # the reference worker's answer
         self.ref_trials: list[dict[str, Any]] = []
-        self.probes: list[tuple[float, int, dict[str, Any]]] = []  # (scale, seed, reference run)
+        self.probes: list[tuple[dict, int, dict[str, Any]]] = []  # (probe spec, seed, reference run)
 
     # -- the stages, in order
 
@@ -189,12 +190,14 @@ class Verification:
         self.needs = set().union(*(c.needs for c in self.checks)) if self.checks else {"trials"}
         self.init_seed = fresh_seed()
         self.trial_seeds = [fresh_seed() for _ in range(verifier.trials)]
-        scales = verifier.probe_scales.get(task_dtype(self.task), []) if "probes" in self.needs else []
+        dtype = task_dtype(self.task)
+        fixed = verifier.probe_scales.get(dtype)
+        scales = [] if "probes" not in self.needs else list(fixed) if fixed is not None else draw_plan(dtype)
         probe_seeds = [fresh_seed() for _ in scales]
         t = time.perf_counter()
         self.reference_request = request(
             Op.REFERENCE, source=self.task.source, init_seed=self.init_seed,
-            seeds=self.trial_seeds + probe_seeds, scales=[1.0] * len(self.trial_seeds) + list(scales),
+            seeds=self.trial_seeds + probe_seeds, scales=[1.0] * len(self.trial_seeds) + list(scales),  # probes: specs
             float64_max_elements=verifier.float64_max_elements, float64_later=verifier.float64_on_demand,
             inputs_mode="digest" if verifier.inputs_by_seed else "tensors")
         try:

@@ -24,7 +24,6 @@ from core.verification.evidence import (
     UNPRODUCED,
     Evidence,
     Trial,
-    all_finite,
     bitwise_equal,
     compare_outputs,
     inputs_intact,
@@ -250,13 +249,15 @@ def _lines(runs: list[Trial], prefix: str) -> list[str]:
     return out
 
 
-# Probe scales per dtype live in core.verify.DEFAULT_PROBE_SCALES (Verifier(probe_scales=...)).
+# The probes (scales and distributions, drawn per verification) are core.verification.probes'.
 
 
 @dataclass
 class StabilityCheck:
-    """Numeric probes at extreme input magnitudes: wherever the reference stays finite, the
-    candidate must too, and agree to a looser, magnitude-relative tolerance.
+    """Numeric probes at unusual input magnitudes and distributions, drawn afresh per verification
+    (core.verification.probes): wherever the reference is finite, the candidate must be too, and
+    agree to a looser, magnitude-relative tolerance. A probe where the reference is nowhere finite
+    is reported as unusable, never dropped silently.
 
     Where the task also ran in float64 on the probe's inputs, an output that misses the fp32
     reference passes when its error against that truth is within the tolerance or within
@@ -276,30 +277,41 @@ class StabilityCheck:
         return True
 
     def evaluate(self, evidence: Evidence) -> CheckResult:
-        usable = [t for t in evidence.probes if all(all_finite(e) for e in t.expected)]
-        if not usable:
-            return CheckResult(True, "no probe where the reference stays finite", data={"probes": 0})
+        if not evidence.probes:
+            return CheckResult(True, "no probe was requested", data={"probes": 0})
         tol = {k: (a * self.tolerance_factor, r * self.tolerance_factor)
                for k, (a, r) in {**{"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2),
                                      "float64": (1e-6, 1e-6)}, **_tolerances(evidence)}.items()}
         by_truth: list[str] = []
+        judged: list[str] = []
+        unusable: list[str] = []
         noise_ratio = 0.0
-        for t in usable:
+        for t in evidence.probes:
+            name = t.probe or f"x{t.scale:g}"
             if t.observed.error:
-                return CheckResult(False, f"inputs x{t.scale:g}: raised {t.observed.error}")
+                return CheckResult(False, f"inputs {name}: raised {t.observed.error}", data={"probe": name})
             cmp = compare_outputs(t.expected, t.observed.output, tolerances=tol, scale_aware=True, truth=evidence.truth_of(t),
                                   noise_factor=self.reference_noise_factor)
             if not cmp.ok:
-                return CheckResult(False, f"inputs x{t.scale:g} (reference stays finite): {cmp.detail}",
-                                   data={"scale": t.scale, "noise_ratio": cmp.noise_ratio})
+                return CheckResult(False, f"inputs {name}: {cmp.detail}",
+                                   data={"scale": t.scale, "probe": name, "noise_ratio": cmp.noise_ratio})
+            if cmp.judged == 0 and any(getattr(e, "numel", lambda: 0)() for e in t.expected):
+                unusable.append(name)  # the reference is nowhere finite: nothing to judge, said so
+                continue
+            judged.append(name)
             if cmp.by_truth:
-                by_truth.append(f"x{t.scale:g}")
+                by_truth.append(name)
                 noise_ratio = max(noise_ratio, cmp.noise_ratio)
-        judged = (f"; at {', '.join(by_truth)} as accurate as PyTorch fp32 against the float64 reference"
-                  if by_truth else "")
-        return CheckResult(True, f"stable at input scales {', '.join(f'x{t.scale:g}' for t in usable)}{judged}",
-                           data={"probes": len(usable), "by_float64_truth": by_truth,
-                                 "noise_ratio": round(noise_ratio, 3)})
+        data = {"probes": len(judged), "judged": judged, "unusable": unusable, "by_float64_truth": by_truth,
+                "noise_ratio": round(noise_ratio, 3)}
+        note = (f"; {len(unusable)} probe(s) unusable, the reference nowhere finite: {', '.join(unusable)}"
+                if unusable else "")
+        if not judged:
+            return CheckResult(True, f"no probe could be judged{note}", data=data)
+        judged_by = (f"; at {', '.join(by_truth)} as accurate as PyTorch fp32 against the float64 reference"
+                     if by_truth else "")
+        return CheckResult(True, f"stable on probes {', '.join(judged)} (where the reference is finite){judged_by}{note}",
+                           data=data)
 
 
 # Atomics whose result depends on the order programs reach them: a float atomic_add reorders a sum,

@@ -50,6 +50,10 @@ def test_candidate_gets_the_expected_verdict(verifier, path):
     escape = Path("/tmp/kz_redteam_escape.pt")
     escape.unlink(missing_ok=True)
     timeout = header(path, "timeout")  # the hang candidate need not burn the whole default limit
+    probes = header(path, "probes")  # "drawn 0 1 2": judged under default probe plans drawn from these seeds
+    if probes:
+        _expect_under_drawn_plans(task, path, expect, [int(s) for s in probes.split()[1:]])
+        return
     verdict = verifier.verify(task, Candidate.from_file(path), timeout_s=float(timeout) if timeout else None)
     summary = f"{verdict.status}: {verdict.reason}"
     if expect == "accepted":
@@ -74,3 +78,18 @@ def test_pool_survives_crashes_and_hangs(verifier):
     verdict = verifier.verify(task, Candidate.from_file(HERE / "candidates" / "honest_vector_add.py"))
     assert verdict.accepted, verdict.reason
     assert verifier.pool.replaced >= 2
+
+
+def _expect_under_drawn_plans(task: Task, path: Path, expect: str, seeds: list[int]) -> None:
+    """A candidate whose hack only random probes reveal: under the plans the default rule draws
+    from each seed (core.verification.probes.draw_plan), replayed, it gets ``expect`` every time."""
+    import random
+
+    from core.verification.probes import draw_plan
+
+    check = expect.split()[0]
+    for seed in seeds:
+        plan = draw_plan("float32", random.Random(seed))
+        with Verifier(backend="triton", device="cpu", workers=1, timeout_s=90, probe_scales={"float32": plan}) as v:
+            verdict = v.verify(task, Candidate.from_file(path))
+        assert not verdict.accepted and verdict.reason.startswith(f"{check}:"), (plan, verdict.reason)
