@@ -32,7 +32,8 @@ def group_norm_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     params += ["C", "H", "W", "sx0", "sx1", "sx2", "sx3"]
     for r in ext:
         params += [f"v{r}_s{d}" for d in range(4)]
-    params += ["ON_CPU: tl.constexpr", "G: tl.constexpr", "BLOCK: tl.constexpr"]
+    params += ["ON_CPU: tl.constexpr", "G: tl.constexpr", "HAS_W: tl.constexpr", "HAS_B: tl.constexpr",
+               "BLOCK: tl.constexpr"]
     k = Lines()
     k("@triton.jit", f"def {name}({', '.join(params)}):")
     k.indent = 1
@@ -68,8 +69,8 @@ def group_norm_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "    hh = (idx // W) % H",
         "    ww = idx % W",
         "    xv = tl.load(x_ptr + nb * sx0 + ch * sx1 + hh * sx2 + ww * sx3, mask=mask, other=0.0).to(tl.float32)",
-        "    wv = tl.load(w_ptr + ch, mask=mask, other=0.0).to(tl.float32)",
-        "    bv = tl.load(b_ptr + ch, mask=mask, other=0.0).to(tl.float32)",
+        "    wv = tl.load(w_ptr + ch, mask=mask, other=0.0).to(tl.float32) if HAS_W else 1.0",
+        "    bv = tl.load(b_ptr + ch, mask=mask, other=0.0).to(tl.float32) if HAS_B else 0.0",
     )
     k.indent = 2
     helpers: set[str] = set()
@@ -82,12 +83,13 @@ def group_norm_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     # Rank-3 (N, C, L) inputs are handled as (N, C, 1, L): a unit height with stride 0.
     dims = f"{x}.shape[1], {x}.shape[2], {x}.shape[3]" if rank == 4 else f"{x}.shape[1], 1, {x}.shape[2]"
     strides = f"*{x}.stride()" if rank == 4 else f"{x}.stride(0), {x}.stride(1), 0, {x}.stride(2)"
-    call = [x, f"self.m{i}.weight", f"self.m{i}.bias"] + [value_name(r, n_in) for r in ext]
+    weight, bias = plan.tensor(i, "weight"), plan.tensor(i, "bias")
+    call = [x, weight or x, bias or x] + [value_name(r, n_in) for r in ext]
     call += [value_name(o, n_in) for o in outs] + [dims, strides]
     for r in ext:
         ename = value_name(r, n_in)
         call.append(f"*{ename}.stride()" if rank == 4 else f"{ename}.stride(0), {ename}.stride(1), 0, {ename}.stride(2)")
-    call += [f"ON_CPU=not {x}.is_cuda", f"G={groups}"]
+    call += [f"ON_CPU=not {x}.is_cuda", f"G={groups}", f"HAS_W={weight is not None}", f"HAS_B={bias is not None}"]
     launch = [
         f"_block = 1024 if {x}.is_cuda else 16384",
         f"{name}[(max(1, {x}.shape[0] * {groups}),)]({', '.join(call)}, BLOCK=_block)",
