@@ -68,7 +68,7 @@ class FitResult:
 
     factor: float
     sizes: dict[str, list[Any]]  # label -> [original, used]
-    mib: float  # inputs + weights + output at the used sizes
+    mib: float  # inputs + weights + every tensor one forward writes, at the used sizes
     reference_s: float | None = None  # the reference forward on CPU at the used sizes, when timed
     fitted: bool = True  # False: no factor met the budget; the task keeps its sizes
     note: str = ""
@@ -173,11 +173,32 @@ class Probe:
 
     input_shapes: list[tuple[int, ...]]
     weight_shapes: list[tuple[int, ...]]
-    mib: float
+    mib: float  # inputs + weights + every tensor the forward produces (intermediates and output)
+
+
+def _written_bytes():
+    """A dispatch mode that adds up the bytes of every tensor an op produces."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Written(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    Written.total += t.numel() * t.element_size()
+            return out
+
+    return Written
 
 
 def probe(source: str, run_forward: bool = True) -> Probe:
-    """Build the task on the meta device (and run its forward there); raises if it does not build."""
+    """Build the task on the meta device (and run its forward there); raises if it does not build.
+
+    The footprint counts every intermediate too: the Triton interpreter's time, what a CPU run
+    waits on, grows with all the data the kernels write, not just the final output."""
     import torch
 
     module = _load(source)
@@ -188,10 +209,10 @@ def probe(source: str, run_forward: bool = True) -> Probe:
         weights = list(model.parameters()) + list(model.buffers())
         total = sum(t.numel() * t.element_size() for t in tensors + weights)
         if run_forward:
-            with torch.no_grad():
-                out = model.eval()(*inputs)
-            outs = out if isinstance(out, (tuple, list)) else [out]
-            total += sum(t.numel() * t.element_size() for t in outs if isinstance(t, torch.Tensor))
+            written = _written_bytes()
+            with torch.no_grad(), written():
+                model.eval()(*inputs)
+            total += written.total
     return Probe([tuple(t.shape) for t in tensors], [tuple(w.shape) for w in weights], total / 2**20)
 
 
@@ -272,10 +293,10 @@ def fit_source(source: str, mib: float, seconds: float | None = None) -> tuple[s
     constants = find_constants(source)
     try:
         sizes = size_constants(source, constants)
+        full = probe(source)
     except Exception as exc:
         return source, FitResult(1.0, {}, math.nan, fitted=False, budget=budget,
-                                 note=f"the task does not build on the meta device ({type(exc).__name__}: {exc})")
-    full = probe(source)
+                                 note=f"the task does not run on the meta device ({type(exc).__name__}: {str(exc)[:160]})")
     if not sizes:
         fits = full.mib <= mib
         return source, FitResult(1.0, {}, round(full.mib, 3), fitted=fits, budget=budget,
@@ -349,3 +370,41 @@ def is_reduced(task: Task) -> bool:
 __all__ = ["Constant", "FitResult", "HYPERPARAMETER", "find_constants", "fit_source", "fit_task", "fit_tasks",
            "is_reduced", "probe", "rewrite", "size_constants", "time_reference"]
 
+
+
+# --------------------------------------------------------------------------- core.eval's switch
+
+
+def fit_enabled(setting: Any, device: str) -> bool:
+    """``fit.enabled``: ``auto`` fits on the CPU only (real sizes on a GPU); ``true``/``false`` always/never."""
+    if isinstance(setting, str) and setting.lower() == "auto":
+        return device == "cpu"
+    if isinstance(setting, str):
+        return setting.lower() in ("1", "true", "yes", "on")
+    return bool(setting)
+
+
+def fit_for_eval(tasks: Sequence[Task], fit: Any, device: str) -> tuple[list[Task], dict[str, Any]]:
+    """The tasks ``core.eval`` verifies under its ``fit`` config, and what was done to them.
+
+    Returns ``(tasks, info)``: ``info["reduced"]`` counts tasks now at smaller sizes,
+    ``info["unfitted"]`` names tasks no factor fitted (they keep their sizes), ``info["sizes"]`` maps
+    each resized task's name to its :class:`FitResult` record."""
+    fit = dict(fit or {})
+    info: dict[str, Any] = {"enabled": fit_enabled(fit.get("enabled", "auto"), device), "reduced": 0,
+                            "total": len(tasks), "unfitted": [], "sizes": {},
+                            "budget": {"mib": fit.get("mib"), "s": fit.get("s")}}
+    if not info["enabled"]:
+        return list(tasks), info
+    mib, seconds = float(fit.get("mib", 4)), None if fit.get("s") is None else float(fit["s"])
+    # a task with proposer IR was drawn at its sizes by the proposer; only hand-written files are fitted
+    fitted = [task if task.program else fit_task(task, mib, seconds) for task in tasks]
+    for task in fitted:
+        record = task.resized or {}
+        label = f"{task.level}/{task.name}" if task.level and task.name else (task.name or task.id)
+        if record.get("sizes"):
+            info["reduced"] += 1
+            info["sizes"][label] = record
+        elif not record.get("fitted", True):
+            info["unfitted"].append(f"{label}: {record.get('note', '')}")
+    return fitted, info

@@ -193,9 +193,14 @@ def _div(b, a, name):
 
 @handles("aten.maximum", "aten.minimum", "aten.max.other", "aten.min.other")
 def _extremum(b, a, name):
-    op = "maximum" if "max" in name else "minimum"
-    lhs, rhs = b.broadcast(a["self"], _tensor(b, a["other"], name))
-    return b.op(op, [lhs, rhs])
+    is_max = "max" in name
+    x, other = a["self"], a["other"]
+    if not isinstance(x, Ref):
+        x, other = other, x
+    if _number(other):  # against a number: a one-sided clamp (NaN propagates in both)
+        return b.op("clamp", [x], {"min" if is_max else "max": float(other)})
+    lhs, rhs = b.broadcast(x, _tensor(b, other, name))
+    return b.op("maximum" if is_max else "minimum", [lhs, rhs])
 
 
 @handles("aten.pow")

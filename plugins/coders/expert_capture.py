@@ -107,6 +107,35 @@ def _check_constant_scalars(module: ModuleType, inputs: list[Any]) -> None:
             raise Unsupported(f"get_inputs()[{i}] is a number that changes with the seed; the expert bakes numbers in")
 
 
+REAL_TRACE_LIMIT = 1 << 26  # elements of inputs + weights: above it a real trace is not attempted
+
+
+def _export(model: Any, inputs: list[Any]) -> Any:
+    import torch
+
+    try:
+        return torch.export.export(model, tuple(inputs))
+    except Exception as exc:
+        raise CaptureFailed(f"torch.export could not trace Model.forward: {type(exc).__name__}: {str(exc)[:300]}") from None
+
+
+def _meta_constants(exported: Any, model: Any) -> bool:
+    constants = dict(getattr(exported, "constants", {}) or {})
+    return any(getattr(t, "is_meta", False) and not _has_attribute(model, fqn) for fqn, t in constants.items())
+
+
+def _on_cpu(module: ModuleType, meta_model: Any, meta_inputs: list[Any]) -> tuple[Any, list[Any]]:
+    import torch
+
+    size = sum(t.numel() for t in list(meta_model.parameters()) + [x for x in meta_inputs if isinstance(x, torch.Tensor)])
+    if size > REAL_TRACE_LIMIT:
+        raise Unsupported("forward creates a tensor from a number on its input's device; at these sizes the expert "
+                          "does not trace it with real tensors")
+    torch.manual_seed(0)
+    model = module.Model(*module.get_init_inputs()).eval()
+    return model, list(module.get_inputs())
+
+
 def _attribute_path(fqn: str) -> str:
     """``layers.0.weight`` -> ``self.w.layers[0].weight`` (numbered children are indexed)."""
     parts = [f"[{p}]" if p.isdigit() else f".{p}" for p in fqn.split(".")]
@@ -131,12 +160,14 @@ def capture(task: Task, catalog: Mapping[str, OpSpec]) -> Captured:
     if len(dtypes) != 1 or None in dtypes:
         raise Unsupported(f"inputs of dtypes {sorted(str(x.dtype) for x in inputs)} (one floating dtype is lowered)")
     dtype = dtypes.pop()
-    try:
-        exported = torch.export.export(model, tuple(inputs))
-    except Exception as exc:
-        raise CaptureFailed(f"torch.export could not trace Model.forward: {type(exc).__name__}: {str(exc)[:300]}") from None
+    exported = _export(model, inputs)
+    if _meta_constants(exported, model):
+        # forward makes a tensor from a number on its input's device (torch.tensor(v, device=x.device)):
+        # on meta its value is unknown, so trace once more with real tensors when they are small
+        model, inputs = _on_cpu(module, model, inputs)
+        exported = _export(model, inputs)
     builder = GraphBuilder(catalog, dtype)
-    output, seen = _walk(exported, builder, dtype)
+    output, seen = _walk(exported, builder, dtype, model)
     program, binding = builder.finish(output)
     if any(not isinstance(x, torch.Tensor) for x in inputs):
         names, k = [], 0
@@ -152,7 +183,16 @@ def capture(task: Task, catalog: Mapping[str, OpSpec]) -> Captured:
     return Captured(program, binding, seen)
 
 
-def _walk(exported: Any, builder: GraphBuilder, dtype: str) -> tuple[Ref, list[str]]:
+def _has_attribute(model: Any, fqn: str) -> bool:
+    obj = model
+    for part in fqn.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+def _walk(exported: Any, builder: GraphBuilder, dtype: str, model: Any) -> tuple[Ref, list[str]]:
     import operator
 
     signature = exported.graph_signature
@@ -160,12 +200,20 @@ def _walk(exported: Any, builder: GraphBuilder, dtype: str) -> tuple[Ref, list[s
     for spec in signature.input_specs:
         if spec.target is not None:
             targets[spec.arg.name] = spec.target
+    constants = dict(getattr(exported, "constants", {}) or {})
     env: dict[Any, Any] = {}
     seen: list[str] = []
     for node in exported.graph_module.graph.nodes:
         value = node.meta.get("val")
         if node.op == "placeholder":
-            if node.name in targets and _dtype_name(value) != dtype:
+            fqn = targets.get(node.name)
+            if fqn in constants and not _has_attribute(model, fqn):
+                # a tensor made in forward (torch.tensor(self.value)): a 0-d one is its number, baked in
+                made = constants[fqn]
+                if made.dim() != 0 or made.is_meta:
+                    raise Unsupported(f"forward creates a constant tensor of shape {tuple(made.shape)}; not lowered")
+                env[node] = made.item()
+            elif node.name in targets and _dtype_name(value) != dtype:
                 env[node] = Foreign(targets[node.name], str(getattr(value, "dtype", type(value).__name__)))
             elif node.name in targets:
                 env[node] = builder.weight(tuple(value.shape), _attribute_path(targets[node.name]))
