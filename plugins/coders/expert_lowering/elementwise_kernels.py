@@ -212,8 +212,10 @@ def row_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     n_in = len(plan.program.inputs)
     base = group.shape
     rank = len(base)
-    if base[-1] > MAX_RESIDENT_ROW:
-        raise Unsupported(f"row of {base[-1]} elements exceeds the resident row limit {MAX_RESIDENT_ROW}")
+    if base[-1] > MAX_RESIDENT_ROW:  # too long for one tile: stream it (row_loop_kernels)
+        from plugins.coders.expert_lowering.row_loop_kernels import looped_row_kernel
+
+        return looped_row_kernel(plan, group, index)
     name = f"_rows_{index}"
     reads, outs = group.reads, group.outputs
     read_kinds = {}
