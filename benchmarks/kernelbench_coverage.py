@@ -10,6 +10,10 @@ expert *attempts*; whether the attempts are right is ``core.eval``'s job (docs/e
 Per level: problems, captured (the model built and traced), lowered (a candidate was written),
 declined, each decline's stage; then the ops that cost the most problems (an op counts once per
 problem it blocks). ``--out``: ``coverage.json`` with every problem's outcome.
+
+``--check cpu|cuda`` also runs each lowered candidate beside its reference in this process
+(``plugins.coders.expert_lowering.selfcheck.compare``: the expert's own code, one seed, outputs
+compared at the verifier's tolerances) - a quick look at a device's kernels, not a verdict.
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ class Outcome:
     op: str = ""
     ops: list[str] | None = None  # ATen ops of the captured graph
     sizes: dict | None = None
+    check: str = ""  # with --check: "ok" or the mismatch, and the seconds it took
 
 
-def classify(level: str, path: Path, mib: float | None, catalog) -> Outcome:
+def classify(level: str, path: Path, mib: float | None, catalog, check: str | None = None) -> Outcome:
     from core.evaluation.resize import fit_source
     from core.task import Task
     from plugins.coders.expert_capture import capture
@@ -63,10 +68,21 @@ def classify(level: str, path: Path, mib: float | None, catalog) -> Outcome:
     except Unsupported as exc:
         return Outcome(level, path.stem, "op", str(exc), op="(translation)", sizes=sizes)
     try:
-        lower_program(captured.program, catalog, captured.binding)
+        candidate = lower_program(captured.program, catalog, captured.binding)
     except Unsupported as exc:
         return Outcome(level, path.stem, "lower", str(exc), ops=captured.aten_ops, sizes=sizes)
-    return Outcome(level, path.stem, "lowered", ops=captured.aten_ops, sizes=sizes)
+    outcome = Outcome(level, path.stem, "lowered", ops=captured.aten_ops, sizes=sizes)
+    if check:
+        from plugins.coders.expert_lowering.selfcheck import compare
+
+        started = time.perf_counter()
+        try:
+            result = compare(source, candidate, device=check, trials=1)
+            verdict = "ok" if result.ok else f"MISMATCH {result.detail[:200]}"
+        except Exception as exc:  # the candidate raised: that is the finding
+            verdict = f"ERROR {type(exc).__name__}: {str(exc)[:200]}"
+        outcome.check = f"{verdict} ({time.perf_counter() - started:.1f} s)"
+    return outcome
 
 
 def problems(root: Path, levels: list[str]) -> list[tuple[str, Path]]:
@@ -96,6 +112,11 @@ def report(outcomes: list[Outcome]) -> str:
     lines += ["", "Top missing ops (problems each blocks):", ""]
     lines += [f"- `{op}`: {n} ({', '.join(o.level + '/' + o.name.split('_')[0] for o in outcomes if o.op == op)})"
               for op, n in missing.most_common(25)]
+    checked = [o for o in outcomes if o.check]
+    if checked:
+        good = sum(o.check.startswith("ok") for o in checked)
+        lines += ["", f"Checked beside the reference: {good} of {len(checked)} match", ""]
+        lines += [f"- {o.level}/{o.name}: {o.check}" for o in checked if not o.check.startswith("ok")]
     other = [o for o in outcomes if o.stage in ("lower", "capture", "fit")]
     if other:
         lines += ["", "Other declines:", ""] + [f"- {o.level}/{o.name} ({o.stage}): {o.reason[:160]}" for o in other]
@@ -108,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--levels", nargs="+", default=["1", "2"])
     ap.add_argument("--mib", type=float, default=16.0, help="fit each problem to this many MiB first (0: real sizes)")
     ap.add_argument("--every", type=int, default=1, help="only every k-th problem (a quick sample)")
+    ap.add_argument("--check", default=None, choices=["cpu", "cuda"], help="run each candidate beside its reference")
     ap.add_argument("--out", default=None, help="folder for coverage.json")
     args = ap.parse_args(argv)
     os.environ.setdefault("KERNELZERO_DISABLE_AUTOLOAD", "1")
@@ -123,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     for i, (level, path) in enumerate(problems(Path(args.kb), args.levels)):
         if i % args.every:
             continue
-        outcomes.append(classify(level, path, args.mib or None, catalog))
+        outcomes.append(classify(level, path, args.mib or None, catalog, args.check))
+        if args.check:
+            print(f"{level}/{path.stem}: {outcomes[-1].stage} {outcomes[-1].check}", flush=True)
     text = report(outcomes)
     print(text)
     print(f"\n{len(outcomes)} problems in {time.perf_counter() - started:.1f} s (fit to {args.mib} MiB)")

@@ -160,6 +160,8 @@ CASES = {
     "norm_keepdim_broadcast": problem(["return x / torch.norm(x, p=2, dim=1, keepdim=True)"], "torch.randn(5, 40)"),
     "matvec_and_triu": problem(["return torch.triu(torch.matmul(x, y)) + torch.matmul(x, v).unsqueeze(1)"],
                                "torch.randn(9, 9), torch.randn(9, 9), torch.randn(9)", args="x, y, v"),
+    "number_over_tensor": problem(["return 2.0 / (1.0 + torch.exp(-x)) + torch.reciprocal(x * x + 1)"],
+                                  "torch.randn(4, 9)"),
     "tensor_made_in_forward": problem(["return torch.min(x, torch.tensor(0.25)) + torch.max(x, torch.tensor(-0.5))"],
                                       "torch.randn(3, 7)"),
     "adaptive_avg_pool_and_flatten": problem(["return torch.flatten(F.adaptive_avg_pool2d(torch.relu(x), 1), 1)"],

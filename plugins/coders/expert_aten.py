@@ -186,9 +186,15 @@ def _div(b, a, name):
     if a.get("rounding_mode") is not None:
         raise Unsupported(f"{name} with rounding_mode={a['rounding_mode']!r} is not lowered")
     x, other = a["self"], a["other"]
-    if not isinstance(x, Ref):
-        raise Unsupported(f"{name}: a number divided by a tensor is not lowered")
+    if not isinstance(x, Ref):  # c / t: c * (1 / t), within one rounding of the true quotient
+        inverse = b.op("pow_scalar", [_tensor(b, other, name)], {"exponent": -1.0})
+        return inverse if float(x) == 1.0 else b.op("scale", [inverse], {"factor": float(x)})
     return _scalar_or_tensor(b, x, other, "div", lambda v: (("div_scalar", {"value": v}) if v != 1.0 else (None, {})))
+
+
+@handles("aten.reciprocal")
+def _reciprocal(b, a, name):
+    return b.op("pow_scalar", [a["self"]], {"exponent": -1.0})
 
 
 @handles("aten.maximum", "aten.minimum", "aten.max.other", "aten.min.other")
