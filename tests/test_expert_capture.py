@@ -223,3 +223,16 @@ def test_the_real_verifier_accepts_a_captured_candidate():
     with Verifier(backend="triton", device="cpu", workers=1, timeout_s=120) as verifier:
         verdict = verifier.verify(task, cand)
     assert verdict.accepted, verdict.reason
+
+
+def test_capture_leaves_the_callers_random_generators_alone():
+    import random
+
+    task = Task(source=problem(["return x * s"], "torch.randn(3, 4), 0.5", args="x, s"))
+    torch.manual_seed(5)
+    random.seed(5)
+    expected = (torch.rand(3).tolist(), random.random())
+    torch.manual_seed(5)
+    random.seed(5)
+    capture(task, CATALOG)
+    assert (torch.rand(3).tolist(), random.random()) == expected

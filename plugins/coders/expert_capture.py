@@ -25,10 +25,11 @@ import importlib.util
 import itertools
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from core.program import OpSpec, Program
 from core.task import Task
@@ -75,11 +76,34 @@ def load_task_module(source: str) -> ModuleType:
     return module
 
 
+@contextmanager
+def _kept_rng() -> Iterator[None]:
+    """Run task code without moving the caller's random generators (torch, Python, numpy)."""
+    import random
+
+    import torch
+
+    state = random.getstate()
+    try:
+        import numpy
+
+        np_state = numpy.random.get_state()
+    except ImportError:  # pragma: no cover - numpy comes with torch
+        numpy, np_state = None, None
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(state)
+            if numpy is not None:
+                numpy.random.set_state(np_state)
+
+
 def _on_meta(module: ModuleType) -> tuple[Any, list[Any]]:
     """The task's model and inputs with meta tensors (shapes and dtypes, no storage)."""
     import torch
 
-    with torch.device("meta"):
+    with _kept_rng(), torch.device("meta"):
         init = list(module.get_init_inputs())
         torch.manual_seed(0)
         model = module.Model(*init)
@@ -99,7 +123,7 @@ def _check_constant_scalars(module: ModuleType, inputs: list[Any]) -> None:
             raise Unsupported(f"get_inputs()[{i}] is a {type(x).__name__}, not a tensor or a number")
     if not scalars:
         return
-    with torch.device("meta"):
+    with _kept_rng(), torch.device("meta"):
         seed_everything(12345)
         again = list(module.get_inputs())
     for i, x in scalars:
@@ -131,9 +155,9 @@ def _on_cpu(module: ModuleType, meta_model: Any, meta_inputs: list[Any]) -> tupl
     if size > REAL_TRACE_LIMIT:
         raise Unsupported("forward creates a tensor from a number on its input's device; at these sizes the expert "
                           "does not trace it with real tensors")
-    torch.manual_seed(0)
-    model = module.Model(*module.get_init_inputs()).eval()
-    return model, list(module.get_inputs())
+    with _kept_rng():
+        torch.manual_seed(0)
+        return module.Model(*module.get_init_inputs()).eval(), list(module.get_inputs())
 
 
 def _attribute_path(fqn: str) -> str:
