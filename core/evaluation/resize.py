@@ -302,8 +302,12 @@ def fit_source(source: str, mib: float, seconds: float | None = None) -> tuple[s
         return source, FitResult(1.0, {}, round(full.mib, 3), fitted=fits, budget=budget,
                                  note="" if fits else "no size constant to scale")
     last_error = ""
+    previous: dict[int, Any] | None = None
     for shift in range(MAX_SHIFT + 1):
         factor = 2.0 ** -shift
+        if previous is not None and {i: _scaled(constants[i].value, factor) for i in sizes} == previous:
+            break  # every size is at its floor already: smaller factors change nothing
+        previous = {i: _scaled(constants[i].value, factor) for i in sizes}
         tried: list[dict[int, Any]] = []
         for snap in SNAPS if shift else (1,):
             values = {i: _scaled(constants[i].value, factor, snap) for i in sizes}
@@ -317,7 +321,7 @@ def fit_source(source: str, mib: float, seconds: float | None = None) -> tuple[s
                 last_error = f"{type(exc).__name__}: {str(exc)[:160]}"
                 continue
             if measured.mib > mib:
-                break  # snapping further only grows it: try the next factor
+                break  # over the budget at this factor: try the next one
             elapsed = None
             if seconds is not None:
                 elapsed = time_reference(variant)
@@ -326,7 +330,7 @@ def fit_source(source: str, mib: float, seconds: float | None = None) -> tuple[s
             table = {constants[i].label: [_plain(constants[i].value), _plain(values[i])] for i in sizes} if shift else {}
             return variant, FitResult(factor, table, round(measured.mib, 3),
                                       None if elapsed is None else round(elapsed, 4), budget=budget)
-    note = f"no factor down to 2**-{MAX_SHIFT} fits" + (f" (last: {last_error})" if last_error else "")
+    note = "no factor fits" + (f" (last: {last_error})" if last_error else "")
     return source, FitResult(1.0, {}, round(full.mib, 3), fitted=False, budget=budget, note=note)
 
 
