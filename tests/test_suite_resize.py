@@ -126,7 +126,18 @@ def test_core_eval_says_how_many_tasks_ran_at_reduced_sizes_and_writes_them(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     payload = json.loads((tmp_path / "run" / "results.json").read_text())
     resized = payload["resized"]
-    assert resized["of"] == 10 and resized["reduced"] >= 1 and resized["budget"] == {"mib": 0.05, "s": None}
+    assert resized["of"] == 10 and resized["reduced"] >= 1 and resized["budget"] == {"mib": 0.05, "s": None, "gflop": 0.1}
     assert f"measured at reduced sizes: {resized['reduced']} of 10 tasks" in " ".join(proc.stdout.split())
     for record in resized["tasks"].values():
         assert record["mib"] <= 0.05 and record["sizes"]
+
+
+def test_the_flop_budget_shrinks_compute_heavy_problems_that_fit_in_memory():
+    source = fixture("level2/3_ConvTranspose3d_Softmax_Max.py")
+    for old, new in (("in_channels = 3", "in_channels = 64"), ("out_channels = 4", "out_channels = 64"),
+                     ("depth, height, width = 3, 5, 6", "depth, height, width = 16, 16, 16")):
+        source = source.replace(old, new)
+    _, by_memory = fit_source(source, mib=64)
+    assert by_memory.gflop > 0.05
+    _, by_flops = fit_source(source, mib=64, gflop=0.05)
+    assert by_flops.fitted and by_flops.gflop <= 0.05 and by_flops.factor < by_memory.factor

@@ -19,10 +19,14 @@ not; ``out_channels`` is (it shapes the weights), ``kernel_size`` and ``num_grou
 ``num_classes`` is only where an input has that many columns.
 
 **The budget.** Every size is multiplied by one factor ``2**-k`` (rounded, at least 1); ``k`` is the
-smallest for which the task still builds and runs on ``meta`` and its inputs + weights + output
-take at most ``mib`` MiB, and then, if ``seconds`` is given, its reference ``forward`` on the CPU
-takes at most that long (a larger ``k`` is tried while it does not). One factor for every size keeps
-the problem's proportions. A task that no factor fits keeps its sizes and says so.
+smallest for which the task still builds and runs on ``meta``, its inputs + weights + every tensor
+its forward writes take at most ``mib`` MiB, its products, convolutions and attention at most
+``gflop`` GFLOP (torch's FLOP counter, a convolution counted as the implicit GEMM the kernels run:
+every output times every tap, so a stride-2 3-D transposed convolution counts 8x its useful FLOPs;
+the Triton interpreter spends its time there), and then, if
+``seconds`` is given, its reference ``forward`` on the CPU takes at most that long. One factor for every size keeps
+the problem's proportions. A task that no factor fits runs at the smallest sizes it still builds
+at (or, if none builds smaller, its own), and says so.
 
 The result is recorded on the task (``Task.resized``) and in the evaluation's results; nothing is
 shrunk silently (``core.eval`` prints how many tasks were measured at reduced sizes).
@@ -69,6 +73,7 @@ class FitResult:
     factor: float
     sizes: dict[str, list[Any]]  # label -> [original, used]
     mib: float  # inputs + weights + every tensor one forward writes, at the used sizes
+    gflop: float | None = None  # its products/convolutions/attention (torch's FLOP counter), when measured
     reference_s: float | None = None  # the reference forward on CPU at the used sizes, when timed
     fitted: bool = True  # False: no factor met the budget; the task keeps its sizes
     note: str = ""
@@ -174,21 +179,29 @@ class Probe:
     input_shapes: list[tuple[int, ...]]
     weight_shapes: list[tuple[int, ...]]
     mib: float  # inputs + weights + every tensor the forward produces (intermediates and output)
+    gflop: float = 0.0  # products, convolutions (as gathered work) and attention of one forward
 
 
 def _written_bytes():
-    """A dispatch mode that adds up the bytes of every tensor an op produces."""
+    """A dispatch mode that adds up the bytes of every tensor an op produces, and the implicit-GEMM
+    work of every convolution (outputs x taps x 2: what a kernel that gathers its taps computes,
+    a strided transposed convolution's skipped taps included)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Written(TorchDispatchMode):
         total = 0
+        conv_work = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for t in out if isinstance(out, (tuple, list)) else [out]:
                 if isinstance(t, torch.Tensor):
                     Written.total += t.numel() * t.element_size()
+            if func.overloadpacket is torch.ops.aten.convolution and isinstance(out, torch.Tensor):
+                weight, transposed, groups = args[1], bool(args[6]), int(args[8])
+                taps = (weight.shape[0] // groups if transposed else weight.shape[1]) * math.prod(weight.shape[2:])
+                Written.conv_work += 2 * out.numel() * taps
             return out
 
     return Written
@@ -200,8 +213,10 @@ def probe(source: str, run_forward: bool = True) -> Probe:
     The footprint counts every intermediate too: the Triton interpreter's time, what a CPU run
     waits on, grows with all the data the kernels write, not just the final output."""
     import torch
+    from torch.utils.flop_counter import FlopCounterMode
 
     module = _load(source)
+    flops = 0
     with torch.device("meta"):
         model = module.Model(*module.get_init_inputs())
         inputs = list(module.get_inputs())
@@ -209,11 +224,15 @@ def probe(source: str, run_forward: bool = True) -> Probe:
         weights = list(model.parameters()) + list(model.buffers())
         total = sum(t.numel() * t.element_size() for t in tensors + weights)
         if run_forward:
-            written = _written_bytes()
-            with torch.no_grad(), written():
+            written, counter = _written_bytes(), FlopCounterMode(display=False)
+            with torch.no_grad(), counter, written():
                 model.eval()(*inputs)
             total += written.total
-    return Probe([tuple(t.shape) for t in tensors], [tuple(w.shape) for w in weights], total / 2**20)
+            # torch's count, with each convolution's useful FLOPs replaced by its gathered work
+            conv = sum(v for op, v in counter.get_flop_counts().get("Global", {}).items()
+                       if "convolution" in str(op))
+            flops = counter.get_total_flops() - conv + written.conv_work
+    return Probe([tuple(t.shape) for t in tensors], [tuple(w.shape) for w in weights], total / 2**20, flops / 1e9)
 
 
 def time_reference(source: str, repeats: int = 1) -> float:
@@ -287,9 +306,11 @@ SNAPS = (1, 2, 4, 8, 16, 32, 64)
 # --------------------------------------------------------------------------- fitting
 
 
-def fit_source(source: str, mib: float, seconds: float | None = None) -> tuple[str, FitResult]:
-    """The source rewritten to fit ``mib`` (and ``seconds`` of reference forward on CPU, if given)."""
-    budget = {"mib": mib, "s": seconds}
+def fit_source(source: str, mib: float, seconds: float | None = None,
+               gflop: float | None = None) -> tuple[str, FitResult]:
+    """The source rewritten to fit ``mib``, and ``gflop`` of products and convolutions and ``seconds``
+    of reference forward on CPU where given."""
+    budget = {"mib": mib, "s": seconds, "gflop": gflop}
     constants = find_constants(source)
     try:
         sizes = size_constants(source, constants)
@@ -298,11 +319,12 @@ def fit_source(source: str, mib: float, seconds: float | None = None) -> tuple[s
         return source, FitResult(1.0, {}, math.nan, fitted=False, budget=budget,
                                  note=f"the task does not run on the meta device ({type(exc).__name__}: {str(exc)[:160]})")
     if not sizes:
-        fits = full.mib <= mib
-        return source, FitResult(1.0, {}, round(full.mib, 3), fitted=fits, budget=budget,
+        fits = full.mib <= mib and (gflop is None or full.gflop <= gflop)
+        return source, FitResult(1.0, {}, round(full.mib, 3), round(full.gflop, 4), fitted=fits, budget=budget,
                                  note="" if fits else "no size constant to scale")
     last_error = ""
     previous: dict[int, Any] | None = None
+    smallest: tuple[str, float, dict[int, Any], Probe] | None = None  # the last variant that built
     for shift in range(MAX_SHIFT + 1):
         factor = 2.0 ** -shift
         if previous is not None and {i: _scaled(constants[i].value, factor) for i in sizes} == previous:
@@ -320,30 +342,44 @@ def fit_source(source: str, mib: float, seconds: float | None = None) -> tuple[s
             except Exception as exc:  # too small for the task (a kernel larger than the input ...)
                 last_error = f"{type(exc).__name__}: {str(exc)[:160]}"
                 continue
-            if measured.mib > mib:
+            smallest = (variant, factor, values, measured)
+            if measured.mib > mib or (gflop is not None and measured.gflop > gflop):
                 break  # over the budget at this factor: try the next one
             elapsed = None
             if seconds is not None:
                 elapsed = time_reference(variant)
                 if elapsed > seconds:
                     break
-            table = {constants[i].label: [_plain(constants[i].value), _plain(values[i])] for i in sizes} if shift else {}
-            return variant, FitResult(factor, table, round(measured.mib, 3),
-                                      None if elapsed is None else round(elapsed, 4), budget=budget)
-    note = "no factor fits" + (f" (last: {last_error})" if last_error else "")
-    return source, FitResult(1.0, {}, round(full.mib, 3), fitted=False, budget=budget, note=note)
+            return variant, _result(constants, sizes, factor, values, measured, elapsed, budget)
+    if smallest is None or smallest[1] == 1.0:
+        note = "no factor fits" + (f" (last: {last_error})" if last_error else "")
+        return source, FitResult(1.0, {}, round(full.mib, 3), round(full.gflop, 4), fitted=False, budget=budget,
+                                 note=note)
+    # nothing meets every budget: the smallest sizes the task still builds at, said so
+    variant, factor, values, measured = smallest
+    result = _result(constants, sizes, factor, values, measured, None, budget)
+    result.fitted = False
+    result.note = "over the budget even at the smallest sizes it builds at; measured at those"
+    return variant, result
+
+
+def _result(constants: Sequence[Constant], sizes: list[int], factor: float, values: dict[int, Any], measured: Probe,
+            elapsed: float | None, budget: dict[str, Any]) -> FitResult:
+    table = {constants[i].label: [_plain(constants[i].value), _plain(values[i])] for i in sizes} if factor < 1 else {}
+    return FitResult(factor, table, round(measured.mib, 3), round(measured.gflop, 4),
+                     None if elapsed is None else round(elapsed, 4), budget=budget)
 
 
 def _plain(value: int | tuple[int, ...]) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def fit_task(task: Task, mib: float, seconds: float | None = None) -> Task:
+def fit_task(task: Task, mib: float, seconds: float | None = None, gflop: float | None = None) -> Task:
     """A copy of ``task`` fitted to the budget, with ``resized`` recording what was done.
 
     A task whose source is unchanged (it already fits, or nothing fits) is returned with the
     record too, so a report can say which tasks kept their sizes and why."""
-    source, result = fit_source(task.source, mib, seconds)
+    source, result = fit_source(task.source, mib, seconds, gflop)
     data = task.to_dict()
     data.pop("id", None)
     data["source"] = source
@@ -354,11 +390,11 @@ def fit_task(task: Task, mib: float, seconds: float | None = None) -> Task:
     return Task.from_dict(data)
 
 
-def fit_tasks(tasks: Sequence[Task], mib: float, seconds: float | None = None,
+def fit_tasks(tasks: Sequence[Task], mib: float, seconds: float | None = None, gflop: float | None = None,
               on_task: Any = None) -> list[Task]:
     out = []
     for task in tasks:
-        fitted = fit_task(task, mib, seconds)
+        fitted = fit_task(task, mib, seconds, gflop)
         out.append(fitted)
         if on_task is not None:
             on_task(fitted)
@@ -392,23 +428,25 @@ def fit_for_eval(tasks: Sequence[Task], fit: Any, device: str) -> tuple[list[Tas
     """The tasks ``core.eval`` verifies under its ``fit`` config, and what was done to them.
 
     Returns ``(tasks, info)``: ``info["reduced"]`` counts tasks now at smaller sizes,
-    ``info["unfitted"]`` names tasks no factor fitted (they keep their sizes), ``info["sizes"]`` maps
+    ``info["unfitted"]`` names tasks no factor fitted (with what they run at), ``info["sizes"]`` maps
     each resized task's name to its :class:`FitResult` record."""
     fit = dict(fit or {})
     info: dict[str, Any] = {"enabled": fit_enabled(fit.get("enabled", "auto"), device), "reduced": 0,
                             "total": len(tasks), "unfitted": [], "sizes": {},
-                            "budget": {"mib": fit.get("mib"), "s": fit.get("s")}}
+                            "budget": {"mib": fit.get("mib"), "s": fit.get("s"), "gflop": fit.get("gflop")}}
     if not info["enabled"]:
         return list(tasks), info
-    mib, seconds = float(fit.get("mib", 4)), None if fit.get("s") is None else float(fit["s"])
+    mib = float(fit.get("mib", 4))
+    seconds = None if fit.get("s") is None else float(fit["s"])
+    gflop = None if fit.get("gflop") is None else float(fit["gflop"])
     # a task with proposer IR was drawn at its sizes by the proposer; only hand-written files are fitted
-    fitted = [task if task.program else fit_task(task, mib, seconds) for task in tasks]
+    fitted = [task if task.program else fit_task(task, mib, seconds, gflop) for task in tasks]
     for task in fitted:
         record = task.resized or {}
         label = f"{task.level}/{task.name}" if task.level and task.name else (task.name or task.id)
         if record.get("sizes"):
             info["reduced"] += 1
             info["sizes"][label] = record
-        elif not record.get("fitted", True):
+        if not record.get("fitted", True):
             info["unfitted"].append(f"{label}: {record.get('note', '')}")
     return fitted, info

@@ -74,11 +74,12 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     originals = tasks
     tasks, fitted = fit_for_eval(tasks, cfg.get("fit"), device)  # CPU-sized copies (core/evaluation/resize.py)
     if fitted["enabled"]:
+        budget = fitted["budget"]
         console.print(f"[bold yellow]measured at reduced sizes: {fitted['reduced']} of {len(tasks)} tasks[/] "
-                      f"(fit: <= {fitted['budget']['mib']} MiB, reference <= {fitted['budget']['s']} s on CPU; "
-                      "sizes in results.json; fit.enabled=false for the tasks' own sizes)")
+                      f"(fit: <= {budget['mib']} MiB, <= {budget['gflop']} GFLOP, reference <= {budget['s']} s "
+                      "on CPU; sizes in results.json; fit.enabled=false for the tasks' own sizes)")
         for line in fitted["unfitted"]:
-            console.print(f"  kept its sizes: {line}")
+            console.print(f"  over the budget: {line}")
 
     heldout_path = cfg.heldout.get("path")
     if cfg.heldout.get("record", True):
