@@ -35,6 +35,7 @@ class Task:
     program: dict[str, Any] | None = None  # the proposer IR (core.program.Program.to_dict), if any
     name: str | None = None  # e.g. KernelBench's "19_ReLU"
     level: str | None = None
+    resized: dict[str, Any] | None = None  # sizes scaled to a CPU budget (core.evaluation.resize.FitResult)
     id: str = ""
 
     def __post_init__(self) -> None:

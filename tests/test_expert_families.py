@@ -111,7 +111,8 @@ def test_what_is_not_lowered_is_declined_with_the_reason(catalog):
     with pytest.raises(Unsupported, match="head dim"):
         lower_program(program, catalog)
     with pytest.raises(Unsupported, match="resident row limit"):
-        lower_program(Program([T((2, 20000))], [N("softmax", (0,))]), catalog)
+        # float32 rows this long are streamed in chunks since issue 19 (test_ops_kernelbench.py)
+        lower_program(Program([T((2, 20000), dtype="float16")], [N("softmax", (0,))]), catalog)
 
 
 @pytest.fixture(scope="module")

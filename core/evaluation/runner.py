@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from core.config import build, resolve_device
 from core.evaluation.cache import CacheKey, EvalCache, hardware, software_versions, split_cached
 from core.evaluation.report import TaskResult, all_declined_warning, summarise, table, write_results
+from core.evaluation.resize import fit_for_eval
 from core.evaluation.suites import HeldOut, Suite, SuiteError, level_of, load_solutions, load_suite
 from core.task import Candidate, Task
 from core.verdict import Verdict
@@ -77,10 +78,20 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     backend = cfg.backend.name
     out_dir = Path(cfg.out_dir)
     console.print(f"suite [bold]{suite.name}[/]: {levels_line(suite, tasks)} from {suite.source}")
+    originals = tasks
+    tasks, fitted = fit_for_eval(tasks, cfg.get("fit"), device)  # CPU-sized copies (core/evaluation/resize.py)
+    if fitted["enabled"]:
+        budget = fitted["budget"]
+        console.print(f"[bold yellow]measured at reduced sizes: {fitted['reduced']} of {len(tasks)} tasks[/] "
+                      f"(fit: <= {budget['mib']} MiB, <= {budget['gflop']} GFLOP, reference <= {budget['s']} s "
+                      "on CPU; sizes in results.json; fit.enabled=false for the tasks' own sizes)")
+        for line in fitted["unfitted"]:
+            console.print(f"  over the budget: {line}")
 
     heldout_path = cfg.heldout.get("path")
     if cfg.heldout.get("record", True):
-        new = HeldOut().record(tasks, heldout_path, label=f"core.eval suite {suite.source}")
+        new = HeldOut().record(list(originals) + [t for t in tasks if t.id not in {o.id for o in originals}],
+                               heldout_path, label=f"core.eval suite {suite.source}")
         console.print(f"held out: {new} new task fingerprint(s) recorded (training excludes them; see core.evaluation.suites)")
 
     candidates, source = candidates_for(cfg, tasks, backend, console)
@@ -129,6 +140,8 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                       "hits": len(found), "verified": len(missing)},
             "attempted": len(attempts), "declined": len(candidates) - len(attempts), "all_declined": bool(warning),
             "seconds": round(time.perf_counter() - started, 2),
+            "resized": {"reduced": fitted["reduced"], "of": len(tasks), "budget": fitted["budget"],
+                        "unfitted": fitted["unfitted"], "tasks": fitted["sizes"]},
             "config": OmegaConf.to_container(cfg, resolve=True)}
     paths = write_results(out_dir, results, groups, meta)
     console.print("results: " + ", ".join(str(p) for p in paths.values()))

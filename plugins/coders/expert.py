@@ -1,8 +1,11 @@
 """The expert coder: lowers a task's program IR to a fused Triton candidate, or declines.
 
-Registered as ``expert``. It answers only tasks that carry a ``program`` (the proposer IR) and only
-for the ``triton`` backend; the lowering lives in :mod:`plugins.coders.expert_lowering`. It is
-deterministic: every sample of a task is the same candidate.
+Registered as ``expert``, for the ``triton`` backend. A task that carries a ``program`` (the
+proposer IR) is lowered from it; any other task (a KernelBench problem file) is first captured
+from its own ``Model.forward`` (:mod:`plugins.coders.expert_capture`: ``torch.export`` on the meta
+device, ATen translated into catalog ops). The lowering lives in
+:mod:`plugins.coders.expert_lowering`. A task with an op the expert cannot lower is declined with
+that op's name. It is deterministic: every sample of a task is the same candidate.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any, Mapping, Sequence
 from core import hookimpl
 from core.program import OpSpec, Program, ProgramError
 from core.task import Candidate, Task
+from plugins.coders.expert_capture import capture
 from plugins.coders.expert_lowering import Unsupported, lower_program
 
 SUPPORTED_BACKENDS = ("triton",)
@@ -38,7 +42,7 @@ class ExpertCoder:
         if backend not in SUPPORTED_BACKENDS:
             return self._declined(task, backend, f"the expert lowers to {SUPPORTED_BACKENDS}, not {backend!r}")
         if not task.program:
-            return self._declined(task, backend, "the task carries no program IR (task.program is empty)")
+            return self._captured(task, backend)
         try:
             program = Program.from_dict(task.program)
             source = lower_program(program, self._catalog())
@@ -48,6 +52,18 @@ class ExpertCoder:
             return self._declined(task, backend, f"malformed program: {exc}")
         return Candidate(source=source, backend=backend, task_id=task.id, coder=self.name, completion=source,
                          meta={"ops": list(program.ops)})
+
+    def _captured(self, task: Task, backend: str) -> Candidate:
+        """A task without IR: its forward captured from the source, then lowered like any program."""
+        try:
+            captured = capture(task, self._catalog())
+            source = lower_program(captured.program, self._catalog(), captured.binding)
+        except Unsupported as exc:
+            return self._declined(task, backend, str(exc))
+        except ProgramError as exc:
+            return self._declined(task, backend, f"the captured program is malformed: {exc}")
+        return Candidate(source=source, backend=backend, task_id=task.id, coder=self.name, completion=source,
+                         meta={"ops": list(captured.program.ops), "captured": captured.aten_ops})
 
     def _declined(self, task: Task, backend: str, reason: str) -> Candidate:
         return Candidate(source="", backend=backend, task_id=task.id, coder=self.name, declined=reason)

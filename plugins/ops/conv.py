@@ -1,13 +1,18 @@
-"""Convolutions (tier 3): conv2d (stride, padding, dilation, groups) and conv_transpose2d.
+"""Convolutions (tier 3): conv1d/2d/3d (stride, padding, dilation, groups) and conv_transpose1d/2d/3d.
 
-``out_channels`` is solved by z3; kernel size, stride, padding, dilation and groups are buckets.
+Every spatial parameter is an int or one int per spatial axis (``kernel_size=(3, 5)``), as in
+``torch.nn.Conv2d``. ``out_channels`` is solved by z3; the other parameters are buckets.
 """
 
 from __future__ import annotations
 
+import math
+
 from core import hookimpl
-from core.program import OpSpec
+from core.program import OpSpec, ProgramError
 from plugins.ops.shape_rules import divides, floordiv, need_rank, rule_op
+
+SPATIAL = ("kernel_size", "stride", "padding", "dilation")
 
 
 def conv_out(size, kernel, stride, padding, dilation):
@@ -19,71 +24,144 @@ def conv_transpose_out(size, kernel, stride, padding, output_padding, dilation):
     return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
 
 
-def _conv_rule(dims, p, need):
-    (x,) = dims
-    need_rank(x, (4,), "conv2d")
-    n, c, h, w = x
-    k, s, pad, d, g = p["kernel_size"], p["stride"], p["padding"], p["dilation"], p["groups"]
-    need(divides(g, c), f"conv2d needs in_channels divisible by groups={g}")
-    need(divides(g, p["out_channels"]), f"conv2d needs out_channels divisible by groups={g}")
-    need(h + 2 * pad - d * (k - 1) - 1 >= 0, "conv2d kernel larger than the padded height")
-    need(w + 2 * pad - d * (k - 1) - 1 >= 0, "conv2d kernel larger than the padded width")
-    return (n, p["out_channels"], conv_out(h, k, s, pad, d), conv_out(w, k, s, pad, d))
+def per_axis(p, key: str, n: int, default: int | None = None) -> tuple:
+    """``p[key]`` as one value per spatial axis (an int is repeated)."""
+    value = p.get(key, default)
+    if value is None:
+        raise ProgramError(f"missing parameter {key!r}")
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ProgramError(f"{key}={tuple(value)} has {len(value)} entries for {n} spatial dims")
+        return tuple(value)
+    return (value,) * n
 
 
-def _conv_flops(s, p):
-    n, c, h, w = s[0]
-    k, st, pad, d = p["kernel_size"], p["stride"], p["padding"], p["dilation"]
-    ho, wo = conv_out(h, k, st, pad, d), conv_out(w, k, st, pad, d)
-    return 2 * n * p["out_channels"] * ho * wo * floordiv(c, p["groups"]) * k * k
+def _spatial(p, n: int) -> tuple[tuple, tuple, tuple, tuple]:
+    return (per_axis(p, "kernel_size", n), per_axis(p, "stride", n, 1), per_axis(p, "padding", n, 0),
+            per_axis(p, "dilation", n, 1))
 
 
-def _conv_weight_bytes(s, p, item):
-    c = s[0][1]
-    return (p["out_channels"] * floordiv(c, p["groups"]) * p["kernel_size"] ** 2 + p["out_channels"]) * item
+def _conv_rule(n: int):
+    name = f"conv{n}d"
+
+    def rule(dims, p, need):
+        (x,) = dims
+        need_rank(x, (n + 2,), name)
+        k, s, pad, d = _spatial(p, n)
+        g = p.get("groups", 1)
+        need(divides(g, x[1]), f"{name} needs in_channels divisible by groups={g}")
+        need(divides(g, p["out_channels"]), f"{name} needs out_channels divisible by groups={g}")
+        out = []
+        for axis in range(n):
+            size = x[2 + axis]
+            need(size + 2 * pad[axis] - d[axis] * (k[axis] - 1) - 1 >= 0, f"{name} kernel larger than the padded input")
+            out.append(conv_out(size, k[axis], s[axis], pad[axis], d[axis]))
+        return (x[0], p["out_channels"], *out)
+
+    return rule
 
 
-def _conv_t_rule(dims, p, need):
-    (x,) = dims
-    need_rank(x, (4,), "conv_transpose2d")
-    n, c, h, w = x
-    k, s, pad, op, d = p["kernel_size"], p["stride"], p["padding"], p["output_padding"], p["dilation"]
-    need(op < s or op < d, "conv_transpose2d needs output_padding < stride or < dilation")
-    ho = conv_transpose_out(h, k, s, pad, op, d)
-    wo = conv_transpose_out(w, k, s, pad, op, d)
-    need(ho >= 1, "conv_transpose2d output height < 1")
-    need(wo >= 1, "conv_transpose2d output width < 1")
-    return (n, p["out_channels"], ho, wo)
+def _conv_flops(n: int):
+    def flops(s, p):
+        x = s[0]
+        k, st, pad, d = _spatial(p, n)
+        outs = [conv_out(x[2 + i], k[i], st[i], pad[i], d[i]) for i in range(n)]
+        return 2 * x[0] * p["out_channels"] * math.prod(outs) * floordiv(x[1], p.get("groups", 1)) * math.prod(k)
+
+    return flops
 
 
-def _conv_t_flops(s, p):
-    n, c, h, w = s[0]
-    return 2 * n * c * h * w * p["out_channels"] * p["kernel_size"] ** 2
+def _conv_weight_bytes(n: int):
+    def weight_bytes(s, p, item):
+        k = per_axis(p, "kernel_size", n)
+        bias = p["out_channels"] if p.get("bias", True) else 0
+        return (p["out_channels"] * floordiv(s[0][1], p.get("groups", 1)) * math.prod(k) + bias) * item
+
+    return weight_bytes
 
 
-def _conv_t_weight_bytes(s, p, item):
-    return (s[0][1] * p["out_channels"] * p["kernel_size"] ** 2 + p["out_channels"]) * item
+def _conv_t_rule(n: int):
+    name = f"conv_transpose{n}d"
+
+    def rule(dims, p, need):
+        (x,) = dims
+        need_rank(x, (n + 2,), name)
+        k, s, pad, d = _spatial(p, n)
+        op = per_axis(p, "output_padding", n, 0)
+        g = p.get("groups", 1)
+        need(divides(g, x[1]), f"{name} needs in_channels divisible by groups={g}")
+        need(divides(g, p["out_channels"]), f"{name} needs out_channels divisible by groups={g}")
+        out = []
+        for axis in range(n):
+            # spatial parameters are buckets (plain ints), never solver variables
+            need(op[axis] < s[axis] or op[axis] < d[axis], f"{name} needs output_padding < stride or < dilation")
+            size = conv_transpose_out(x[2 + axis], k[axis], s[axis], pad[axis], op[axis], d[axis])
+            need(size >= 1, f"{name} output size < 1")
+            out.append(size)
+        return (x[0], p["out_channels"], *out)
+
+    return rule
+
+
+def _conv_t_flops(n: int):
+    def flops(s, p):
+        x = s[0]
+        k = per_axis(p, "kernel_size", n)
+        return 2 * x[0] * x[1] * math.prod(x[2:]) * floordiv(p["out_channels"], p.get("groups", 1)) * math.prod(k)
+
+    return flops
+
+
+def _conv_t_weight_bytes(n: int):
+    def weight_bytes(s, p, item):
+        k = per_axis(p, "kernel_size", n)
+        bias = p["out_channels"] if p.get("bias", True) else 0
+        return (s[0][1] * floordiv(p["out_channels"], p.get("groups", 1)) * math.prod(k) + bias) * item
+
+    return weight_bytes
+
+
+def _ctor(cls: str, keys: tuple[str, ...]):
+    def module(s, p):
+        extras = "".join(f", {key}={p[key]!r}" for key in keys if key in p)
+        bias = "" if p.get("bias", True) else ", bias=False"
+        return f"nn.{cls}({s[0][1]}, {p['out_channels']}, {p['kernel_size']!r}{extras}{bias})"
+
+    return module
+
+
+_CONV_KEYS = ("stride", "padding", "dilation", "groups")
+_CONV_T_KEYS = ("stride", "padding", "output_padding", "groups", "dilation")
+
+
+def _conv_op(n: int, params: dict) -> OpSpec:
+    return rule_op(f"conv{n}d", "conv", 3, 1, f"torch.nn.functional.conv{n}d", _conv_rule(n), _conv_flops(n),
+                   lambda a, p, m: f"{m}({a[0]})", params=params, dim_params={"out_channels": (1, 256)},
+                   ranks=(n + 2,), module=_ctor(f"Conv{n}d", _CONV_KEYS), weight_bytes=_conv_weight_bytes(n),
+                   description=f"{n}-D convolution, channels first (per-axis kernel, stride, padding, dilation)")
+
+
+def _conv_t_op(n: int, params: dict) -> OpSpec:
+    return rule_op(f"conv_transpose{n}d", "conv", 3, 1, f"torch.nn.functional.conv_transpose{n}d", _conv_t_rule(n),
+                   _conv_t_flops(n), lambda a, p, m: f"{m}({a[0]})", params=params,
+                   dim_params={"out_channels": (1, 256)}, ranks=(n + 2,),
+                   module=_ctor(f"ConvTranspose{n}d", _CONV_T_KEYS), weight_bytes=_conv_t_weight_bytes(n),
+                   description=f"{n}-D transposed convolution, channels first")
 
 
 OPS: tuple[OpSpec, ...] = (
-    rule_op("conv2d", "conv", 3, 1, "torch.nn.functional.conv2d", _conv_rule, _conv_flops,
-            lambda a, p, m: f"{m}({a[0]})",
-            params={"out_channels": (4, 8, 16, 32), "kernel_size": (1, 3, 5), "stride": (1, 2),
-                    "padding": (0, 1, 2), "dilation": (1, 2), "groups": (1, 2, 4)},
-            dim_params={"out_channels": (1, 256)}, ranks=(4,),
-            module=lambda s, p: (f"nn.Conv2d({s[0][1]}, {p['out_channels']}, {p['kernel_size']}, "
-                                 f"stride={p['stride']}, padding={p['padding']}, dilation={p['dilation']}, "
-                                 f"groups={p['groups']})"),
-            weight_bytes=_conv_weight_bytes, description="2-D convolution, NCHW, square kernel"),
-    rule_op("conv_transpose2d", "conv", 3, 1, "torch.nn.functional.conv_transpose2d", _conv_t_rule,
-            _conv_t_flops, lambda a, p, m: f"{m}({a[0]})",
-            params={"out_channels": (4, 8, 16), "kernel_size": (2, 3, 4), "stride": (1, 2),
-                    "padding": (0, 1), "output_padding": (0, 1), "dilation": (1,)},
-            dim_params={"out_channels": (1, 256)}, ranks=(4,),
-            module=lambda s, p: (f"nn.ConvTranspose2d({s[0][1]}, {p['out_channels']}, {p['kernel_size']}, "
-                                 f"stride={p['stride']}, padding={p['padding']}, "
-                                 f"output_padding={p['output_padding']}, dilation={p['dilation']})"),
-            weight_bytes=_conv_t_weight_bytes, description="2-D transposed convolution, NCHW, square kernel"),
+    _conv_op(2, {"out_channels": (4, 8, 16, 32), "kernel_size": (1, 3, 5), "stride": (1, 2),
+                 "padding": (0, 1, 2), "dilation": (1, 2), "groups": (1, 2, 4)}),
+    _conv_t_op(2, {"out_channels": (4, 8, 16), "kernel_size": (2, 3, 4), "stride": (1, 2),
+                   "padding": (0, 1), "output_padding": (0, 1), "dilation": (1,)}),
+    _conv_op(1, {"out_channels": (4, 8, 16), "kernel_size": (1, 3, 5), "stride": (1, 2),
+                 "padding": (0, 1, 2), "dilation": (1, 2), "groups": (1, 2)}),
+    _conv_op(3, {"out_channels": (4, 8), "kernel_size": (1, 3), "stride": (1, 2),
+                 "padding": (0, 1), "dilation": (1,), "groups": (1, 2)}),
+    _conv_t_op(1, {"out_channels": (4, 8, 16), "kernel_size": (2, 3, 4), "stride": (1, 2),
+                   "padding": (0, 1), "output_padding": (0, 1), "dilation": (1, 2), "groups": (1, 2)}),
+    _conv_t_op(3, {"out_channels": (4, 8), "kernel_size": (2, 3), "stride": (1, 2),
+                   "padding": (0, 1), "output_padding": (0, 1), "dilation": (1,), "groups": (1,)}),
 )
 
 

@@ -1,4 +1,5 @@
-"""Layout ops (tier 1): transposes, permutes and reshapes. No arithmetic, all data movement."""
+"""Layout ops (tier 1): transposes, permutes, reshapes and broadcasts (views, no arithmetic), and the
+triangular masks ``triu``/``tril``."""
 
 from __future__ import annotations
 
@@ -40,6 +41,53 @@ def _split_rule(dims, p, need):
     return tuple(x[:-1]) + (floordiv(x[-1], f), f)
 
 
+def _reshape_rule(dims, p, need):
+    (x,) = dims
+    target = tuple(p["shape"])
+    if sum(1 for d in target if d == -1) > 1:
+        raise ProgramError(f"reshape to {target}: at most one -1")
+    if any(isinstance(d, int) and d < -1 for d in target):
+        raise ProgramError(f"reshape to {target}: negative size")
+    total = math.prod(x) if x else 1
+    known = math.prod(d for d in target if d != -1)
+    if -1 in target:
+        need(known >= 1, f"reshape to {target}: -1 next to a zero size")
+        need(divides(known, total), f"reshape to {target}: {known} does not divide the element count")
+        return tuple(floordiv(total, known) if d == -1 else d for d in target)
+    need(total == known, f"reshape to {target}: element counts differ")
+    return target
+
+
+def _expand_rule(dims, p, need):
+    """Broadcast to ``shape`` (new dims in front; -1 keeps a dim), as ``Tensor.expand``."""
+    (x,) = dims
+    target = tuple(p["shape"])
+    if len(target) < len(x):
+        raise ProgramError(f"expand to {target}: fewer dims than the rank-{len(x)} input")
+    lead = len(target) - len(x)
+    out = []
+    for i, t in enumerate(target):
+        if i < lead:
+            if t == -1:
+                raise ProgramError(f"expand to {target}: -1 for a new leading dim")
+            out.append(t)
+            continue
+        d = x[i - lead]
+        if t == -1:
+            out.append(d)
+        else:
+            need((d == 1) | (d == t) if not isinstance(d, int) else (d == 1 or d == t),
+                 f"expand to {target}: dim {i} is neither 1 nor {t}")
+            out.append(t)
+    return tuple(out)
+
+
+def _triangle_rule(dims, p, need):
+    (x,) = dims
+    need_rank(x, (2, 3, 4), "triu/tril")
+    return tuple(x)
+
+
 def _numel(s, p):
     return 0
 
@@ -57,6 +105,20 @@ OPS: tuple[OpSpec, ...] = (
     rule_op("split_last", "layout", 1, 1, "torch.reshape", _split_rule, _numel,
             lambda a, p, m: f"{a[0]}.unflatten(-1, (-1, {p['factor']}))", params={"factor": (2, 4, 8)},
             ranks=(1, 2, 3), description="reshape the last dim D into (D // factor, factor)"),
+    rule_op("reshape", "layout", 1, 1, "torch.reshape", _reshape_rule, _numel,
+            lambda a, p, m: f"{a[0]}.reshape{tuple(p['shape'])!r}", params={"shape": ((-1,),)}, ranks=(2, 3, 4),
+            description="reshape to `shape` (one -1 inferred); a view when the strides allow"),
+    rule_op("expand", "layout", 1, 1, "torch.Tensor.expand", _expand_rule, _numel,
+            lambda a, p, m: f"{a[0]}.expand{tuple(p['shape'])!r}",
+            params={"shape": ((2, -1), (3, -1, -1), (2, -1, -1, -1))}, ranks=(1, 2, 3),
+            description="broadcast to `shape` (new dims in front, -1 keeps a dim; a stride-0 view)"),
+    # Masks by position, not views: elementwise kernels that read their element's (row, column).
+    rule_op("triu", "elementwise", 1, 1, "torch.triu", _triangle_rule, lambda s, p: math.prod(s[0]),
+            lambda a, p, m: f"torch.triu({a[0]}, diagonal={p.get('diagonal', 0)})", params={"diagonal": (0, 1, -1)},
+            ranks=(2, 3), description="zero below the `diagonal`-th diagonal of the last two dims"),
+    rule_op("tril", "elementwise", 1, 1, "torch.tril", _triangle_rule, lambda s, p: math.prod(s[0]),
+            lambda a, p, m: f"torch.tril({a[0]}, diagonal={p.get('diagonal', 0)})", params={"diagonal": (0, 1, -1)},
+            ranks=(2, 3), description="zero above the `diagonal`-th diagonal of the last two dims"),
 )
 
 

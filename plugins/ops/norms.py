@@ -1,4 +1,4 @@
-"""Normalisations (tier 2): layer_norm, rms_norm, group_norm, batch_norm in eval mode.
+"""Normalisations (tier 2): layer_norm, rms_norm, group_norm, batch_norm in eval mode (rank 2 to 5).
 
 Each keeps its input's shape and owns its affine weights as an ``nn.Module`` built in ``__init__``.
 """
@@ -28,8 +28,11 @@ def _group_rule(dims, params, need):
 
 def _channel_rule(dims, params, need):
     (shape,) = dims
-    need_rank(shape, (4,), "batch_norm (eval)")
+    need_rank(shape, (2, 3, 4, 5), "batch_norm (eval)")
     return tuple(shape)
+
+
+_BATCH_NORM = {2: "BatchNorm1d", 3: "BatchNorm1d", 4: "BatchNorm2d", 5: "BatchNorm3d"}
 
 
 def _affine_bytes(channel_axis):
@@ -57,7 +60,7 @@ OPS: tuple[OpSpec, ...] = (
             lambda a, p, m: (f"F.batch_norm({a[0]}, {m}.running_mean, {m}.running_var, {m}.weight, {m}.bias, "
                              f"training=False, eps={p.get('eps', 1e-5)!r})"),
             params={"eps": (1e-5,)}, ranks=(4,),
-            module=lambda s, p: f"nn.BatchNorm2d({s[0][1]}, eps={p.get('eps', 1e-5)!r})",
+            module=lambda s, p: f"nn.{_BATCH_NORM[len(s[0])]}({s[0][1]}, eps={p.get('eps', 1e-5)!r})",
             weight_bytes=lambda s, p, item: 4 * s[0][1] * item,
             description="BatchNorm2d in eval mode (running statistics, no update)"),
 )

@@ -50,10 +50,15 @@ MODULE_TENSORS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
-def module_tensors(nodes: list[int], op_of) -> list[tuple[str, str]]:
-    """(kernel parameter, forward expression) of every module tensor the given nodes read."""
+def module_tensors(plan, nodes: list[int]) -> list[tuple[str, str]]:
+    """(kernel parameter, forward expression) of every weight tensor the given nodes read.
+
+    A weight the op does not have (``plan.tensor`` is None: no affine weights) is not passed; the
+    node's kernel lines use the identity value in its place."""
     out = []
     for v in nodes:
-        for suffix, attr in MODULE_TENSORS.get(op_of(v), ()):
-            out.append((f"p{v}_{suffix}", f"self.m{v}.{attr}"))
+        for suffix, attr in MODULE_TENSORS.get(plan.node(v).op, ()):
+            expr = plan.tensor(v, attr)
+            if expr is not None:
+                out.append((f"p{v}_{suffix}", expr))
     return out

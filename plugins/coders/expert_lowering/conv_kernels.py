@@ -1,9 +1,14 @@
-"""conv2d as an implicit GEMM (tl.dot over im2col tiles gathered on the fly, never materialised)
-and 2-D max/avg pooling, each with a fused elementwise epilogue. NCHW, any input strides.
+"""Convolutions over 1, 2 or 3 spatial dims as an implicit GEMM (tl.dot over im2col tiles gathered
+on the fly, never materialised), and max/avg pooling, each with a fused elementwise epilogue.
+Channels first, any input strides, per-axis kernel, stride, padding and dilation.
 
-conv2d: rows are output pixels (n, oh, ow), columns output channels of one group, the reduction
-runs over (c, kh, kw) of that group; padding is a masked load. Pooling: one program per block of
-output elements, the window unrolled (its size is a compile-time constant).
+Every kernel works on a 3-D spatial index space ``(D, H, W)``: a 1-D or 2-D op is the same kernel
+with unit leading spatial dims (size 1, stride 0), folded away at compile time (they are constexpr).
+
+conv: rows are output positions (n, od, oh, ow), columns output channels of one group, the
+reduction runs over (c, kd, kh, kw) of that group; padding is a masked load. The transposed conv
+gathers the input position that scatters into each output position, where ``(o + P - k*D)``
+divides by the stride. Pooling: one program per block of output elements, the window unrolled.
 """
 
 from __future__ import annotations
@@ -14,22 +19,35 @@ from plugins.coders.expert_lowering.matmul_kernels import GPU_CONFIGS
 from plugins.coders.expert_lowering.plan import Group, Plan
 from plugins.coders.expert_lowering.pointwise import round_to
 
-CONV_PARAMS = {"out_channels", "kernel_size", "stride", "padding", "dilation", "groups"}
-CONV_T_PARAMS = {"out_channels", "kernel_size", "stride", "padding", "output_padding", "dilation"}
+CONV_PARAMS = {"out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias"}
+CONV_T_PARAMS = CONV_PARAMS | {"output_padding"}
 POOL_PARAMS = {"kernel_size", "stride", "padding"}
+MAX_POOL_PARAMS = POOL_PARAMS | {"dilation"}
+
+# Python helper every conv/pool launch uses: (N, C, *spatial) as (N, C, D, H, W).
+PAD5_HELPER = '''def _pad5(values, fill):
+    """Sizes or strides of (N, C, *spatial) padded to three spatial dims in front (size 1, stride 0)."""
+    values = tuple(values)
+    return values[:2] + (fill,) * (5 - len(values)) + values[2:]
+'''
 
 
-def _ints(node, names) -> dict[str, int]:
-    out = {}
-    for key in names:
-        value = node.params.get(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise Unsupported(f"{node.op}: parameter {key}={value!r} is not a single integer")
-        out[key] = value
-    extra = set(node.params) - set(names)
+def _axes(node, key: str, n: int, default: int | None) -> tuple[int, int, int]:
+    """One integer per spatial axis, padded in front to three axes with the neutral value."""
+    value = node.params.get(key, default)
+    if value is None and key == "stride":
+        value = node.params["kernel_size"]  # pooling: the stride defaults to the window
+    values = tuple(value) if isinstance(value, (list, tuple)) else (value,) * n
+    if len(values) != n or any(not isinstance(v, int) or isinstance(v, bool) for v in values):
+        raise Unsupported(f"{node.op}: parameter {key}={value!r} is not one integer per spatial axis")
+    neutral = {"kernel_size": 1, "stride": 1, "dilation": 1, "padding": 0, "output_padding": 0}[key]
+    return (neutral,) * (3 - n) + values
+
+
+def _check(node, allowed: set[str]) -> None:
+    extra = set(node.params) - allowed
     if extra:
         raise Unsupported(f"{node.op}: parameters {sorted(extra)} are not understood by the expert lowering")
-    return out
 
 
 def _epilogue(plan: Plan, group: Group, k: Lines, helpers: set[str], operand: int | set[int],
@@ -51,45 +69,59 @@ def _epilogue(plan: Plan, group: Group, k: Lines, helpers: set[str], operand: in
     return ext
 
 
+def _out_index(rank: int, rows: str, cols: str | None) -> list[str]:
+    """Index expressions of (nb, channel, *spatial) for an output of ``rank`` (spatial from the back)."""
+    spatial = [f"oz{rows}", f"oh{rows}", f"ow{rows}"][5 - rank:]
+    return [f"nb{rows}", f"oc{cols}" if cols is not None else "ch"] + spatial
+
+
 def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     n_in = len(plan.program.inputs)
     i = group.anchor
     node = plan.node(i)
-    transposed = node.op == "conv_transpose2d"
-    p = _ints(node, CONV_T_PARAMS if transposed else CONV_PARAMS)
-    p.setdefault("groups", 1)
+    transposed = node.op.startswith("conv_transpose")
+    _check(node, CONV_T_PARAMS if transposed else CONV_PARAMS)
     x_value = node.args[0]
+    rank = len(plan.shapes[x_value])
+    if rank not in (3, 4, 5):
+        raise Unsupported(f"{node.op} of a rank-{rank} input")
+    n = rank - 2
+    ks, st, pad, dil = (_axes(node, key, n, d) for key, d in
+                        (("kernel_size", None), ("stride", 1), ("padding", 0), ("dilation", 1)))
+    groups = node.params.get("groups", 1)
+    if not isinstance(groups, int) or groups < 1:
+        raise Unsupported(f"{node.op}: groups={groups!r}")
     x = value_name(x_value, n_in)
+    weight = plan.tensor(i, "weight")
+    bias = plan.tensor(i, "bias") if node.params.get("bias", True) else None
+    if weight is None:
+        raise Unsupported(f"{node.op} without a weight tensor")
     epilogue = [v for v in group.nodes if v != i]
     ext = [r for r in group.reads if r != x_value or any(r in plan.node(v).args for v in epilogue)]
     outs = group.outputs
     name = f"_conv_{index}"
-    # conv2d gathers input pixel (oh*S - P + kh*D); the transposed conv gathers the pixel that
-    # scatters into oh: ih = (oh + P - kh*D) / S when that divides exactly. Weights are
-    # (OC, C/G, k, k) for conv2d and (C, OC, k, k) for the transposed conv.
+    axes = ("z", "h", "w")  # depth is "z": "id" would read as Python's builtin
     if transposed:
-        gather = [
-            "    th = oh[:, None] + PAD - kh[None, :] * DIL",
-            "    tw = ow[:, None] + PAD - kw[None, :] * DIL",
-            "    ih = th // STRIDE",
-            "    iw = tw // STRIDE",
-            "    valid = (th >= 0) & (tw >= 0) & (th % STRIDE == 0) & (tw % STRIDE == 0) & (ih < H) & (iw < W)",
-        ]
-        w_offset = "(kk // (KS * KS))[:, None] * sw0 + oc[None, :] * sw1"
+        # the input position that scatters into o along an axis: (o + P - k*D) / S, when it divides
+        gather = []
+        for a, up in zip(axes, "DHW"):
+            gather += [f"    t{a} = o{a}[:, None] + P{up} - k{a}[None, :] * D{up}",
+                       f"    i{a} = t{a} // S{up}"]
+        gather.append("    valid = " + " & ".join(
+            f"(t{a} >= 0) & (t{a} % S{up} == 0) & (i{a} < I{up})" for a, up in zip(axes, "DHW")))
+        w_offset = "c[:, None] * sw0 + rj[None, :] * sw1"
     else:
-        gather = [
-            "    ih = ih0[:, None] + kh[None, :] * DIL",
-            "    iw = iw0[:, None] + kw[None, :] * DIL",
-            "    valid = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)",
-        ]
-        w_offset = "oc[None, :] * sw0 + (kk // (KS * KS))[:, None] * sw1"
+        gather = [f"    i{a} = (o{a} * S{up} - P{up})[:, None] + k{a}[None, :] * D{up}" for a, up in zip(axes, "DHW")]
+        gather.append("    valid = " + " & ".join(f"(i{a} >= 0) & (i{a} < I{up})" for a, up in zip(axes, "DHW")))
+        w_offset = "oc[None, :] * sw0 + cl[:, None] * sw1"
     dtype = plan.program.dtype
     params = ["x_ptr", "w_ptr", "bias_ptr"] + [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
-    params += ["NB", "C", "H", "W", "OC", "OH", "OW", "sx0", "sx1", "sx2", "sx3", "sw0", "sw1", "sw2", "sw3"]
+    params += ["NB", "C", "ID", "IH", "IW", "OC", "OD", "OH", "OW"]
+    params += [f"sx{d}" for d in range(5)] + [f"sw{d}" for d in range(5)]
     for r in ext:
-        params += [f"v{r}_s{d}" for d in range(4)]
-    params += ["ON_CPU: tl.constexpr", "KS: tl.constexpr", "STRIDE: tl.constexpr", "PAD: tl.constexpr",
-               "DIL: tl.constexpr", "GROUPS: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr",
+        params += [f"v{r}_s{d}" for d in range(rank)]
+    params += ["ON_CPU: tl.constexpr"] + [f"{p}{up}: tl.constexpr" for p in "KSPD" for up in "DHW"]
+    params += ["GROUPS: tl.constexpr", "HAS_BIAS: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr",
                "BK: tl.constexpr", "GROUP_M: tl.constexpr"]
     precision = ', input_precision="ieee"' if dtype == "float32" else ""
     k = Lines()
@@ -101,8 +133,9 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "g = tl.program_id(1)",
         "CG = C // GROUPS",
         "OCG = OC // GROUPS",
-        "M = NB * OH * OW",
-        "KTOT = CG * KS * KS",
+        "M = NB * OD * OH * OW",
+        "KVOL = KD * KH * KW",
+        "KTOT = CG * KVOL",
         "num_m = tl.cdiv(M, BM)",
         "num_n = tl.cdiv(OCG, BN)",
         "group_size = GROUP_M * num_n",
@@ -116,62 +149,69 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "mask_n = rj < OCG",
         "ow = rm % OW",
         "oh = (rm // OW) % OH",
-        "nb = (rm // (OW * OH)).to(tl.int64)",
+        "oz = (rm // (OW * OH)) % OD",
+        "nb = (rm // (OW * OH * OD)).to(tl.int64)",
         "oc = g * OCG + rj",
-        "ih0 = oh * STRIDE - PAD",
-        "iw0 = ow * STRIDE - PAD",
         "rk = tl.arange(0, BK)",
         "acc = tl.zeros((BM, BN), dtype=tl.float32)",
         "for k0 in range(0, KTOT, BK):",
         "    kk = k0 + rk",
-        "    kw = kk % KS",
-        "    kh = (kk // KS) % KS",
-        "    c = g * CG + kk // (KS * KS)",
+        "    kw = kk % KW",
+        "    kh = (kk // KW) % KH",
+        "    kz = (kk // (KW * KH)) % KD",
+        "    cl = kk // KVOL",
+        "    c = g * CG + cl",
         *gather,
         "    a_mask = mask_m[:, None] & (kk[None, :] < KTOT) & valid",
-        "    a = tl.load(x_ptr + nb[:, None] * sx0 + c[None, :] * sx1 + ih * sx2 + iw * sx3, mask=a_mask, other=0.0)",
+        "    a = tl.load(x_ptr + nb[:, None] * sx0 + c[None, :] * sx1 + iz * sx2 + ih * sx3 + iw * sx4, "
+        "mask=a_mask, other=0.0)",
         "    b_mask = (kk[:, None] < KTOT) & mask_n[None, :]",
-        f"    b = tl.load(w_ptr + {w_offset} + kh[:, None] * sw2 + kw[:, None] * sw3, mask=b_mask, other=0.0)",
+        f"    b = tl.load(w_ptr + {w_offset} + kz[:, None] * sw2 + kh[:, None] * sw3 + kw[:, None] * sw4, "
+        "mask=b_mask, other=0.0)",
         "    if ON_CPU:",
         "        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=\"ieee\")",
         "    else:",
         f"        acc = tl.dot(a, b, acc{precision})",
         "mask = mask_m[:, None] & mask_n[None, :]",
-        "acc = acc + tl.load(bias_ptr + oc, mask=mask_n, other=0.0).to(tl.float32)[None, :]",
+        "if HAS_BIAS:",
+        "    acc = acc + tl.load(bias_ptr + oc, mask=mask_n, other=0.0).to(tl.float32)[None, :]",
     )
-    helpers: set[str] = set()
+    helpers: set[str] = {"_pad5"}
     rounded, needed = round_to(dtype, "acc")
     helpers.update(needed)
     k(f"v{i} = {rounded}")
-    out_idx = ["nb[:, None]", "oc[None, :]", "oh[:, None]", "ow[:, None]"]
-    _epilogue(plan, group, k, helpers, x_value, out_idx)
+    _epilogue(plan, group, k, helpers, x_value, _out_index(rank, "[:, None]", "[None, :]"))
     for o in outs:
-        k(f"tl.store(v{o}_ptr + ((nb[:, None] * OC + oc[None, :]) * OH + oh[:, None]) * OW + ow[:, None], "
-          f"v{o}.to(DT), mask=mask)")
-    call = [x, f"self.m{i}.weight", f"self.m{i}.bias"] + [value_name(r, n_in) for r in ext]
-    call += [value_name(o, n_in) for o in outs]
-    call += [f"*{x}.shape", f"s{i}[1]", f"s{i}[2]", f"s{i}[3]", f"*{x}.stride()", f"*self.m{i}.weight.stride()"]
+        k(f"tl.store(v{o}_ptr + (((nb[:, None] * OC + oc[None, :]) * OD + oz[:, None]) * OH + oh[:, None]) * OW "
+          f"+ ow[:, None], v{o}.to(DT), mask=mask)")
+    call = [x, weight, bias or x] + [value_name(r, n_in) for r in ext] + [value_name(o, n_in) for o in outs]
+    call += [f"*_pad5({x}.shape, 1)", f"s{i}[1]", f"*_pad5(s{i}, 1)[2:]", f"*_pad5({x}.stride(), 0)",
+             f"*_pad5({weight}.stride(), 0)"]
     call += [f"*{value_name(r, n_in)}.stride()" for r in ext]
-    call += [f"ON_CPU=not {x}.is_cuda", f"KS={p['kernel_size']}", f"STRIDE={p['stride']}", f"PAD={p['padding']}",
-             f"DIL={p['dilation']}", f"GROUPS={p['groups']}"]
+    call += [f"ON_CPU=not {x}.is_cuda"]
+    call += [f"{p}{up}={v}" for p, values in zip("KSPD", (ks, st, pad, dil)) for up, v in zip("DHW", values)]
+    call += [f"GROUPS={groups}", f"HAS_BIAS={bias is not None}"]
     joined = ", ".join(call)
-    g = p["groups"]
+    kvol = ks[0] * ks[1] * ks[2]
     launch = [
-        f"_M{i} = s{i}[0] * s{i}[2] * s{i}[3]",
-        f"_OCG{i} = s{i}[1] // {g}",
+        f"_M{i} = _numel(_pad5(s{i}, 1)[2:]) * s{i}[0]",
+        f"_OCG{i} = s{i}[1] // {groups}",
         f"if {x}.is_cuda:",
-        f"    {name}_tuned[lambda META: (max(1, triton.cdiv(_M{i}, META['BM']) * triton.cdiv(_OCG{i}, META['BN'])), {g})]({joined})",
+        f"    {name}_tuned[lambda META: (max(1, triton.cdiv(_M{i}, META['BM']) * triton.cdiv(_OCG{i}, META['BN'])), "
+        f"{groups})]({joined})",
         "else:",
-        f"    _bm = min(64, max(16, triton.next_power_of_2(_M{i})))",
-        f"    _bn = min(64, max(16, triton.next_power_of_2(_OCG{i})))",
-        f"    _bk = min(64, max(16, triton.next_power_of_2({x}.shape[1] // {g} * {p['kernel_size'] ** 2})))",
-        f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(_OCG{i}, _bn)), {g})]({joined}, BM=_bm, BN=_bn, BK=_bk, GROUP_M=8)",
+        # the interpreter pays per program and per op, not per element: few, large tiles
+        f"    _bm = min(2048, max(16, triton.next_power_of_2(_M{i})))",
+        f"    _bn = min(128, max(16, triton.next_power_of_2(_OCG{i})))",
+        f"    _bk = min(256, max(16, triton.next_power_of_2({x}.shape[1] // {groups} * {kvol})))",
+        f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(_OCG{i}, _bn)), {groups})]({joined}, "
+        "BM=_bm, BN=_bn, BK=_bk, GROUP_M=8)",
     ]
     configs = ", ".join(
-        f"triton.Config({{'BM': {bm}, 'BN': {bn}, 'BK': {bk}, 'GROUP_M': {gm}}}, num_warps={w}, num_stages={st})"
-        for bm, bn, bk, gm, w, st in GPU_CONFIGS
+        f"triton.Config({{'BM': {bm}, 'BN': {bn}, 'BK': {bk}, 'GROUP_M': {gm}}}, num_warps={w}, num_stages={s})"
+        for bm, bn, bk, gm, w, s in GPU_CONFIGS
     )
-    tuned = (f"\n{name}_tuned = triton.autotune(configs=[{configs}], key=['NB', 'C', 'H', 'W', 'OC'])({name}) "
+    tuned = (f"\n{name}_tuned = triton.autotune(configs=[{configs}], key=['NB', 'C', 'ID', 'IH', 'IW', 'OC'])({name}) "
              f"if torch.cuda.is_available() else None\n")
     return Kernel(name, k.text() + tuned, launch, helpers)
 
@@ -180,20 +220,26 @@ def pool_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     n_in = len(plan.program.inputs)
     i = group.anchor
     node = plan.node(i)
-    p = _ints(node, POOL_PARAMS)
+    is_max = node.op.startswith("max_pool")
+    _check(node, MAX_POOL_PARAMS if is_max else POOL_PARAMS)
     x_value = node.args[0]
+    rank = len(plan.shapes[x_value])
+    if rank not in (3, 4, 5):
+        raise Unsupported(f"{node.op} of a rank-{rank} input")
+    n = rank - 2
+    ks, st, pad, dil = (_axes(node, key, n, d) for key, d in
+                        (("kernel_size", None), ("stride", None), ("padding", 0), ("dilation", 1)))
     x = value_name(x_value, n_in)
     epilogue = [v for v in group.nodes if v != i]
     ext = [r for r in group.reads if r != x_value or any(r in plan.node(v).args for v in epilogue)]
     outs = group.outputs
-    is_max = node.op == "max_pool2d"
     name = f"_pool_{index}"
     params = ["x_ptr"] + [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
-    params += ["numel", "H", "W", "C", "OH", "OW", "sx0", "sx1", "sx2", "sx3"]
+    params += ["numel", "C", "ID", "IH", "IW", "OD", "OH", "OW"] + [f"sx{d}" for d in range(5)]
     for r in ext:
-        params += [f"v{r}_s{d}" for d in range(4)]
-    params += ["ON_CPU: tl.constexpr", "KS: tl.constexpr", "STRIDE: tl.constexpr", "PAD: tl.constexpr",
-               "BLOCK: tl.constexpr", "IDX64: tl.constexpr"]
+        params += [f"v{r}_s{d}" for d in range(rank)]
+    params += ["ON_CPU: tl.constexpr"] + [f"{p}{up}: tl.constexpr" for p in "KSPD" for up in "DHW"]
+    params += ["BLOCK: tl.constexpr", "IDX64: tl.constexpr"]
     k = Lines()
     k("@triton.jit", f"def {name}({', '.join(params)}):")
     k.indent = 1
@@ -206,46 +252,50 @@ def pool_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "mask = offs < numel",
         "ow = offs % OW",
         "oh = (offs // OW) % OH",
-        "ch = (offs // (OW * OH)) % C",
-        "nb = offs // (OW * OH * C)",
+        "oz = (offs // (OW * OH)) % OD",
+        "ch = (offs // (OW * OH * OD)) % C",
+        "nb = offs // (OW * OH * OD * C)",
         "base = nb * sx0 + ch * sx1",
-        "acc = tl.full((BLOCK,), float('-inf') if IS_MAX else 0.0, tl.float32)".replace(
-            "float('-inf') if IS_MAX else 0.0", "float('-inf')" if is_max else "0.0"),
+        "acc = tl.full((BLOCK,), " + ("float('-inf')" if is_max else "0.0") + ", tl.float32)",
         "nan = tl.zeros((BLOCK,), dtype=tl.int32)",
-        "for kh in tl.static_range(KS):",
-        "    for kw in tl.static_range(KS):",
-        "        ih = oh * STRIDE - PAD + kh",
-        "        iw = ow * STRIDE - PAD + kw",
-        "        ok = mask & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)",
+        "for kz in tl.static_range(KD):",
+        "    for kh in tl.static_range(KH):",
+        "        for kw in tl.static_range(KW):",
+        "            iz = oz * SD - PD + kz * DD",
+        "            ih = oh * SH - PH + kh * DH",
+        "            iw = ow * SW - PW + kw * DW",
+        "            ok = mask & (iz >= 0) & (iz < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+        "            src = x_ptr + base + iz * sx2 + ih * sx3 + iw * sx4",
     )
     if is_max:
         k(
-            "        v = tl.load(x_ptr + base + ih * sx2 + iw * sx3, mask=ok, other=float('-inf')).to(tl.float32)",
-            "        nan = nan | (v != v).to(tl.int32)",
-            "        acc = tl.maximum(acc, v)",
+            "            v = tl.load(src, mask=ok, other=float('-inf')).to(tl.float32)",
+            "            nan = nan | (v != v).to(tl.int32)",
+            "            acc = tl.maximum(acc, v)",
             f"v{i} = tl.where(nan > 0, float('nan'), acc)",
         )
     else:
         k(
-            "        v = tl.load(x_ptr + base + ih * sx2 + iw * sx3, mask=ok, other=0.0).to(tl.float32)",
-            "        acc = acc + v",
-            f"v{i} = acc / (KS * KS)",
+            "            v = tl.load(src, mask=ok, other=0.0).to(tl.float32)",
+            "            acc = acc + v",
+            f"v{i} = acc / (KD * KH * KW)",
         )
-    helpers: set[str] = set()
+    helpers: set[str] = {"_pad5"}
     rounded, needed = round_to(plan.program.dtype, f"v{i}")
     helpers.update(needed)
     if rounded != f"v{i}":
         k(f"v{i} = {rounded}")
-    _epilogue(plan, group, k, helpers, x_value, ["nb", "ch", "oh", "ow"])
+    _epilogue(plan, group, k, helpers, x_value, _out_index(rank, "", None))
     for o in outs:
         k(f"tl.store(v{o}_ptr + offs, v{o}.to(DT), mask=mask)")
     first = value_name(outs[0], n_in)
-    call = [x] + [value_name(r, n_in) for r in ext] + [value_name(o, n_in) for o in outs]
-    call += [f"{first}.numel()", f"{x}.shape[2]", f"{x}.shape[3]", f"{x}.shape[1]", f"s{i}[2]", f"s{i}[3]",
-             f"*{x}.stride()"]
+    tensors = [x] + [value_name(r, n_in) for r in ext] + [value_name(o, n_in) for o in outs]
+    call = list(tensors)
+    call += [f"{first}.numel()", f"*_pad5({x}.shape, 1)[1:]", f"*_pad5(s{i}, 1)[2:]", f"*_pad5({x}.stride(), 0)"]
     call += [f"*{value_name(r, n_in)}.stride()" for r in ext]
-    call += [f"ON_CPU=not {x}.is_cuda", f"KS={p['kernel_size']}", f"STRIDE={p['stride']}", f"PAD={p['padding']}",
-             f"IDX64=_idx64({', '.join([x] + [value_name(r, n_in) for r in ext] + [value_name(o, n_in) for o in outs])})"]
+    call += [f"ON_CPU=not {x}.is_cuda"]
+    call += [f"{p}{up}={v}" for p, values in zip("KSPD", (ks, st, pad, dil)) for up, v in zip("DHW", values)]
+    call += [f"IDX64=_idx64({', '.join(tensors)})"]
     launch = [
         f"_block = 1024 if {x}.is_cuda else 16384",
         f"{name}[(max(1, triton.cdiv({first}.numel(), _block)),)]({', '.join(call)}, BLOCK=_block)",

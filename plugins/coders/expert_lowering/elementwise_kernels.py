@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from plugins.coders.expert_lowering.codegen import Kernel, Lines, module_tensors, offsets, value_name
 from plugins.coders.expert_lowering.errors import Unsupported
-from plugins.coders.expert_lowering.plan import COPY_OP, Group, Plan
+from plugins.coders.expert_lowering.plan import CHANNEL_OPS, COPY_OP, Group, Plan
 from plugins.coders.expert_lowering.pointwise import POINTWISE, pointwise_expr, round_to
 
 # Rows longer than this are not held in registers in one piece; the resident row kernel declines.
@@ -26,17 +26,27 @@ def _node_lines(plan: Plan, value: int, k: Lines, helpers: set[str], row_group: 
     if node.op == COPY_OP:
         k(f"{name} = {args[0]}")
     elif node.op == "batch_norm":
-        # Eval-mode batch norm over NCHW: per-channel running statistics and affine weights.
+        # Eval-mode batch norm over (N, C, ...): per-channel running statistics and affine weights.
         p = f"p{value}"
         eps = float(node.params.get("eps", 1e-5))
+        has = {attr: plan.tensor(value, attr) is not None for attr in ("weight", "bias")}
         k(
             f"{p}_c = i1",
             f"{p}_mean = tl.load({p}_rm + {p}_c, mask=mask, other=0.0).to(tl.float32)",
             f"{p}_var = tl.load({p}_rv + {p}_c, mask=mask, other=1.0).to(tl.float32)",
-            f"{p}_wt = tl.load({p}_w + {p}_c, mask=mask, other=0.0).to(tl.float32)",
-            f"{p}_bs = tl.load({p}_b + {p}_c, mask=mask, other=0.0).to(tl.float32)",
+            f"{p}_wt = tl.load({p}_w + {p}_c, mask=mask, other=0.0).to(tl.float32)" if has["weight"] else f"{p}_wt = 1.0",
+            f"{p}_bs = tl.load({p}_b + {p}_c, mask=mask, other=0.0).to(tl.float32)" if has["bias"] else f"{p}_bs = 0.0",
             f"{name} = ({args[0]} - {p}_mean) / tl.sqrt({p}_var + {eps!r}) * {p}_wt + {p}_bs",
         )
+    elif node.op in ("triu", "tril"):
+        rank = len(plan.shapes[value])
+        diagonal = int(node.params.get("diagonal", 0))
+        keep = ">=" if node.op == "triu" else "<="
+        k(f"{name} = tl.where(i{rank - 1} - i{rank - 2} {keep} {diagonal}, {args[0]}, 0.0)")
+    elif node.op == "expand" and row_group:  # a per-row scalar across its row (plan._try_join)
+        k(f"{name} = tl.broadcast_to({args[0]}, (BM, BN))")
+    elif node.op == "reshape" and row_group:  # a per-row scalar with or without its unit dim
+        k(f"{name} = {args[0]}")
     elif node.op in POINTWISE:
         helpers.update(POINTWISE[node.op].helpers)
         k(f"{name} = {pointwise_expr(node.op, args, node.params)}")
@@ -54,6 +64,17 @@ def _node_lines(plan: Plan, value: int, k: Lines, helpers: set[str], row_group: 
                 f"{t}_nan = tl.max(tl.where(m2 & ({a} != {a}), 1, 0), axis=1)[:, None]",
                 f"{name} = tl.where({t}_nan > 0, float('nan'), {t}_max)",
             )
+        elif node.op == "amin":
+            k(
+                f"{t}_min = tl.min(tl.where(m2, {a}, float('inf')), axis=1)[:, None]",
+                f"{t}_nan = tl.max(tl.where(m2 & ({a} != {a}), 1, 0), axis=1)[:, None]",
+                f"{name} = tl.where({t}_nan > 0, float('nan'), {t}_min)",
+            )
+        elif node.op in ("cumsum", "cumprod"):
+            # the masked tail is the identity of the scan, so a reverse scan starts from the row's end
+            identity = "0.0" if node.op == "cumsum" else "1.0"
+            reverse = ", reverse=True" if node.params.get("reverse", False) else ""
+            k(f"{name} = tl.{node.op}(tl.where(m2, {a}, {identity}), axis=1{reverse})")
         elif node.op == "logsumexp":
             # ATen's composite: m = amax (0 where infinite); log(sum(exp(x - m))) + m, each step
             # rounded to the tensor dtype.
@@ -71,10 +92,14 @@ def _node_lines(plan: Plan, value: int, k: Lines, helpers: set[str], row_group: 
         elif node.op in ("layer_norm", "rms_norm"):
             p = f"p{value}"
             eps = float(node.params.get("eps", 1e-5 if node.op == "layer_norm" else 1e-6))
-            k(f"{p}_wt = tl.load({p}_w + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]")
+            if plan.tensor(value, "weight") is not None:
+                k(f"{p}_wt = tl.load({p}_w + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]")
+            else:
+                k(f"{p}_wt = 1.0")
             if node.op == "layer_norm":
                 k(
-                    f"{p}_bs = tl.load({p}_b + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]",
+                    f"{p}_bs = tl.load({p}_b + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]"
+                    if plan.tensor(value, "bias") is not None else f"{p}_bs = 0.0",
                     f"{t}_mean = tl.sum(tl.where(m2, {a}, 0.0), axis=1)[:, None] / N",
                     f"{t}_dev = tl.where(m2, {a} - {t}_mean, 0.0)",
                     f"{t}_rstd = 1.0 / tl.sqrt(tl.sum({t}_dev * {t}_dev, axis=1)[:, None] / N + {eps!r})",
@@ -121,8 +146,8 @@ def pointwise_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     rank = len(group.shape)
     name = f"_pointwise_{index}"
     reads, outs = group.reads, group.outputs
-    tensors = module_tensors(group.nodes, lambda v: plan.node(v).op)
-    needs_index = any(plan.node(v).op == "batch_norm" for v in group.nodes)
+    tensors = module_tensors(plan, group.nodes)
+    needs_index = any(plan.node(v).op in CHANNEL_OPS for v in group.nodes)
     params = [f"v{r}_ptr" for r in reads] + [f"v{o}_ptr" for o in outs] + [t for t, _ in tensors] + ["numel"]
     params += [f"D{d}" for d in range(rank)]
     for r in reads:
@@ -187,8 +212,10 @@ def row_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     n_in = len(plan.program.inputs)
     base = group.shape
     rank = len(base)
-    if base[-1] > MAX_RESIDENT_ROW:
-        raise Unsupported(f"row of {base[-1]} elements exceeds the resident row limit {MAX_RESIDENT_ROW}")
+    if base[-1] > MAX_RESIDENT_ROW:  # too long for one tile: stream it (row_loop_kernels)
+        from plugins.coders.expert_lowering.row_loop_kernels import looped_row_kernel
+
+        return looped_row_kernel(plan, group, index)
     name = f"_rows_{index}"
     reads, outs = group.reads, group.outputs
     read_kinds = {}
@@ -200,7 +227,7 @@ def row_kernel(plan: Plan, group: Group, index: int) -> Kernel:
             read_kinds[r] = "scal"
         else:
             raise Unsupported(f"row kernel over {base} cannot read a tensor of shape {shape}")
-    tensors = module_tensors(group.nodes, lambda v: plan.node(v).op)
+    tensors = module_tensors(plan, group.nodes)
     params = [f"v{r}_ptr" for r in reads] + [f"v{o}_ptr" for o in outs] + [t for t, _ in tensors] + ["M", "N"]
     params += [f"D{d}" for d in range(rank - 1)]
     for r in reads:

@@ -8,3 +8,15 @@ class Unsupported(Exception):
 
     The coder turns this into ``Candidate.declined``; it never emits a kernel it knows is wrong.
     """
+
+
+class CaptureFailed(Unsupported):
+    """The task's ``Model`` could not be built or traced (before any op was looked at)."""
+
+
+class MissingOp(Unsupported):
+    """The captured graph uses an op the expert has no translation or lowering for."""
+
+    def __init__(self, op: str, message: str | None = None) -> None:
+        super().__init__(message or f"{op} is not in the expert's catalog")
+        self.op = op

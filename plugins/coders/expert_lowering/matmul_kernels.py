@@ -31,8 +31,11 @@ def _operands(plan: Plan, group: Group) -> tuple[list[str], dict[str, str]]:
     i = group.anchor
     if anchor.op == "linear":
         rank = len(plan.shapes[anchor.args[0]])
+        weight = plan.tensor(i, "weight")
+        if weight is None:
+            raise Unsupported("linear without a weight tensor")
         lines = [
-            f"_W{i} = self.m{i}.weight",
+            f"_W{i} = {weight}",
             f"_batch{i}, _M{i}, _K{i} = ({a}.shape[0] if {a}.dim() == 3 else 1), {a}.shape[-2], {a}.shape[-1]",
             f"_N{i} = _W{i}.shape[0]",
             f"_sa{i} = (({a}.stride(0) if {a}.dim() == 3 else 0), {a}.stride(-2), {a}.stride(-1))",
@@ -40,7 +43,8 @@ def _operands(plan: Plan, group: Group) -> tuple[list[str], dict[str, str]]:
         ]
         if rank not in (2, 3):
             raise Unsupported(f"linear of a rank-{rank} input")
-        return lines, {"a": a, "b": f"_W{i}", "bias": f"self.m{i}.bias" if anchor.params.get("bias", True) else ""}
+        bias = plan.tensor(i, "bias") if anchor.params.get("bias", True) else None
+        return lines, {"a": a, "b": f"_W{i}", "bias": bias or ""}
     b = value_name(anchor.args[1], n_in)
     if anchor.op == "matmul":
         lines = [
@@ -150,7 +154,8 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         f"    {name}_tuned[lambda META: (max(1, triton.cdiv(_M{i}, META['BM']) * triton.cdiv(_N{i}, META['BN'])), "
         f"max(1, _batch{i}))]({joined})",
         "else:",
-        f"    _bm, _bn, _bk = (min(64, max(16, triton.next_power_of_2(d))) for d in (_M{i}, _N{i}, _K{i}))",
+        # the interpreter pays per program and per op, not per element: few, large tiles
+        f"    _bm, _bn, _bk = (min(c, max(16, triton.next_power_of_2(d))) for c, d in zip((256, 256, 128), (_M{i}, _N{i}, _K{i})))",
         f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(_N{i}, _bn)), max(1, _batch{i}))]({joined}, "
         "BM=_bm, BN=_bn, BK=_bk, GROUP_M=8)",
     ]

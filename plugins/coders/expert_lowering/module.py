@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from core.program import OpSpec, Program, _TORCH_DTYPE
-from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
-from plugins.coders.expert_lowering.elementwise_kernels import pointwise_kernel, row_kernel
-from plugins.coders.expert_lowering.conv_kernels import conv_kernel, pool_kernel
+from core.program import _TORCH_DTYPE, OpSpec, Program
 from plugins.coders.expert_lowering.attention_kernels import attention_kernel
+from plugins.coders.expert_lowering.binding import Binding
+from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
+from plugins.coders.expert_lowering.conv_kernels import PAD5_HELPER, conv_kernel, pool_kernel
+from plugins.coders.expert_lowering.elementwise_kernels import pointwise_kernel, row_kernel
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.groupnorm_kernels import group_norm_kernel
 from plugins.coders.expert_lowering.layout import COPY_HELPER, view_kernel
@@ -20,9 +21,10 @@ from plugins.coders.expert_lowering.pointwise import HELPERS, POINTWISE
 EMITTERS = {"pointwise": pointwise_kernel, "row": row_kernel, "view": view_kernel, "matmul": matmul_kernel,
             "conv": conv_kernel, "pool": pool_kernel, "group_norm": group_norm_kernel,
             "attention": attention_kernel}
-ALL_HELPERS = dict(HELPERS, _strided_copy=COPY_HELPER)
+ALL_HELPERS = dict(HELPERS, _strided_copy=COPY_HELPER, _pad5=PAD5_HELPER)
 
-_SAME_SHAPE = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "group_norm", COPY_OP)
+_SAME_SHAPE = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "group_norm", "cumsum", "cumprod",
+               "triu", "tril", COPY_OP)
 
 # Op name -> forward expression of its output shape from its operands' shape variables.
 SHAPE_RULES = {
@@ -93,20 +95,31 @@ def _shape_line(plan: Plan, value: int, n_in: int) -> str:
         keep = bool(node.params.get("keepdim", False))
         return f"s{value} = {a[0]}[:-1] + (1,)" if keep else f"s{value} = {a[0]}[:-1]"
     rule = SHAPE_RULES.get(node.op)
-    if rule is None:
-        raise Unsupported(f"op {node.op!r} has no shape rule in the expert lowering")
+    if rule is None or not _square(node.params):
+        # Every task runs at the sizes it was written for: the planned shape is the shape.
+        return f"s{value} = {tuple(int(d) for d in plan.shapes[value])!r}"
     return f"s{value} = {rule(a, node.params)}"
 
 
-def lower_program(program: Program, catalog: Mapping[str, OpSpec]) -> str:
-    """The candidate module source for ``program``; raises :class:`Unsupported` with the reason."""
+def _square(params) -> bool:
+    """The shape rules above take one int per spatial parameter (a square kernel ...)."""
+    return not any(isinstance(v, (list, tuple)) for k, v in params.items() if k != "dims")
+
+
+def lower_program(program: Program, catalog: Mapping[str, OpSpec], binding: Binding | None = None) -> str:
+    """The candidate module source for ``program``; raises :class:`Unsupported` with the reason.
+
+    :param binding: where the weights come from when they are not the program's own modules
+        (a program captured from a task's ``Model``); see :mod:`plugins.coders.expert_lowering.binding`.
+    """
     dtypes = {t.dtype for t in program.inputs}
     if len(dtypes) > 1:
         raise Unsupported(f"inputs of mixed dtypes {sorted(dtypes)}")
     if program.dtype not in SUPPORTED_DTYPES:
         raise Unsupported(f"dtype {program.dtype!r} is not lowered (supported: {SUPPORTED_DTYPES})")
-    plan = plan_program(program, catalog)
+    plan = plan_program(program, catalog, binding.tensors if binding else None)
     n_in = len(program.inputs)
+    n_args = binding.n_args if binding else n_in
     kernels: list[Kernel] = []
     for index, group in enumerate(plan.groups):
         emit = EMITTERS.get(group.kind)
@@ -115,9 +128,11 @@ def lower_program(program: Program, catalog: Mapping[str, OpSpec]) -> str:
         kernels.append(emit(plan, group, index))
 
     init = Lines(indent=2)
+    if binding is not None:
+        init(*binding.init)
     for i, node in enumerate(program.nodes):
         spec = catalog[node.op]
-        if spec.module is not None:
+        if spec.module is not None and binding is None:
             shapes = [plan.shapes[a] for a in node.args]
             ctor = spec.module(shapes, node.params)
             if program.dtype != "float32":
@@ -125,6 +140,8 @@ def lower_program(program: Program, catalog: Mapping[str, OpSpec]) -> str:
             init(f"self.m{n_in + i} = {ctor}")
 
     fwd = Lines(indent=2)
+    for i in range(n_args, n_in):
+        fwd(f"x{i} = {binding.inputs[i]}")
     stored = {o for g in plan.groups for o in g.outputs}
     for v in list(range(n_in)) + sorted(plan.group_of):
         fwd(_shape_line(plan, v, n_in))
@@ -140,9 +157,13 @@ def lower_program(program: Program, catalog: Mapping[str, OpSpec]) -> str:
     parts = [_PRELUDE.format(summary=" -> ".join(program.ops))]
     parts += ["\n" + ALL_HELPERS[h] for h in helpers]
     parts += ["\n" + k.source for k in kernels if k.source]
-    args = ", ".join(f"x{i}" for i in range(n_in))
+    if binding is not None and binding.preamble:
+        parts.append("\n" + binding.preamble)
+    args = ", ".join(binding.arg_names if binding is not None and binding.arg_names is not None
+                     else [f"x{i}" for i in range(n_args)])
+    signature = f"self, {binding.signature}" if binding is not None and binding.signature else "self"
     cls = Lines()
-    cls("", "class ModelNew(nn.Module):", "    def __init__(self):", "        super().__init__()")
+    cls("", "class ModelNew(nn.Module):", f"    def __init__({signature}):", "        super().__init__()")
     cls.lines += init.lines
     cls("", f"    def forward(self, {args}):")
     cls.lines += fwd.lines

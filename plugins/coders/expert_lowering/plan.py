@@ -22,15 +22,18 @@ from core.program import Node, OpSpec, Program, Shape
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.pointwise import POINTWISE
 
-ROW_REDUCTIONS = ("sum", "mean", "amax", "logsumexp")
+ROW_REDUCTIONS = ("sum", "mean", "amax", "amin", "logsumexp")
 ROW_NORMS = ("layer_norm", "rms_norm")  # row -> row, with affine weights over the last dim
-ROW_MAPS = ("softmax", "log_softmax") + ROW_NORMS
+ROW_SCANS = ("cumsum", "cumprod")  # row -> row, inclusive scans
+ROW_MAPS = ("softmax", "log_softmax") + ROW_NORMS + ROW_SCANS
 ROW_OPS = ROW_REDUCTIONS + ROW_MAPS
-CHANNEL_OPS = ("batch_norm",)  # pointwise over NCHW with per-channel parameters (eval mode)
-LAYOUT_OPS = ("transpose", "permute", "flatten", "split_last")  # views (or a copy, then a view)
+# Pointwise ops that read their element's index (its channel, its row and column): flat kernels only.
+CHANNEL_OPS = ("batch_norm", "triu", "tril")
+LAYOUT_OPS = ("transpose", "permute", "flatten", "split_last", "reshape", "expand")  # views (or a copy, then a view)
+RESHAPES = ("flatten", "split_last", "reshape")  # a view of a contiguous tensor stays contiguous
 MATMUL_OPS = ("linear", "matmul", "bmm")
-CONV_OPS = ("conv2d", "conv_transpose2d")
-POOL_OPS = ("max_pool2d", "avg_pool2d")
+CONV_OPS = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
+POOL_OPS = ("max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d")
 GROUP_NORM_OPS = ("group_norm",)
 ATTENTION_OPS = ("scaled_dot_product_attention",)
 COPY_OP = "_copy"  # a synthetic identity node: materialises an output that would alias an input
@@ -59,11 +62,20 @@ class Plan:
     group_of: dict[int, int]  # value id -> index of the group defining it
     extra: dict[int, Node] = field(default_factory=dict)  # synthetic nodes (an output copy)
     output: int = -1  # the value forward returns
+    # (value, attribute) -> forward expression of a weight tensor, or None for an absent one (no bias);
+    # unbound pairs read the op's own module, ``self.m<value>.<attribute>``
+    tensors: dict[tuple[int, str], str | None] = field(default_factory=dict)
 
     def node(self, value: int) -> Node:
         if value in self.extra:
             return self.extra[value]
         return self.program.nodes[value - len(self.program.inputs)]
+
+    def tensor(self, value: int, attr: str) -> str | None:
+        """Forward expression of weight ``attr`` of the op defining ``value`` (None: it has none)."""
+        if (value, attr) in self.tensors:
+            return self.tensors[(value, attr)]
+        return f"self.m{value}.{attr}"
 
 
 def _row_kind_of_shape(shape: Shape, base: Shape) -> str | None:
@@ -75,7 +87,7 @@ def _row_kind_of_shape(shape: Shape, base: Shape) -> str | None:
 
 
 def _check_reduction_params(op: str, params: Mapping[str, Any]) -> None:
-    allowed = {"keepdim"} if op in ROW_REDUCTIONS else set()
+    allowed = {"keepdim"} if op in ROW_REDUCTIONS else {"reverse"} if op in ROW_SCANS else set()
     allowed |= {"dim"}
     extra = set(params) - allowed
     if extra:
@@ -92,6 +104,22 @@ def is_pointwise(op: str) -> bool:
 def _try_join(group: Group, op: str, value: int, args: tuple[int, ...], shapes: list[Shape]) -> bool:
     """Add the node to ``group`` if the group can compute it in registers; return whether it did."""
     out_shape = shapes[value]
+    if op in ("expand", "reshape") and group.kind == "row":
+        # A per-row scalar broadcast along its row (x - x.mean(-1, keepdim=True)), or re-viewed with
+        # or without its unit dim: no data moves, the value stays in registers.
+        (a,) = args
+        kind = None
+        if group.kinds.get(a) == "scal":
+            if op == "expand" and tuple(out_shape) == tuple(group.shape) \
+                    and tuple(shapes[a]) == tuple(group.shape[:-1]) + (1,):
+                kind = "row"
+            elif op == "reshape" and _row_kind_of_shape(out_shape, group.shape) == "scal":
+                kind = "scal"
+        if kind is None:
+            return False
+        group.nodes.append(value)
+        group.kinds[value] = kind
+        return True
     if op in CHANNEL_OPS and group.kind != "pointwise":
         return False
     if is_pointwise(op):
@@ -159,7 +187,17 @@ def _live_values(program: Program) -> set[int]:
     return live
 
 
-def plan_program(program: Program, catalog: Mapping[str, OpSpec]) -> Plan:
+def _view_root(plan_nodes, value: int, n_in: int) -> tuple[int, bool]:
+    """(the value a chain of views starts from, whether every view in it is a reshape)."""
+    only_reshapes = True
+    while value >= n_in and plan_nodes(value).op in LAYOUT_OPS:
+        only_reshapes &= plan_nodes(value).op in RESHAPES
+        value = plan_nodes(value).args[0]
+    return value, only_reshapes
+
+
+def plan_program(program: Program, catalog: Mapping[str, OpSpec],
+                 tensors: Mapping[tuple[int, str], str | None] | None = None) -> Plan:
     """Greedy fusion in program order: a node joins the last group when it can, else opens one."""
     shapes = program.value_shapes(catalog)
     n_in = len(program.inputs)
@@ -178,7 +216,7 @@ def plan_program(program: Program, catalog: Mapping[str, OpSpec]) -> Plan:
         if op in ROW_NORMS:
             _check_params(op, node.params, {"eps"})
         if op in CHANNEL_OPS:
-            _check_params(op, node.params, {"eps"})
+            _check_params(op, node.params, {"eps"} if op == "batch_norm" else {"diagonal"})
         if groups and _try_join(groups[-1], op, value, node.args, shapes):
             group_of[value] = len(groups) - 1
             groups[-1].channel |= op in CHANNEL_OPS
@@ -219,9 +257,11 @@ def plan_program(program: Program, catalog: Mapping[str, OpSpec]) -> Plan:
                     groups[producer].outputs.append(a)
     out = program.output
     extra: dict[int, Node] = {}
-    if groups[group_of[out]].kind == "view":
-        # The output would be a view (of an input, or of a kernel's result): copy it out with a
-        # kernel, so the caller gets a fresh tensor and some kernel did the work.
+    root, only_reshapes = _view_root(lambda v: program.nodes[v - n_in], out, n_in)
+    if groups[group_of[out]].kind == "view" and (root < n_in or not only_reshapes):
+        # The output would be a view of an input, or a permuted or broadcast view of a kernel's
+        # result: copy it out with a kernel, so the caller gets a fresh, dense tensor that some
+        # kernel wrote. A reshape of a kernel's own (contiguous) result is returned as it is.
         copy = len(shapes)
         extra[copy] = Node(COPY_OP, (out,))
         shapes.append(tuple(shapes[out]))
@@ -231,4 +271,4 @@ def plan_program(program: Program, catalog: Mapping[str, OpSpec]) -> Plan:
         out = copy
     if out not in groups[group_of[out]].outputs:
         groups[group_of[out]].outputs.append(out)
-    return Plan(program, shapes, groups, group_of, extra, out)
+    return Plan(program, shapes, groups, group_of, extra, out, dict(tensors or {}))

@@ -27,6 +27,18 @@ def _tanh(x):
     r = tl.where(a < 0.125, series, r)
     return tl.where(x < 0, -r, r)
 ''',
+    "_expm1": '''@triton.jit
+def _expm1(x):
+    # exp(x) - 1 without the cancellation near zero (a short series there), exact -1 at -Inf.
+    series = x * (1.0 + x * (0.5 + x * (0.16666666666666666 + x * 0.041666666666666664)))
+    return tl.where(tl.abs(x) < 0.01, series, tl.exp(x) - 1.0)
+''',
+    "_log1p": '''@triton.jit
+def _log1p(u):
+    # log(1 + u) accurate for small u (Goldberg: log(w) * u / (w - 1) with w = 1 + u rounded).
+    w = 1.0 + u
+    return tl.where(w == 1.0, u, tl.where(u == float("inf"), u, tl.log(w) * (u / (w - 1.0))))
+''',
     "_round_bf16": '''@triton.jit
 def _round_bf16(x, ON_CPU: tl.constexpr):
     # fp32 -> nearest bfloat16 (ties to even), kept in fp32: PyTorch rounds every op's result so.
@@ -93,6 +105,57 @@ def _clamp(a: Sequence[str], p: Mapping[str, Any]) -> str:
     return f"tl.where({x} != {x}, {x}, {inner})"
 
 
+def _nan_or(x: str, expr: str) -> str:
+    """``expr``, except NaN where ``x`` is NaN (Triton's min/max drop NaN; PyTorch propagates it)."""
+    return f"tl.where({x} != {x}, {x}, {expr})"
+
+
+def _extremum(fn: str):
+    def expr(a: Sequence[str], p: Mapping[str, Any]) -> str:
+        x, y = a
+        return f"tl.where({x} != {x}, {x}, tl.where({y} != {y}, {y}, tl.{fn}({x}, {y})))"
+
+    return expr
+
+
+def _pow(a: Sequence[str], p: Mapping[str, Any]) -> str:
+    """``x ** e`` as ATen computes it: products and square roots for the small exponents it special-cases."""
+    x = a[0]
+    e = float(_num(p.get("exponent"), "exponent", "pow_scalar"))
+    special = {0.0: "tl.where({x} == {x}, 1.0, 1.0)", 1.0: "{x}", 2.0: "({x} * {x})", 3.0: "({x} * {x} * {x})",
+               0.5: "tl.sqrt_rn({x})", -0.5: "(1.0 / tl.sqrt_rn({x}))", -1.0: "(1.0 / {x})",
+               -2.0: "(1.0 / ({x} * {x}))"}
+    if e in special:
+        return special[e].format(x=x)
+    magnitude = f"tl.exp({e!r} * tl.log(tl.abs({x})))"
+    if e.is_integer():  # a negative base keeps the sign of an odd integer power; 0 ** e by the limit
+        sign = f"tl.where({x} < 0, {-1.0 if int(e) % 2 else 1.0}, 1.0)"
+        return f"({sign} * {magnitude})"
+    return f"tl.where({x} < 0, float('nan'), {magnitude})"
+
+
+def _elu(alpha: str, scale: str = "1.0"):
+    def expr(a: Sequence[str], p: Mapping[str, Any]) -> str:
+        x = a[0]
+        coef = alpha if alpha else _num(p.get("alpha", 1.0), "alpha", "elu")
+        return f"tl.where({x} > 0, {scale} * {x}, ({coef} * {scale}) * _expm1({x}))"
+
+    return expr
+
+
+def _mish(a: Sequence[str], p: Mapping[str, Any]) -> str:
+    x = a[0]
+    # softplus without a threshold, as ATen's mish; above 20 tanh(softplus(x)) is 1 in fp32 anyway
+    return f"({x} * _tanh(tl.where({x} > 20.0, {x}, _log1p(tl.exp({x})))))"
+
+
+def _smooth_l1(x: str, beta: str) -> str:
+    if float(beta) <= 0.0:
+        raise Unsupported(f"smooth_l1: beta={beta} (the loss is then plain L1; not lowered)")
+    z = f"tl.abs({x})"
+    return f"tl.where({z} < {beta}, 0.5 * {z} * {z} / {beta}, {z} - 0.5 * {beta})"
+
+
 POINTWISE: dict[str, Pointwise] = {
     "add": Pointwise(2, frozenset(), lambda a, p: f"({a[0]} + {a[1]})"),
     "sub": Pointwise(2, frozenset(), lambda a, p: f"({a[0]} - {a[1]})"),
@@ -113,6 +176,24 @@ POINTWISE: dict[str, Pointwise] = {
         1, frozenset({"negative_slope"}),
         lambda a, p: f"tl.where({a[0]} < 0.0, {a[0]} * {_num(p.get('negative_slope', 0.01), 'negative_slope', 'leaky_relu')}, {a[0]})",
     ),
+    "div": Pointwise(2, frozenset(), lambda a, p: f"({a[0]} / {a[1]})"),
+    "maximum": Pointwise(2, frozenset(), _extremum("maximum")),
+    "minimum": Pointwise(2, frozenset(), _extremum("minimum")),
+    "div_scalar": Pointwise(1, frozenset({"value"}), lambda a, p: f"({a[0]} / {_num(p['value'], 'value', 'div_scalar')})"),
+    "rsub_scalar": Pointwise(1, frozenset({"value"}), lambda a, p: f"({_num(p['value'], 'value', 'rsub_scalar')} - {a[0]})"),
+    "pow_scalar": Pointwise(1, frozenset({"exponent"}), _pow),
+    "abs": Pointwise(1, frozenset(), lambda a, p: f"tl.abs({a[0]})"),
+    "neg": Pointwise(1, frozenset(), lambda a, p: f"(-{a[0]})"),
+    "sqrt": Pointwise(1, frozenset(), lambda a, p: f"tl.sqrt_rn({a[0]})"),
+    "rsqrt": Pointwise(1, frozenset(), lambda a, p: f"(1.0 / tl.sqrt_rn({a[0]}))"),
+    "exp": Pointwise(1, frozenset(), lambda a, p: f"tl.exp({a[0]})"),
+    "log": Pointwise(1, frozenset(), lambda a, p: f"tl.log({a[0]})"),
+    "mish": Pointwise(1, frozenset(), _mish, ("_tanh", "_log1p")),
+    "hardsigmoid": Pointwise(
+        1, frozenset(), lambda a, p: _nan_or(a[0], f"tl.minimum(tl.maximum({a[0]} + 3.0, 0.0), 6.0) / 6.0")),
+    "elu": Pointwise(1, frozenset({"alpha"}), _elu(""), ("_expm1",)),
+    "selu": Pointwise(1, frozenset(), _elu("1.6732632423543772", "1.0507009873554805"), ("_expm1",)),
+    "smooth_l1": Pointwise(1, frozenset({"beta"}), lambda a, p: _smooth_l1(a[0], _num(p.get("beta", 1.0), "beta", "smooth_l1"))),
 }
 
 

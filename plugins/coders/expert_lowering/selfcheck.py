@@ -52,9 +52,9 @@ def compare(task_source: str, candidate_source: str, *, device: str = "cpu", see
         torch.manual_seed(seed + trial)
         init = ref.get_init_inputs()
         torch.manual_seed(seed + trial)
-        model = ref.Model(*init).to(device)
+        model = ref.Model(*init).to(device).eval()  # as the verifier builds both: eval mode
         torch.manual_seed(seed + trial)
-        model_new = cand.ModelNew(*init).to(device)
+        model_new = cand.ModelNew(*init).to(device).eval()
         torch.manual_seed(seed + 1000 + trial)
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ref.get_inputs()]
         before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from core import hookimpl
-
 from plugins.coders.llm.coder import LLMCoder
 from plugins.coders.llm.prompts import extract_code, render_completion, render_prompt
 

@@ -11,9 +11,8 @@ import logging
 import random
 from typing import Any, Sequence
 
-from core.program import Program, ProgramError, TensorSpec, Node, render_task_source
+from core.program import Node, Program, ProgramError, TensorSpec, render_task_source
 from core.task import Task
-
 from plugins.coders.llm.prompts import FALLBACK_GUIDES, render_completion, render_prompt
 
 log = logging.getLogger(__name__)
