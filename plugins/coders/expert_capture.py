@@ -316,9 +316,9 @@ class _Rename(ast.NodeTransformer):
 def init_source(task_source: str) -> str:
     """The task module without its inputs, ``Model`` renamed ``_TaskInit`` and stripped of ``forward``.
 
-    Imports of modules the verifier's static check refuses are dropped (an ``__init__`` that needs
-    them fails at construction, honestly, instead of the candidate being flagged)."""
-    from plugins.verifiers.static import FORBIDDEN_MODULES
+    Imports of modules outside the Triton backend's static policy are dropped (an ``__init__`` that
+    needs them is then refused for the name it cannot bind, instead of for the import)."""
+    from plugins.backends.triton_backend import STATIC_POLICY
 
     tree = ast.parse(task_source)
     body = []
@@ -331,7 +331,7 @@ def init_source(task_source: str) -> str:
             continue  # the module docstring
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in stmt.names] if isinstance(stmt, ast.Import) else [stmt.module or ""]
-            if any(n.split(".")[0] in FORBIDDEN_MODULES or n in FORBIDDEN_MODULES for n in names):
+            if any(STATIC_POLICY.rule(n) is None for n in names):
                 continue
         if isinstance(stmt, ast.ClassDef) and stmt.name == "Model":
             stmt.name = INIT_CLASS

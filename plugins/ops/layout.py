@@ -106,11 +106,11 @@ OPS: tuple[OpSpec, ...] = (
             lambda a, p, m: f"{a[0]}.unflatten(-1, (-1, {p['factor']}))", params={"factor": (2, 4, 8)},
             ranks=(1, 2, 3), description="reshape the last dim D into (D // factor, factor)"),
     rule_op("reshape", "layout", 1, 1, "torch.reshape", _reshape_rule, _numel,
-            lambda a, p, m: f"{a[0]}.reshape{tuple(p['shape'])!r}", params={"shape": ((-1,),)}, ranks=(2, 3, 4),
+            lambda a, p, m: f"{a[0]}.reshape{tuple(p['shape'])!r}", params={"shape": ([-1],)}, ranks=(2, 3, 4),
             description="reshape to `shape` (one -1 inferred); a view when the strides allow"),
     rule_op("expand", "layout", 1, 1, "torch.Tensor.expand", _expand_rule, _numel,
             lambda a, p, m: f"{a[0]}.expand{tuple(p['shape'])!r}",
-            params={"shape": ((2, -1), (3, -1, -1), (2, -1, -1, -1))}, ranks=(1, 2, 3),
+            params={"shape": ([2, -1], [3, -1, -1], [2, -1, -1, -1])}, ranks=(1, 2, 3),  # lists: JSON round trips
             description="broadcast to `shape` (new dims in front, -1 keeps a dim; a stride-0 view)"),
     # Masks by position, not views: elementwise kernels that read their element's (row, column).
     rule_op("triu", "elementwise", 1, 1, "torch.triu", _triangle_rule, lambda s, p: math.prod(s[0]),
