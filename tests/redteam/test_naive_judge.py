@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from escape_guard import ESCAPE, escape_lock
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -32,8 +33,9 @@ HONEST = [p for p in CANDIDATES if _header(p).get("expect") == "accepted"]
 def _naive(path: Path) -> dict:
     task = HERE / "tasks" / f"{_header(path)['task']}.py"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, str(HERE / "naive_judge.py"), str(task), str(path)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    with escape_lock(exclusive=ESCAPE.name in path.read_text()):  # no sandbox here: its escape is real
+        proc = subprocess.run([sys.executable, str(HERE / "naive_judge.py"), str(task), str(path)], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=300)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert lines, f"the naive judge gave no answer: {proc.stderr[-2000:]}"
     return json.loads(lines[-1])

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from escape_guard import ESCAPE, escape_lock
 
 from core.task import Candidate, Task
 from core.verify import Verifier
@@ -47,14 +48,15 @@ def test_every_candidate_declares_task_and_expectation():
 def test_candidate_gets_the_expected_verdict(verifier, path):
     task_name, expect = header(path)
     task = Task.from_file(HERE / "tasks" / f"{task_name}.py")
-    escape = Path("/tmp/kz_redteam_escape.pt")
-    escape.unlink(missing_ok=True)
     timeout = header(path, "timeout")  # the hang candidate need not burn the whole default limit
     probes = header(path, "probes")  # "drawn 0 1 2": judged under default probe plans drawn from these seeds
     if probes:
         _expect_under_drawn_plans(task, path, expect, [int(s) for s in probes.split()[1:]])
         return
-    verdict = verifier.verify(task, Candidate.from_file(path), timeout_s=float(timeout) if timeout else None)
+    with escape_lock(exclusive=False):  # no naive (unsandboxed) run writes the file meanwhile
+        ESCAPE.unlink(missing_ok=True)
+        verdict = verifier.verify(task, Candidate.from_file(path), timeout_s=float(timeout) if timeout else None)
+        escaped = ESCAPE.exists()
     summary = f"{verdict.status}: {verdict.reason}"
     if expect == "accepted":
         assert verdict.accepted, summary
@@ -69,7 +71,7 @@ def test_candidate_gets_the_expected_verdict(verifier, path):
     assert verdict.reason.startswith(f"{check}:"), summary
     assert not verdict.checks[check].passed
     assert verdict.checks[check].hack == ("hack" in flags), summary
-    assert not escape.exists(), "a candidate wrote outside the sandbox"
+    assert not escaped, "a candidate wrote outside the sandbox"
 
 
 def test_pool_survives_crashes_and_hangs(verifier):
