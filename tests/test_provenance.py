@@ -110,6 +110,45 @@ def test_a_kernel_reading_memory_of_unknown_origin_is_found(backend, kernels):
     assert any("memory of unknown origin" in f for f in findings), findings
 
 
+def test_an_audited_copy_of_memory_of_unknown_origin_is_found(backend, kernels):
+    stash = torch.randn(1000)  # made outside the call and held by nothing the call may start from
+
+    def forward(a):
+        staged = torch.empty_like(a)
+        staged.copy_(stash)  # an allowed op: but what it copies came from nowhere the judge saw
+        out = torch.empty_like(a)
+        kernels["copy"][(4,)](staged, out, a.numel(), BLOCK=256)
+        return out
+
+    findings = _call(backend, forward, [torch.randn(1000)])
+    assert any("torch.copy_ copied memory of unknown origin" in f for f in findings), findings
+
+
+def test_host_written_memory_copied_by_torch_is_found(backend, kernels):
+    def forward(a, b):
+        host = torch.empty_like(a)
+        _host_write(host, a.numpy() + b.numpy())
+        out = torch.empty_like(a)
+        kernels["copy"][(4,)](host.clone(), out, a.numel(), BLOCK=256)
+        return out
+
+    findings = _call(backend, forward, [torch.randn(1000), torch.randn(1000)])
+    assert any("torch.clone copied memory whose bytes changed" in f for f in findings), findings
+
+
+def test_shifting_a_buffer_within_itself_is_not_a_finding(backend, kernels):
+    def forward(a, b):
+        out = torch.empty_like(a)
+        kernels["add"][(4,)](a, b, out, a.numel(), BLOCK=256)
+        out[1:].copy_(out[:-1].clone())  # an audited copy inside one storage
+        return out
+
+    assert _call(backend, forward, [torch.randn(1000), torch.randn(1000)]) == []
+
+
+TABLE = torch.linspace(0, 1, 1000)  # a module-level constant, made at import before any input existed
+
+
 def test_module_tensors_and_weights_prepared_in_init_may_be_read(backend, kernels):
     class Model(torch.nn.Module):
         def __init__(self):
@@ -123,6 +162,7 @@ def test_module_tensors_and_weights_prepared_in_init_may_be_read(backend, kernel
             tmp = torch.empty_like(a)
             kernels["add"][(4,)](a, self.prepared, tmp, a.numel(), BLOCK=256)
             kernels["add"][(4,)](tmp, self.shift, out, a.numel(), BLOCK=256)
+            kernels["add"][(4,)](out, TABLE, out, a.numel(), BLOCK=256)
             return out
 
     model = Model()

@@ -94,12 +94,16 @@ def storages_of(values: Any) -> list[Any]:
 
 def module_tensors(model: Any) -> list[Any]:
     """Every tensor the module holds: parameters, buffers and plain tensor attributes (weights
-    transformed in ``__init__``), of it and its submodules."""
+    transformed in ``__init__``), of it and its submodules; and the tensors among the globals of
+    the module that defines its class (constants made at import, before any input existed)."""
+    import sys
+
     import torch
 
     if not isinstance(model, torch.nn.Module):
         return []
-    out: list[Any] = []
+    defining = sys.modules.get(type(model).__module__)
+    out: list[Any] = [v for v in vars(defining).values() if isinstance(v, torch.Tensor)] if defining else []
     for m in model.modules():
         for v in vars(m).values():
             if isinstance(v, (torch.Tensor, list, tuple)):
@@ -215,6 +219,12 @@ class Ledger:
             return
         if name in COPY_OPS and source is not None and source.numel() and source.device.type == "cpu":
             src_entry = self.entries.get(source.untyped_storage().data_ptr())
+            if src_entry is None:  # an audited copy does not launder memory nothing audited produced
+                self._note(f"torch.{name} copied memory of unknown origin (none of the inputs, the module's "
+                           "tensors, a fresh allocation or a kernel's output: filled outside the audit)")
+            elif src_entry is not entry and self._changed(src_entry):
+                self._note(f"torch.{name} copied memory whose bytes changed after the last kernel or audited "
+                           "PyTorch op (host code laundered through a copy)")
             if src_entry is not None:
                 per_element = src_entry.producer[element_bytes(source)].min(axis=1).reshape(source.shape)
                 try:
