@@ -133,7 +133,7 @@ class Ledger:
     def __init__(self) -> None:
         self.entries: dict[int, Entry] = {}
         self.findings: list[str] = []
-        self._unknown_read: set[tuple[str, int]] = set()
+        self.launching = 0  # >0 while a kernel launch runs: the launcher's own copies are not judged
 
     # ------------------------------------------------------------------ recording
 
@@ -219,7 +219,9 @@ class Ledger:
             return
         if name in COPY_OPS and source is not None and source.numel() and source.device.type == "cpu":
             src_entry = self.entries.get(source.untyped_storage().data_ptr())
-            if src_entry is None:  # an audited copy does not launder memory nothing audited produced
+            if self.launching:
+                pass  # the interpreter staging a launch's arguments, not the candidate
+            elif src_entry is None:  # an audited copy does not launder memory nothing audited produced
                 self._note(f"torch.{name} copied memory of unknown origin (none of the inputs, the module's "
                            "tensors, a fresh allocation or a kernel's output: filled outside the audit)")
             elif src_entry is not entry and self._changed(src_entry):
@@ -240,6 +242,7 @@ class Ledger:
 
     def before_launch(self, kernel: str, storages: list[Any]) -> None:
         """Each argument storage must hold the bytes last seen; an unknown one is entered as such."""
+        self.launching += 1
         for s in storages:
             entry = self.entries.get(s.data_ptr())
             if entry is None:
@@ -263,6 +266,7 @@ class Ledger:
 
     def after_launch(self, kernel: str, storages: list[Any], loaded: set[int]) -> None:
         """The kernel ran: its argument storages are snapshotted again; reading unknown memory is a finding."""
+        self.launching -= 1
         for s in storages:
             entry = self.entries.get(s.data_ptr())
             if entry is None:
