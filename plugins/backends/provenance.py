@@ -24,7 +24,7 @@ name it (the runtime guard refuses the harness's modules, and frames are refused
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from core.verification.evidence import UNPRODUCED
 
@@ -63,32 +63,35 @@ def _bytes_of(storage: Any) -> Any:
         return view.numpy()
 
 
-def storages_of(values: Any) -> list[Any]:
-    """The distinct CPU storages behind every tensor in ``values`` (nested lists, tuples, dicts)."""
+def tensors_in(values: Any, depth: int = 0) -> Iterator[Any]:
+    """Every tensor in ``values``: nested lists, tuples and dicts, and the tensor behind a Triton
+    ``TensorWrapper`` or ``TensorDescriptor`` (its ``base``)."""
     import torch
 
+    if depth > 8:
+        return
+    if isinstance(values, torch.Tensor):
+        yield values
+    elif isinstance(values, (list, tuple)):
+        for item in values:
+            yield from tensors_in(item, depth + 1)
+    elif isinstance(values, dict):
+        for item in values.values():
+            yield from tensors_in(item, depth + 1)
+    else:
+        base = getattr(values, "base", None)
+        if isinstance(base, torch.Tensor):
+            yield base
+
+
+def storages_of(values: Any) -> list[Any]:
+    """The distinct CPU storages behind every tensor in ``values`` (:func:`tensors_in`)."""
     found: dict[int, Any] = {}
-
-    def visit(v: Any, depth: int = 0) -> None:
-        if depth > 4:
-            return
-        if isinstance(v, torch.Tensor):
-            if v.device.type == "cpu" and not v.is_meta:
-                s = v.untyped_storage()
-                if s.nbytes():
-                    found.setdefault(s.data_ptr(), s)
-        elif isinstance(v, (list, tuple)):
-            for item in v:
-                visit(item, depth + 1)
-        elif isinstance(v, dict):
-            for item in v.values():
-                visit(item, depth + 1)
-        else:
-            base = getattr(v, "base", None)  # triton TensorWrapper / TensorDescriptor
-            if isinstance(base, torch.Tensor):
-                visit(base, depth + 1)
-
-    visit(values)
+    for t in tensors_in(values):
+        if t.device.type == "cpu" and not t.is_meta:
+            s = t.untyped_storage()
+            if s.nbytes():
+                found.setdefault(s.data_ptr(), s)
     return list(found.values())
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.verification.evidence import RACE_FINDING, RACE_SUMMARY
-from plugins.backends.provenance import KERNEL
+from plugins.backends.provenance import KERNEL, tensors_in
 from plugins.backends.triton_races import ATOMIC, EXCHANGE, LOAD, MAX_ADDRESSES, STORE, AccessLog, find_races
 
 MAX_FINDINGS = 16
@@ -149,24 +149,7 @@ _lock = threading.Lock()
 
 def storage_ranges(values: Any) -> list[tuple[int, int]]:
     """Byte ranges of the storages behind every tensor in launch arguments (nested tuples too)."""
-    ranges: list[tuple[int, int]] = []
-
-    def visit(v: Any) -> None:
-        if isinstance(v, (tuple, list)):
-            for item in v:
-                visit(item)
-            return
-        base = getattr(v, "base", None)  # triton TensorWrapper / TensorDescriptor
-        if base is not None and hasattr(base, "untyped_storage"):
-            visit(base)
-            return
-        if hasattr(v, "untyped_storage") and hasattr(v, "data_ptr"):
-            storage = v.untyped_storage()
-            lo = storage.data_ptr()
-            ranges.append((lo, lo + storage.nbytes()))
-
-    visit(values)
-    return ranges
+    return [(s.data_ptr(), s.data_ptr() + s.nbytes()) for s in (t.untyped_storage() for t in tensors_in(values))]
 
 
 def _in_bounds(addresses: Any, itemsize: int) -> Any:
