@@ -336,6 +336,8 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         "max_new_tokens": 512,  # completion budget
         "temperature": 1.0,  # GRPO sampling
         "top_p": 1.0,  # GRPO sampling
+        "turns": 1,  # attempts per GRPO episode; > 1: rejected attempts get the verdict's feedback (core.loop.refinement)
+        "feedback_tokens": 96,  # token budget of that feedback (the verdict's reason + failing check's detail)
         # prompt_format: a core.loop.distillation.PromptFormat, the prompt a student coder is given
         # and the completion that answers it; core.distill writes its rows in it.
         "prompt_format": None,

@@ -21,6 +21,7 @@ from transformers import TrainerCallback
 from core.contracts import optional
 from core.loop.metrics import aggregate, solve_rates, step_metrics
 from core.loop.phase_common import StateCallback, common_args, finish_phase, quiet, resume_checkpoint
+from core.loop.refinement import training_env
 from core.loop.rewards import RewardMix
 from core.loop.shared_verification import SharedVerification
 from core.loop.taskstream import TaskStream
@@ -38,7 +39,12 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
         raise TrainingError(f"phase {phase.name!r} has no reward terms; give it reward.weights")
     s = training.settings
     coder, backend = training.coder, training.backend
-    stream = TaskStream(training.proposer, training.curriculum, prompt=lambda t: coder.prompt(t, backend),
+    env = training_env(training, mix)  # coder.turns > 1: multi-turn episodes (TRL's rollout_func)
+
+    def prompt(task):
+        return coder.prompt(task, backend)
+
+    stream = TaskStream(training.proposer, training.curriculum, prompt=env.registering(prompt) if env else prompt,
                         fits=coder.fits, batch=s.tasks_per_step, exclude=exclude)
     shared = SharedVerification(verifier=training.verifier, stream=stream,
                                 to_candidate=lambda t, text: coder.to_candidate(t, text, backend),
@@ -52,16 +58,16 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     )
     grpo_kwargs.update(s.grpo_kwargs)
     args = GRPOConfig(**common_args(training, phase), **grpo_kwargs)
-    step_cb = StepCallback(training, phase, shared, stream)
-    trainer = GRPOTrainer(model=coder.hf_model, reward_funcs=shared.reward_functions(), args=args,
+    step_cb = StepCallback(training, phase, env or shared, stream)
+    trainer = GRPOTrainer(model=coder.hf_model, reward_funcs=(env or shared).reward_functions(), args=args,
                           train_dataset=stream.dataset(), processing_class=coder.hf_tokenizer,
-                          callbacks=[StateCallback(training, phase), step_cb])
+                          callbacks=[StateCallback(training, phase), step_cb], rollout_func=env)
     checkpoint = resume_checkpoint(training, phase)
     quiet(trainer)
     trainer.train(resume_from_checkpoint=checkpoint)
     step_cb.flush_round()
     training.progress["step_offset"] = int(training.progress.get("step_offset", 0)) + phase.steps
-    training.console.print(f"{phase.name}: {shared.verifications} verifications, {stream.streamed} tasks streamed, "
+    training.console.print(f"{phase.name}: {(env or shared).verifications} verifications, {stream.streamed} tasks streamed, "
                            f"{stream.skipped} skipped (held out or too long)")
     finish_phase(training, phase, trainer)
 

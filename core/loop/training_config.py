@@ -53,6 +53,7 @@ class TrainSettings:
     tasks_per_step: int = 2
     num_generations: int = 4
     beta: float = 0.0
+    turn_discount: float = 0.4  # multi-turn episodes (coder.turns > 1): reward = sum_t turn_discount^(t-1) r_t
     save_steps: int = 5
     save_total_limit: int = 2
     steps_per_round: int = 5

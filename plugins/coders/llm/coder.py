@@ -49,6 +49,8 @@ class LLMCoder:
     temperature: float = 1.0
     top_p: float = 1.0
     greedy: bool = False  # first sample greedy (deterministic evaluation); others sampled
+    turns: int = 1  # attempts per GRPO episode; > 1: a rejected attempt is followed by the verdict's feedback
+    feedback_tokens: int = 96  # token budget of that feedback
     batch_size: int = 8
     lora: dict[str, Any] | None = None
     adapter: str | None = None
