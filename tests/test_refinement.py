@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.loop.refinement import RefinementEnv, fenced_code
+from core.loop.refinement import RefinementEnv, fenced_code, training_env
 from core.loop.rewards import RewardMix
 from core.loop.turns import (
     TRIM_MARK,
@@ -249,3 +250,37 @@ def test_real_verifier_rejects_turn_one_with_feedback_and_accepts_the_fix():
     assert episode.accepted_turn == 2
     assert second.rewards["correctness"] == 1.0 and first.rewards["correctness"] < 1.0
     assert isinstance(second.candidate, Candidate) and second.candidate.source.strip() == good.strip()
+
+
+# ---------------------------------------------------------------- the training run (Hydra: coder.turns, trainer.turn_discount)
+
+
+def test_a_training_run_with_two_turns_plays_episodes_through_trl(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from fake_training_run import run
+
+    from core import plugins
+    from core.loop import grpo
+
+    made = []
+
+    def keep(training, mix):
+        env = training_env(training, mix)
+        made.append(env)
+        return env
+
+    monkeypatch.setattr(grpo, "training_env", keep)
+    old = plugins._pm
+    try:
+        run(str(tmp_path), ["coder.turns=2", "trainer.turn_discount=0.5", "trainer.phases.correctness.steps=2"])
+    finally:
+        plugins.set_plugin_manager(old)
+    [env] = made
+    assert env.turns == 2 and env.discount == 0.5
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1] and all(r["samples"] == 4 for r in rows)
+    episodes = list(env._episodes.values())
+    assert len(episodes) == 8
+    # 16 new tokens cannot hold a kernel: every first turn is rejected and its episode gets a second, judged turn
+    assert all(len(e.turns) == 2 and e.turns[0].feedback_ids and e.turns[1].verdict.task_id == e.task.id
+               for e in episodes)
