@@ -174,6 +174,13 @@ class RefinementEnv:
 
     # ------------------------------------------------------------------ episodes
 
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def feedback_ids(self, verdict: Verdict) -> list[int]:
+        """The tokens shown after a rejected attempt: its verdict's feedback, trimmed and rendered."""
+        return self.encode(self.render_turn(verdict_feedback(verdict, self.feedback_tokens, self._count)))
+
     def play(self, tasks: Sequence[Task], prompts: Sequence[str], generate: Generate,
              max_length: int | None = None, room: int = 0) -> list[Episode]:
         """One episode per (task, prompt): generate, verify, feed back, until accepted or out of turns.
@@ -182,7 +189,7 @@ class RefinementEnv:
         :param max_length: the model's context length; an episode whose next context would not leave
             ``room`` tokens for another completion ends early.
         """
-        episodes = [self._new_episode(t, self._encode(p)) for t, p in zip(tasks, prompts, strict=True)]
+        episodes = [self._new_episode(t, self.encode(p)) for t, p in zip(tasks, prompts, strict=True)]
         live = list(episodes)
         for turn in range(1, self.turns + 1):
             if not live:
@@ -200,8 +207,7 @@ class RefinementEnv:
                 episode.turns.append(step)
                 if verdicts[i].accepted or turn == self.turns:
                     continue
-                feedback = verdict_feedback(verdicts[i], self.feedback_tokens, self._count)
-                step.feedback_ids = self._encode(self.render_turn(feedback))
+                step.feedback_ids = self.feedback_ids(verdicts[i])
                 if max_length is not None and len(episode.context()) + max(1, room) > max_length:
                     step.feedback_ids = []
                     continue
@@ -269,11 +275,8 @@ class RefinementEnv:
             self._episodes.pop(next(iter(self._episodes)))
         return episode
 
-    def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
     def _count(self, text: str) -> int:
-        return len(self._encode(text))
+        return len(self.encode(text))
 
     def _verify(self, tasks: list[Task], candidates: list[Candidate]) -> list[Verdict]:
         verdicts: list[Verdict | None] = [None] * len(candidates)

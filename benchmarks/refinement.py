@@ -1,0 +1,221 @@
+"""Does the verdict's feedback help? pass@1 after turn 1 vs after turn k on a training run's held-out tasks.
+
+    python -m benchmarks.refinement --run RUN_DIR [--turns 3] [--feedback-sft 300] \
+        [--out docs/results/refinement.json] [--plot docs/results/refinement.png]
+
+``RUN_DIR`` is the output directory of a ``python -m core.run`` training run (its ``.hydra/config.yaml``
+and ``train_state.json`` say which coder, tasks and model). The held-out tasks are the run's own
+(the reserved eval bucket, never trained on). Each task is one episode of
+:class:`core.loop.refinement.RefinementEnv`, generated greedily: turn 1 is the run's held-out
+evaluation; a rejected attempt is followed by the verdict's reason and failing check's detail
+(``coder.feedback_tokens``) and the model writes again, up to ``--turns`` turns. Every attempt is
+judged by the run's sandboxed verifier. "pass@1 after turn t" is the share of tasks accepted at a
+turn <= t.
+
+``--feedback-sft STEPS`` then teaches the model to use feedback and measures again: the model
+answers ``--sft-tasks`` *training* tasks (the held-out bucket excluded), the teacher (``expert``)
+answers the ones it failed, and each verified teacher answer becomes one pair ``prompt + failed
+attempt + feedback -> teacher's kernel`` (token ids exactly as an episode's context holds them),
+mixed with as many of the run's own distillation pairs (replay, so turn 1 is not forgotten).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf, open_dict
+
+from core.loop.refinement import Episode, RefinementEnv, generate_ids
+from core.loop.rewards import RewardMix
+
+# Seed offset of the proposer that draws the feedback-SFT tasks (apart from every other proposer of the run).
+SFT_SEED_OFFSET = 7_340_033
+
+
+def load_training(run: Path, verifier: Any):
+    """The run's :class:`core.loop.training.Training` (config, held-out tasks, coder with its trained model)."""
+    from core.loop.training import Training
+
+    cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
+    with open_dict(cfg):
+        cfg.out_dir = str(run)
+    training = Training(cfg, verifier)
+    if not training.progress.get("model"):
+        raise SystemExit(f"{run} has no trained model yet (train_state.json names none); finish the run first")
+    training._load_coder()
+    return training
+
+
+def greedy(coder: Any):
+    """``contexts -> new ids``: the coder's model, greedy, ``max_new_tokens``, in batches of ``batch_size``."""
+    model, tok = coder.hf_model, coder.hf_tokenizer
+    model.eval()
+
+    def generate(contexts: list[list[int]]) -> list[list[int]]:
+        out: list[list[int]] = []
+        for start in range(0, len(contexts), coder.batch_size):
+            out += generate_ids(model, contexts[start:start + coder.batch_size], pad_token_id=tok.pad_token_id,
+                                eos_token_ids=tok.eos_token_id, do_sample=False, max_new_tokens=coder.max_new_tokens)
+        return out
+
+    return generate
+
+
+def summarise(episodes: list[Episode], turns: int, seconds: float) -> dict[str, Any]:
+    n = max(1, len(episodes))
+    first_fail = [e.turns[0].verdict for e in episodes if not e.turns[0].verdict.accepted]
+    refined = [e for e in episodes if len(e.turns) > 1]
+    repeated = sum(e.turns[1].candidate.source == e.turns[0].candidate.source for e in refined)
+    return {
+        "tasks": len(episodes),
+        "pass_after_turn": [sum(e.passed_by(t) for e in episodes) / n for t in range(1, turns + 1)],
+        "compile_at_turn": [sum(len(e.turns) >= t and e.turns[t - 1].verdict.compiled for e in episodes)
+                            / max(1, sum(len(e.turns) >= t for e in episodes)) for t in range(1, turns + 1)],
+        "rejected_at_turn_1": len(first_fail),
+        "first_failures": dict(Counter((v.reason or v.status).split(":")[0] for v in first_fail).most_common()),
+        "second_turn_repeats_first": repeated, "second_turns": len(refined),
+        "seconds": round(seconds, 1),
+    }
+
+
+def measure(env: RefinementEnv, training: Any, tasks: list, label: str) -> dict[str, Any]:
+    coder, backend = training.coder, training.backend
+    t0 = time.perf_counter()
+    episodes = env.play(tasks, [coder.prompt(t, backend) for t in tasks], greedy(coder))
+    result = summarise(episodes, env.turns, time.perf_counter() - t0)
+    curve = " -> ".join(f"{p:.3f}" for p in result["pass_after_turn"])
+    print(f"{label}: pass@1 after turn 1..{env.turns}: {curve} on {len(tasks)} held-out tasks; "
+          f"{result['rejected_at_turn_1']} rejected at turn 1 ({result['first_failures']}); second turn repeats the "
+          f"first in {result['second_turn_repeats_first']}/{result['second_turns']} ({result['seconds']} s)", flush=True)
+    return result
+
+
+def feedback_pairs(env: RefinementEnv, training: Any, n_tasks: int) -> tuple[list[dict[str, list[int]]], dict[str, int]]:
+    """Token-level SFT rows ``context after a failed turn -> the teacher's verified kernel``."""
+    from core.config import build
+    from core.loop.attempts import attempt, copy_state, propose
+
+    coder, backend, tok = training.coder, training.backend, training.coder.hf_tokenizer
+    proposer = training.heldout.guard(build("proposer", training.cfg.proposer, seed=training.seed + SFT_SEED_OFFSET))
+    tasks = propose(proposer, n_tasks, copy_state(training.curriculum.state))
+    one_turn = RefinementEnv(verifier=env.verifier, tokenizer=tok, mix=env.mix, turns=1, backend=backend,
+                             to_candidate=env.to_candidate)
+    episodes = one_turn.play(tasks, [coder.prompt(t, backend) for t in tasks], greedy(coder))
+    failed = [e for e in episodes if not e.turns[0].verdict.accepted]
+    teacher = training.teacher()
+    fixes = {task.id: cand for task, cand, _ in attempt(teacher, [e.task for e in failed], env.verifier, backend).accepted()}
+    rows = []
+    for e in failed:
+        if e.task.id in fixes:
+            context = e.prompt_ids + e.turns[0].completion_ids + env.feedback_ids(e.turns[0].verdict)
+            target = env.encode(coder.completion_for(fixes[e.task.id].source)) + [tok.eos_token_id]
+            rows.append({"input_ids": context + target, "completion_mask": [0] * len(context) + [1] * len(target)})
+    counts = {"tasks": len(tasks), "failed_turn_1": len(failed), "teacher_fixes": len(fixes), "pairs": len(rows)}
+    return rows, counts
+
+
+def replay_pairs(training: Any, n: int) -> list[dict[str, list[int]]]:
+    """``n`` of the run's own distillation pairs (prompt -> teacher kernel), tokenised as SFT does."""
+    tok = training.coder.hf_tokenizer
+    path = training.out / "distill_pairs.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][:n]
+    out = []
+    for r in rows:
+        prompt = tok(r["prompt"], add_special_tokens=False)["input_ids"]
+        target = tok(r["completion"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        out.append({"input_ids": prompt + target, "completion_mask": [0] * len(prompt) + [1] * len(target)})
+    return out
+
+
+def feedback_sft(training: Any, rows: list[dict[str, list[int]]], steps: int, lr: float, out: Path) -> dict[str, float]:
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    coder = training.coder
+    args = SFTConfig(output_dir=str(out), max_steps=steps, learning_rate=lr, per_device_train_batch_size=8,
+                     completion_only_loss=True, packing=False, max_length=4096, report_to=[], save_strategy="no",
+                     logging_steps=max(1, steps // 10), use_cpu=True, seed=training.seed)
+    trainer = SFTTrainer(model=coder.hf_model, args=args, train_dataset=Dataset.from_list(rows),
+                         processing_class=coder.hf_tokenizer)
+    trainer.train()
+    coder.set_model(trainer.model)
+    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    return {"steps": steps, "pairs": len(rows), "loss_first": losses[0], "loss_last": losses[-1]}
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for key, label in (("base", "distilled model"), ("feedback_sft", "after feedback SFT")):
+        if key in result:
+            ys = result[key]["pass_after_turn"]
+            ax.plot(range(1, len(ys) + 1), ys, marker="o", label=label)
+    ax.set_xlabel("turn (attempts so far)")
+    ax.set_ylabel("held-out pass@1 (accepted by turn t)")
+    ax.set_xticks(range(1, result["turns"] + 1))
+    ax.set_ylim(0, 1)
+    ax.set_title(f"Refinement from verdict feedback, {result['base']['tasks']} held-out tasks")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", type=Path, required=True, help="a finished `python -m core.run` output directory")
+    p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--feedback-tokens", type=int, default=None, help="default: the run's coder.feedback_tokens")
+    p.add_argument("--feedback-sft", type=int, default=0, help="SFT steps on feedback pairs, then measure again")
+    p.add_argument("--sft-tasks", type=int, default=256)
+    p.add_argument("--sft-lr", type=float, default=1e-3)
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--plot", type=Path, default=None)
+    a = p.parse_args(argv)
+    from core.contracts import optional
+    from core.verification.executor import executor_for_run
+
+    t0 = time.perf_counter()
+    cfg = OmegaConf.load(a.run / ".hydra" / "config.yaml")
+    with executor_for_run(cfg) as verifier:
+        training = load_training(a.run, verifier)
+        budget = a.feedback_tokens or int(optional(training.coder, "Coder", "feedback_tokens"))
+        mix = RewardMix(**{k: v for k, v in OmegaConf.to_container(cfg.reward, resolve=True).items() if k != "name"})
+        coder, backend = training.coder, training.backend
+        env = RefinementEnv(verifier=verifier, tokenizer=coder.hf_tokenizer, mix=mix, turns=a.turns,
+                            discount=training.settings.turn_discount, feedback_tokens=budget, backend=backend,
+                            to_candidate=lambda task, text: coder.to_candidate(task, text, backend))
+        tasks = training._held_out_tasks()
+        result: dict[str, Any] = {"run": str(a.run), "model": training.progress["model"], "turns": a.turns,
+                                  "feedback_tokens": budget, "base": measure(env, training, tasks, "distilled model")}
+        if a.feedback_sft:
+            rows, counts = feedback_pairs(env, training, a.sft_tasks)
+            replay = replay_pairs(training, len(rows))
+            print(f"feedback SFT data: {counts}; + {len(replay)} replayed distillation pairs", flush=True)
+            result["feedback_sft_data"] = {**counts, "replayed": len(replay)}
+            if rows:
+                result["feedback_sft_train"] = feedback_sft(training, rows + replay, a.feedback_sft, a.sft_lr,
+                                                            a.run / "feedback_sft")
+                result["feedback_sft"] = measure(env, training, tasks, "after feedback SFT")
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(result, indent=2))
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(result, indent=2) + "\n")
+    if a.plot:
+        plot(result, a.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
