@@ -139,7 +139,8 @@ def feedback_sft(training: Any, rows: list[dict[str, list[int]]], steps: int, lr
     coder = training.coder
     args = SFTConfig(output_dir=str(out), max_steps=steps, learning_rate=lr, per_device_train_batch_size=8,
                      completion_only_loss=True, packing=False, max_length=4096, report_to=[], save_strategy="no",
-                     logging_steps=max(1, steps // 10), use_cpu=True, seed=training.seed)
+                     logging_steps=max(1, steps // 10), use_cpu=coder.hf_model.device.type == "cpu",
+                     seed=training.seed)
     trainer = SFTTrainer(model=coder.hf_model, args=args, train_dataset=Dataset.from_list(rows),
                          processing_class=coder.hf_tokenizer)
     trainer.train()

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
 CALL_S = 600  # one device call
 # Subsets whose limits, install's included, fit one device call; together they cover every 1-GPU step.
-ONE_CALL = ("suites", "kernelbench timing sanitizer", "expert", "scaling inductor")
+ONE_CALL = ("suites", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement")
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
 PYTEST = ("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider")
 # The versions that differ between hosts. A module that is absent is reported, not an error; one that
@@ -166,6 +166,17 @@ def sanitizer_figure(log: str) -> str:
     return "memcheck stage " + ", ".join(runs) if runs else ""
 
 
+def refinement_figure(log: str) -> str:
+    found = [line.split(" on ")[0].strip() for line in _lines(log) if "pass@1 after turn" in line]
+    return "; ".join(found)[:160]
+
+
+def geomean_figure(log: str) -> str:
+    """The geomean speedup vs eager of each core.eval table in the log (teacher, before, after phase 2)."""
+    found = re.findall(r"\beager\b.*?(\d+\.\d+x)\s*\S?\s*$", log, re.MULTILINE)
+    return "geomean vs eager " + "/".join(found) + " (teacher/before/after)" if found else ""
+
+
 def held_out_figure(log: str) -> str:
     found = [line.strip() for line in _lines(log) if "held-out pass rate" in line]
     return found[-1][:100] if found else ""
@@ -262,6 +273,48 @@ def _training(ctx: Context) -> list[Command]:
     ]
 
 
+def _refinement(ctx: Context) -> list[Command]:
+    # The CPU default's recipe (distillation only: the model the refinement is measured on), then
+    # benchmarks/refinement.py: held-out pass@1 after turn 1..3, before and after SFT on feedback pairs.
+    root = ctx.work / "refinement"
+    cache = (("KERNELZERO_CACHE", str(root / "cache")), *ctx.one_gpu())
+    return [
+        ctx.py("-m", "core.run", "device=cuda", "trainer.torch_threads=null", "trainer.phases.correctness.steps=0",
+               f"hydra.run.dir={root / 'run'}", env=cache),
+        ctx.py("-m", "benchmarks.refinement", "--run", root / "run", "--turns", "3", "--feedback-sft", "300",
+               "--out", root / "refinement.json", "--plot", root / "refinement.png", env=cache),
+    ]
+
+
+# Phase 2 on tasks where the teacher has headroom: fused chains of 2-3 ops (block sizes, num_warps and
+# fusion choices matter there), the larger model of `training`.
+_PHASE2_TASKS = ("proposer=random", "proposer.min_ops=2", "proposer.max_ops=3")
+
+
+def _phase2(ctx: Context) -> list[Command]:
+    root = ctx.work / "phase2"
+    tasks = root / "tasks.jsonl"
+    cache = (("KERNELZERO_CACHE", str(root / "cache")), *ctx.one_gpu())
+    run = root / "run"
+
+    def evaluate(name: str, *coder: str) -> Command:
+        return ctx.py("-m", "core.eval", f"suite={tasks}", *coder, "device=cuda", "cache.enabled=false",
+                      f"hydra.run.dir={root / name}", env=cache)
+
+    return [
+        ctx.py("-m", "core.propose", *_PHASE2_TASKS, "n=64", "seed=20261201", f"out={tasks}", "progress=false", env=cache),
+        evaluate("eval_teacher", "coder=expert"),  # also records the tasks as held out: training never draws them
+        ctx.py("-m", "core.run", "device=cuda", *_PHASE2_TASKS, *_TRAIN_MODEL, "trainer.torch_threads=null",
+               "curriculum.max_tier=1", "trainer.tasks_per_step=8", "trainer.num_generations=8",
+               "trainer.phases.distill.steps=2000", "trainer.phases.distill.tasks=1024",
+               "trainer.phases.distill.batch_size=16", "trainer.phases.distill.learning_rate=5e-4",
+               "trainer.phases.correctness.steps=100", "trainer.phases.performance.steps=200",
+               f"hydra.run.dir={run}", env=cache),
+        evaluate("eval_before_phase2", "coder=embedded", f"coder.model={run / 'models' / 'correctness'}"),
+        evaluate("eval_after_phase2", "coder=embedded", f"coder.model={run / 'models' / 'performance'}"),
+    ]
+
+
 def _multigpu(ctx: Context) -> list[Command]:
     # Every accelerate rank re-runs the Hydra main; Hydra's default run dir is a timestamp that can differ
     # between ranks started a second apart, so one run dir is fixed here and given to every rank.
@@ -305,6 +358,16 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "experiments from its model (scripts/run_experiments.py, 3 seeds x 100 steps)", _training,
          held_out_figure, results=(("training/embedded_gpu/result.json", "training_result.json"),), tail=30,
          chain=True),
+    Step("refinement", 480, "not yet run; estimated 5-8 min (on CPU the run took 11 min, the benchmark 7 min)",
+         "the embedded default distilled on the GPU, then benchmarks/refinement.py: held-out pass@1 after turn "
+         "1..3 from verdict feedback, before and after SFT on feedback pairs", _refinement, refinement_figure,
+         results=(("refinement/refinement.json", "refinement.json"), ("refinement/refinement.png", "refinement.png")),
+         tail=12, chain=True),
+    Step("phase2", 3 * 3600, "not yet run; estimated 2-3 GPU hours: not for a 600 s device call",
+         "phase 2 (performance GRPO) on fused 2-3 op tasks: geomean speedup vs eager of the coder's accepted "
+         "kernels before and after phase 2, and of the teacher's, on 64 held-out tasks", _phase2, geomean_figure,
+         results=tuple((f"phase2/{name}/results.json", f"phase2_{name}.json") for name in
+                       ("eval_teacher", "eval_before_phase2", "eval_after_phase2")), tail=40, chain=True),
     Step("multigpu", 300, "231 s on 2 GPUs (2026-11-29, call 2)",
          "a short GRPO run under accelerate, one rank per GPU, one Hydra run dir for all ranks", _multigpu,
          held_out_figure, gpus=2, results=(("multigpu/metrics.jsonl", "multigpu_metrics.jsonl"),), tail=15),
