@@ -17,6 +17,9 @@ answers ``--sft-tasks`` *training* tasks (the held-out bucket excluded), the tea
 answers the ones it failed, and each verified teacher answer becomes one pair ``prompt + failed
 attempt + feedback -> teacher's kernel`` (token ids exactly as an episode's context holds them),
 mixed with as many of the run's own distillation pairs (replay, so turn 1 is not forgotten).
+The SFT'd model is measured twice: with the feedback, and with an empty feedback budget (the same
+"# Fix it." retry prompt without the verdict's words), which tells the feedback's content from a
+second attempt in a new context.
 """
 
 from __future__ import annotations
@@ -156,10 +159,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for key, label in (("base", "distilled model"), ("feedback_sft", "after feedback SFT")):
+    for key, label, style in (("base", "trained model (the run's)", "-"), ("feedback_sft", "after feedback SFT", "-"),
+                              ("feedback_sft_no_feedback", "after feedback SFT, feedback withheld", "--")):
         if key in result:
             ys = result[key]["pass_after_turn"]
-            ax.plot(range(1, len(ys) + 1), ys, marker="o", label=label)
+            ax.plot(range(1, len(ys) + 1), ys, style, marker="o", label=label)
     ax.set_xlabel("turn (attempts so far)")
     ax.set_ylabel("held-out pass@1 (accepted by turn t)")
     ax.set_xticks(range(1, result["turns"] + 1))
@@ -176,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", type=Path, required=True, help="a finished `python -m core.run` output directory")
     p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--tasks", type=int, default=None, help="held-out tasks (default: the run's trainer.eval_tasks)")
     p.add_argument("--feedback-tokens", type=int, default=None, help="default: the run's coder.feedback_tokens")
     p.add_argument("--feedback-sft", type=int, default=0, help="SFT steps on feedback pairs, then measure again")
     p.add_argument("--sft-tasks", type=int, default=256)
@@ -196,9 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         env = RefinementEnv(verifier=verifier, tokenizer=coder.hf_tokenizer, mix=mix, turns=a.turns,
                             discount=training.settings.turn_discount, feedback_tokens=budget, backend=backend,
                             to_candidate=lambda task, text: coder.to_candidate(task, text, backend))
+        if a.tasks:
+            training.settings.eval_tasks = a.tasks  # more tasks from the same reserved eval bucket
         tasks = training._held_out_tasks()
         result: dict[str, Any] = {"run": str(a.run), "model": training.progress["model"], "turns": a.turns,
-                                  "feedback_tokens": budget, "base": measure(env, training, tasks, "distilled model")}
+                                  "feedback_tokens": budget, "base": measure(env, training, tasks, "trained model")}
         if a.feedback_sft:
             rows, counts = feedback_pairs(env, training, a.sft_tasks)
             replay = replay_pairs(training, len(rows))
@@ -208,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["feedback_sft_train"] = feedback_sft(training, rows + replay, a.feedback_sft, a.sft_lr,
                                                             a.run / "feedback_sft")
                 result["feedback_sft"] = measure(env, training, tasks, "after feedback SFT")
+                env.feedback_tokens = 0
+                result["feedback_sft_no_feedback"] = measure(env, training, tasks, "after feedback SFT, feedback withheld")
     result["seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(result, indent=2))
     if a.out:

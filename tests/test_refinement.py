@@ -223,6 +223,11 @@ def test_a_row_whose_task_differs_from_its_prompts_task_scores_none():
     assert out[0] == pytest.approx(1.0) and out[1] is None
 
 
+def test_its_reward_functions_need_its_rollouts():
+    with pytest.raises(ValueError, match="rollout_func=env"):
+        _env(StaticVerifier()).reward_functions()[0](prompts=["P"], completions=["x"], task_id=["t"])
+
+
 def test_fenced_code_is_the_text_before_the_closing_fence():
     assert fenced_code("x = 1\n```\ntrailing prose") == "x = 1\n"
     assert fenced_code("no fence") == "no fence\n"

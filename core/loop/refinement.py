@@ -247,6 +247,9 @@ class RefinementEnv:
 
         def term_fn(term: str, first: bool) -> Callable[[list[Any], dict[str, Any]], list[float | None]]:
             def fn(completions: list[Any], kwargs: dict[str, Any]) -> list[float | None]:
+                if "refine_episode" not in kwargs:
+                    raise ValueError("the refinement reward functions score episodes the environment played: pass "
+                                     "the same RefinementEnv to GRPOTrainer as rollout_func=env")
                 episodes = [self._episodes[int(i)] for i in kwargs["refine_episode"]]
                 row_ids = kwargs.get("task_id") or [e.task.id for e in episodes]
                 if first and kwargs.get("log_metric") is not None:
