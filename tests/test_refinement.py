@@ -202,11 +202,18 @@ def test_the_environment_is_a_rollout_func_for_trl_grpo(tmp_path, monkeypatch):
     args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2,
                       max_completion_length=12, max_steps=2, learning_rate=1e-3, report_to=[], logging_steps=1,
                       save_strategy="no", use_cpu=True, beta=0.0)
+    sizes = []
+
+    def rollout(prompts, trainer):
+        sizes.append(len(prompts))
+        return env(prompts, trainer)
+
     trainer = GRPOTrainer(model=model, processing_class=tok, args=args, reward_funcs=env.reward_functions(),
-                          rollout_func=env, train_dataset=env.dataset([task] * 4, prompt=lambda t: render_prompt(
+                          rollout_func=rollout, train_dataset=env.dataset([task] * 4, prompt=lambda t: render_prompt(
                               t.source, "triton")))
     trainer.train()
     attempts = env.take()
+    assert sizes == [4, 4]  # TRL 1.16 hands rollout_func one prompt per row: already repeated num_generations times
     assert len(attempts) == 8  # 2 steps x 4 rows, one attempt per episode
     logged = {k for row in trainer.state.log_history for k in row}
     assert {"rewards/correctness/mean", "rewards/format/mean", "kernelzero/pass_after_turn_2"} <= logged
