@@ -230,6 +230,20 @@ def test_a_row_whose_task_differs_from_its_prompts_task_scores_none():
     assert out[0] == pytest.approx(1.0) and out[1] is None
 
 
+@pytest.mark.parametrize("kw, match", [({"turns": 0}, "turns"), ({"discount": 1.2}, r"\[0, 1\]")])
+def test_the_environment_refuses_no_turns_and_a_discount_outside_zero_one(kw, match):
+    with pytest.raises(ValueError, match=match):
+        _env(StaticVerifier(), **kw)
+
+
+def test_the_default_candidate_is_the_code_before_the_closing_fence_and_empty_code_is_declined():
+    env = _env(StaticVerifier(), turns=1)
+    [episode] = env.play([_task()], ["P"], Script(["```"]))
+    assert episode.turns[0].candidate.declined == "empty completion"
+    assert episode.turns[0].verdict.status == "declined"
+    assert "# Verdict: declined: empty completion" in feedback_text(episode.turns[0].verdict)
+
+
 def test_its_reward_functions_need_its_rollouts():
     with pytest.raises(ValueError, match="rollout_func=env"):
         _env(StaticVerifier()).reward_functions()[0](prompts=["P"], completions=["x"], task_id=["t"])

@@ -133,13 +133,12 @@ class RefinementEnv:
                  tasks: Callable[[str], Task] | None = None, keep: int = 4096):
         if turns < 1:
             raise ValueError(f"turns must be >= 1, got {turns}")
-        discounted_returns([], discount)  # validates the discount
+        if not 0.0 <= discount <= 1.0:
+            raise ValueError(f"the turn discount must be in [0, 1], got {discount}")
         self.verifier, self.tokenizer, self.mix = verifier, tokenizer, mix
         self.turns, self.discount, self.feedback_tokens = int(turns), float(discount), int(feedback_tokens)
         self.backend, self.render_turn, self.lookup, self.keep = backend, render_turn, tasks, keep
-        self.to_candidate = to_candidate or (lambda task, text: Candidate(
-            source=fenced_code(text), backend=backend, task_id=task.id, completion=text,
-            declined=None if fenced_code(text).strip() else "empty completion"))
+        self.to_candidate = to_candidate or self._fenced_candidate
         self._by_prompt: dict[str, Task] = {}
         self._episodes: dict[int, Episode] = {}
         self._next_id = 0
@@ -269,6 +268,11 @@ class RefinementEnv:
         return out
 
     # ------------------------------------------------------------------ internals
+
+    def _fenced_candidate(self, task: Task, text: str) -> Candidate:
+        code = fenced_code(text)
+        return Candidate(source=code, backend=self.backend, task_id=task.id, completion=text,
+                         declined=None if code.strip() else "empty completion")
 
     def _new_episode(self, task: Task, prompt_ids: list[int]) -> Episode:
         episode = Episode(task=task, prompt_ids=prompt_ids, id=self._next_id)
