@@ -12,11 +12,12 @@ evaluation; a rejected attempt is followed by the verdict's reason and failing c
 judged by the run's sandboxed verifier. "pass@1 after turn t" is the share of tasks accepted at a
 turn <= t.
 
-``--feedback-sft STEPS`` then teaches the model to use feedback and measures again: the model
-answers ``--sft-tasks`` *training* tasks (the held-out bucket excluded), the teacher (``expert``)
-answers the ones it failed, and each verified teacher answer becomes one pair ``prompt + failed
-attempt + feedback -> teacher's kernel`` (token ids exactly as an episode's context holds them),
-mixed with as many of the run's own distillation pairs (replay, so turn 1 is not forgotten).
+``--feedback-sft STEPS`` then teaches the model to use feedback and measures again, with the rows a
+``feedback: true`` SFT phase makes (:mod:`core.loop.feedback_sft`): the model answers ``--sft-tasks``
+*training* tasks (the held-out bucket excluded), the teacher (``expert``) answers the ones it failed,
+and each verified teacher answer becomes one pair ``prompt + failed attempt + feedback -> teacher's
+kernel`` (token ids exactly as an episode's context holds them), mixed with as many of the run's own
+distillation pairs (replay, so turn 1 is not forgotten).
 The SFT'd model is measured twice: with the feedback, and with an empty feedback budget (the same
 "# Fix it." retry prompt without the verdict's words), which tells the feedback's content from a
 second attempt in a new context.
@@ -33,7 +34,8 @@ from typing import Any
 
 from omegaconf import OmegaConf, open_dict
 
-from core.loop.refinement import Episode, RefinementEnv, generate_ids
+from core.loop.feedback_sft import feedback_rows, greedy, replay_rows
+from core.loop.refinement import Episode, RefinementEnv
 from core.loop.rewards import RewardMix
 
 # Seed offset of the proposer that draws the feedback-SFT tasks (apart from every other proposer of the run).
@@ -52,21 +54,6 @@ def load_training(run: Path, verifier: Any):
         raise SystemExit(f"{run} has no trained model yet (train_state.json names none); finish the run first")
     training._load_coder()
     return training
-
-
-def greedy(coder: Any):
-    """``contexts -> new ids``: the coder's model, greedy, ``max_new_tokens``, in batches of ``batch_size``."""
-    model, tok = coder.hf_model, coder.hf_tokenizer
-    model.eval()
-
-    def generate(contexts: list[list[int]]) -> list[list[int]]:
-        out: list[list[int]] = []
-        for start in range(0, len(contexts), coder.batch_size):
-            out += generate_ids(model, contexts[start:start + coder.batch_size], pad_token_id=tok.pad_token_id,
-                                eos_token_ids=tok.eos_token_id, do_sample=False, max_new_tokens=coder.max_new_tokens)
-        return out
-
-    return generate
 
 
 def summarise(episodes: list[Episode], turns: int, seconds: float) -> dict[str, Any]:
@@ -89,7 +76,7 @@ def summarise(episodes: list[Episode], turns: int, seconds: float) -> dict[str, 
 def measure(env: RefinementEnv, training: Any, tasks: list, label: str) -> dict[str, Any]:
     coder, backend = training.coder, training.backend
     t0 = time.perf_counter()
-    episodes = env.play(tasks, [coder.prompt(t, backend) for t in tasks], greedy(coder))
+    episodes = env.play(tasks, [coder.prompt(t, backend) for t in tasks], greedy(coder.hf_model, coder.hf_tokenizer, coder.max_new_tokens, coder.batch_size))
     result = summarise(episodes, env.turns, time.perf_counter() - t0)
     curve = " -> ".join(f"{p:.3f}" for p in result["pass_after_turn"])
     print(f"{label}: pass@1 after turn 1..{env.turns}: {curve} on {len(tasks)} held-out tasks; "
@@ -99,40 +86,16 @@ def measure(env: RefinementEnv, training: Any, tasks: list, label: str) -> dict[
 
 
 def feedback_pairs(env: RefinementEnv, training: Any, n_tasks: int) -> tuple[list[dict[str, list[int]]], dict[str, int]]:
-    """Token-level SFT rows ``context after a failed turn -> the teacher's verified kernel``."""
+    """The feedback phase's rows (:mod:`core.loop.feedback_sft`) for ``n_tasks`` training tasks."""
     from core.config import build
-    from core.loop.attempts import attempt, copy_state, propose
+    from core.loop.attempts import copy_state, propose
 
-    coder, backend, tok = training.coder, training.backend, training.coder.hf_tokenizer
+    coder, backend = training.coder, training.backend
     proposer = training.heldout.guard(build("proposer", training.cfg.proposer, seed=training.seed + SFT_SEED_OFFSET))
     tasks = propose(proposer, n_tasks, copy_state(training.curriculum.state))
-    one_turn = RefinementEnv(verifier=env.verifier, tokenizer=tok, mix=env.mix, turns=1, backend=backend,
-                             to_candidate=env.to_candidate)
-    episodes = one_turn.play(tasks, [coder.prompt(t, backend) for t in tasks], greedy(coder))
-    failed = [e for e in episodes if not e.turns[0].verdict.accepted]
-    teacher = training.teacher()
-    fixes = {task.id: cand for task, cand, _ in attempt(teacher, [e.task for e in failed], env.verifier, backend).accepted()}
-    rows = []
-    for e in failed:
-        if e.task.id in fixes:
-            context = e.prompt_ids + e.turns[0].completion_ids + env.feedback_ids(e.turns[0].verdict)
-            target = env.encode(coder.completion_for(fixes[e.task.id].source)) + [tok.eos_token_id]
-            rows.append({"input_ids": context + target, "completion_mask": [0] * len(context) + [1] * len(target)})
-    counts = {"tasks": len(tasks), "failed_turn_1": len(failed), "teacher_fixes": len(fixes), "pairs": len(rows)}
-    return rows, counts
-
-
-def replay_pairs(training: Any, n: int) -> list[dict[str, list[int]]]:
-    """``n`` of the run's own distillation pairs (prompt -> teacher kernel), tokenised as SFT does."""
-    tok = training.coder.hf_tokenizer
-    path = training.out / "distill_pairs.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][:n]
-    out = []
-    for r in rows:
-        prompt = tok(r["prompt"], add_special_tokens=False)["input_ids"]
-        target = tok(r["completion"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        out.append({"input_ids": prompt + target, "completion_mask": [0] * len(prompt) + [1] * len(target)})
-    return out
+    generate = greedy(coder.hf_model, coder.hf_tokenizer, coder.max_new_tokens, coder.batch_size)
+    return feedback_rows(env, tasks, [coder.prompt(t, backend) for t in tasks], generate, training.teacher(),
+                         coder.completion_for)
 
 
 def feedback_sft(training: Any, rows: list[dict[str, list[int]]], steps: int, lr: float, out: Path) -> dict[str, float]:
@@ -208,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "feedback_tokens": budget, "base": measure(env, training, tasks, "trained model")}
         if a.feedback_sft:
             rows, counts = feedback_pairs(env, training, a.sft_tasks)
-            replay = replay_pairs(training, len(rows))
+            replay = replay_rows(training.out / "distill_pairs.jsonl", training.coder.hf_tokenizer, len(rows))
             print(f"feedback SFT data: {counts}; + {len(replay)} replayed distillation pairs", flush=True)
             result["feedback_sft_data"] = {**counts, "replayed": len(replay)}
             if rows:

@@ -310,3 +310,54 @@ def test_a_training_run_with_two_turns_plays_episodes_through_trl(tmp_path, monk
     # 16 new tokens cannot hold a kernel: every first turn is rejected and its episode gets a second, judged turn
     assert all(len(e.turns) == 2 and e.turns[0].feedback_ids and e.turns[1].verdict.task_id == e.task.id
                for e in episodes)
+
+
+# ---------------------------------------------------------------- feedback SFT (core.loop.feedback_sft)
+
+
+def test_feedback_rows_pair_a_rejected_attempt_and_its_feedback_with_the_teachers_fix(tmp_path):
+    from train_fakes import CopyTeacher
+
+    from core.loop.feedback_sft import feedback_rows, replay_rows
+
+    env = _env(StaticVerifier(), turns=2)
+    tasks = [_task(), Task(source=_task().source + "\n# another task\n")]
+    script = Script(["not a kernel```"])  # every turn-1 attempt rejected
+    rows, counts = feedback_rows(env, tasks, ["P1\n", "P2\n"], script, CopyTeacher(), lambda src: src + "```")
+    assert counts == {"tasks": 2, "failed_turn_1": 2, "teacher_fixes": 2, "pairs": 2}
+    tok = CharTokenizer()
+    for r, prompt in zip(rows, ["P1\n", "P2\n"]):
+        cut = r["completion_mask"].index(1)
+        assert set(r["completion_mask"][cut:]) == {1} and len(r["completion_mask"]) == len(r["input_ids"])
+        context, target = tok.decode(r["input_ids"][:cut]), r["input_ids"][cut:]
+        assert context.startswith(prompt + "not a kernel```") and "# Verdict: rejected" in context
+        assert context.endswith("```python\n") and tok.decode(target) == KERNEL + "```" and target[-1] == 0
+    pairs = tmp_path / "distill_pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": f"p{i}", "completion": "c"}) + "\n" for i in range(5)))
+    replayed = replay_rows(pairs, tok, 2)
+    assert [tok.decode(r["input_ids"]) for r in replayed] == ["p0c", "p1c"]
+    assert all(r["completion_mask"] == [0, 0, 1, 1] for r in replayed)
+
+
+def test_a_feedback_phase_trains_on_the_models_failures_between_distill_and_grpo(tmp_path):
+    from fake_training_run import run
+
+    from core import plugins
+
+    old = plugins._pm
+    try:
+        training, _ = run(str(tmp_path), ["trainer.phases.refine.steps=2", "trainer.phases.refine.tasks=4",
+                                          "trainer.phases.refine.teacher=copy_teacher",
+                                          "trainer.phases.correctness.steps=1"])
+    finally:
+        plugins.set_plugin_manager(old)
+    rows = [json.loads(line) for line in (tmp_path / "refine_pairs.jsonl").read_text().splitlines()]
+    distilled = len((tmp_path / "distill_pairs.jsonl").read_text().splitlines())
+    tok = training.coder.hf_tokenizer
+    contexts = [tok.decode(r["input_ids"][:r["completion_mask"].index(1)]) for r in rows]
+    feedback = [c for c in contexts if "# Verdict: " in c]  # prompt + the model's attempt + the feedback
+    assert feedback and all(c.endswith("# ModelNew\n```python\n") for c in feedback)
+    assert len(rows) == len(feedback) + min(len(feedback), distilled)  # + as many replayed distill pairs
+    assert all(r["completion_mask"][0] == 0 and r["completion_mask"][-1] == 1 for r in rows)
+    assert (tmp_path / "models" / "refine").is_dir()
+    assert training.progress["done"] == ["distill", "refine", "correctness", "performance"]

@@ -1,7 +1,8 @@
 """The SFT phase (``kind: sft``): distillation of verified teacher kernels through TRL's ``SFTTrainer``.
 
 The dataset is, in order of preference: the phase's cached ``<phase>_pairs.jsonl`` (a resumed run),
-a ``core.distill`` JSONL (``trainer.phases.<name>.dataset``), or pairs made in-process by the
+feedback pairs from the current model's rejected attempts (``feedback: true``,
+:mod:`core.loop.feedback_sft`), a ``core.distill`` JSONL (``trainer.phases.<name>.dataset``), or pairs made in-process by the
 attempts loop (:mod:`core.loop.attempts`): propose tasks, ask the teacher, verify every answer and
 keep the accepted ones, written in the trained coder's own prompt format. Pairs longer than the SFT
 budget are dropped (a truncated target never learns to stop).
@@ -19,6 +20,7 @@ from typing import Any
 from core.config import build
 from core.contracts import optional
 from core.loop.attempts import attempt, copy_state, propose
+from core.loop.feedback_sft import phase_rows
 from core.loop.phase_common import StateCallback, common_args, finish_phase, quiet, resume_checkpoint
 from core.loop.training_config import Phase, TrainingError
 from core.plugins import registry
@@ -61,11 +63,16 @@ def sft_dataset(training: Any, phase: Phase, exclude: set[str]):
     cache = training.out / f"{phase.name}_pairs.jsonl"
     if cache.exists():
         rows = [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
+    elif phase.feedback:
+        budget = sft_budget(training.coder, phase)
+        rows = [r for r in phase_rows(training, phase, exclude) if len(r["input_ids"]) <= budget]
     elif phase.dataset:
         rows = pairs_from_jsonl(training, Path(phase.dataset), exclude, phase)
     else:
         rows = pairs_from_teacher(training, phase, exclude)
     cache.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if phase.feedback:  # token rows: TRL takes input_ids + completion_mask as they are
+        return Dataset.from_list(rows)
     return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
 
 

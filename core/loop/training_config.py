@@ -35,6 +35,9 @@ class Phase:
     teacher_kwargs: dict[str, Any] = field(default_factory=dict)
     batch_size: int = 8
     max_length: int | None = None  # SFT sequence budget; None = coder.max_prompt_tokens + coder.max_new_tokens
+    # sft only: pairs from the current model's rejected attempts (prompt + attempt + verdict feedback ->
+    # the teacher's fix, core.loop.feedback_sft) for multi-turn refinement (coder.turns > 1)
+    feedback: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in PHASE_KINDS:
