@@ -146,7 +146,8 @@ softmax        4       4     2.54      1.42"""
 # benchmarks/refinement.py on CPU (docs/training.md, "Multi-turn refinement")
 _REFINEMENT = """trained model: pass@1 after turn 1..3: 0.641 -> 0.641 -> 0.641 on 64 held-out tasks; 23 rejected
 after feedback SFT: pass@1 after turn 1..3: 0.578 -> 0.672 -> 0.672 on 64 held-out tasks; 27 rejected"""
-# the shape of core.eval's rich table (core.evaluation.report.table), one per evaluation in the step's log
+# the shape of core.eval's rich table (core.evaluation.report.table), one per evaluation in the step's log;
+# the numbers are made up: the phase2 step has not run anywhere yet
 _GEOMEANS = """│ all   │    64 │    0 │     0.98 │    0.95 │     0 │ eager   │ 0.95/0.80/0.50/0.20/0.05 │   1.31x │
 │       │       │      │          │         │       │ compile │ 0.95/0.40/0.10/0.02/0.00 │   0.97x │
 │ all   │    64 │    0 │     0.80 │    0.70 │     0 │ eager   │ 0.70/0.50/0.30/0.10/0.00 │   1.02x │
@@ -154,8 +155,8 @@ _GEOMEANS = """│ all   │    64 │    0 │     0.98 │    0.95 │     0 �
 
 
 @pytest.mark.parametrize("figure_of, log, figure", [
-    ("refinement_figure", _REFINEMENT, "trained model: pass@1 after turn 1..3: 0.641 -> 0.641 -> 0.641; "
-                                       "after feedback SFT: pass@1 after turn 1..3: 0.578 -> 0.672 -> 0.672"),
+    ("refinement_figure", _REFINEMENT, ("trained model: pass@1 after turn 1..3: 0.641 -> 0.641 -> 0.641; "
+                                        "after feedback SFT: pass@1 after turn 1..3: 0.578 -> 0.672 -> 0.672")),
     ("geomean_figure", _GEOMEANS, "geomean vs eager 1.31x/1.02x/1.10x (teacher/before/after)"),
     ("scaling_figure", "scaling 2 vs 1: 2.20x (target >= 1.8x)", "2 vs 1 GPU: 2.20x"),
     ("scaling_figure", ("1 shard          96    69.94         82.4     96  {'accepted': 96}\n"
