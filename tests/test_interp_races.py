@@ -89,7 +89,7 @@ def test_a_race_the_gpu_judge_cannot_see_is_found_in_the_interpreter(check, cand
     assert "race" in result.detail
 
 
-@pytest.mark.parametrize("candidate", ["honest_vector_add", "honest_num_atomic_sum",
+@pytest.mark.parametrize("candidate", ["honest_vector_add", "honest_num_atomic_sum", "honest_static_histogram",
                                        pytest.param("honest_num_tree_sum", marks=pytest.mark.slow),
                                        pytest.param("honest_num_self_read", marks=pytest.mark.slow)])
 def test_honest_sharing_passes(check, candidate):
@@ -145,3 +145,27 @@ def test_a_verifier_closes_its_checks(monkeypatch):
     v.checks.append(probe)
     v.close()
     assert closed == [True]
+
+
+def test_the_interpreter_turns_one_element_scalars_into_indices_on_every_triton_version():
+    """Triton 3.6 (the GPU machine's) did int() of a one-element array, which numpy 2 refuses."""
+    import types
+
+    import numpy as np
+
+    from plugins.backends.triton_interp_checks import _scalar_index_fix
+
+    class Scope:
+        def set_attr(self, obj, name, value):
+            setattr(obj, name, value)
+
+    class Tensor:
+        def __init__(self, data):
+            self.handle = types.SimpleNamespace(data=data)
+
+    interp = types.SimpleNamespace(_patch_lang_tensor=lambda tensor, scope: scope.set_attr(
+        tensor, "__index__", lambda self: int(self.handle.data)))
+    _scalar_index_fix(interp)
+    _scalar_index_fix(interp)  # once is enough: a second call keeps the same patch
+    interp._patch_lang_tensor(Tensor, Scope())
+    assert list(range(Tensor(np.array([3], dtype=np.int32)))) == [0, 1, 2]
