@@ -98,6 +98,13 @@ def test_honest_sharing_passes(check, candidate):
     assert result.data["cpu_status"] == "accepted"
 
 
+def test_an_autotune_config_the_gpu_never_ran_is_wrong_at_the_tasks_own_shape(check):
+    """The GPU's autotuner runs only the fastest config; the interpreter runs every one."""
+    result = check.evaluate(gpu_evidence(*red("num_autotune_bad_config")))
+    assert not result.passed and not result.unchecked, result.detail
+    assert "wrong in the Triton interpreter at the task's own shape" in result.detail
+
+
 def test_a_gpu_sized_task_is_analysed_at_a_reduced_shape_and_says_so(check):
     task = Task(source=LARGE_ADD_TASK, name="large_add")
     result = check.evaluate(gpu_evidence(task, HONEST_ADD))

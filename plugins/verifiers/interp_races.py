@@ -13,9 +13,10 @@ check runs that same analysis for GPU candidates:
   module-level size constant scaled by one factor 2**-k, so the task's proportions stay); the
   verdict says which shape ran.
 
-Outcomes: a race found there rejects; a hack flagged there (integrity, tamper) rejects as a hack;
-when the analysis could not run (the task cannot be resized, the candidate does not run in the
-interpreter or fails at the smaller shape, the CPU verifier fails) the check *could not run* and
+Outcomes: a race found there rejects; a hack flagged there (integrity, tamper) rejects as a hack; a
+wrong answer at the task's own shape rejects (every autotune config runs there, while the GPU's
+autotuner runs only the fastest); when the analysis could not run (the task cannot be resized, the
+candidate does not run in the interpreter or fails at the smaller shape, the CPU verifier fails) the check *could not run* and
 fails closed, saying why (``accept_unchecked: [interp_races]`` lets such candidates through and
 the verdict records it). Residual risk: a candidate that branches on the device (``x.is_cuda``)
 can be race-free in the interpreter and racy on the GPU; docs/verifier.md lists it.
@@ -127,6 +128,12 @@ class InterpreterRaceCheck:
                                data=data, hack=True)
         if races is not None and races.passed and verdict.accepted:
             return CheckResult(True, f"Triton interpreter on the CPU {shape}: {races.detail}", data={**data, **races.data})
+        wrong = verdict.checks.get("correctness")
+        if wrong is not None and not wrong.passed and task.source == evidence.task.source:
+            # At the task's own shape a wrong answer is the candidate's, not the shape's: there every
+            # autotune config runs (the GPU's benchmark picks one), and the programs in other orders.
+            return CheckResult(False, f"wrong in the Triton interpreter {shape}, where every autotune config runs: "
+                                      f"{wrong.detail}"[:500], data=data)
         return could_not_run(f"the race analysis did not run in the Triton interpreter {shape}: the CPU run was "
                              f"{verdict.status}: {verdict.reason}"[:500], data)
 

@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.gpu,
 
 RED = Path(__file__).resolve().parents[1] / "redteam"
 CANDIDATES = sorted((RED / "candidates").glob("*.py"))
-GPU_EQUIVALENT = {"memory": {"memory", "gpu_memcheck", "correctness"},
+# interp_races runs the candidate again in the interpreter, where every autotune config runs.
+GPU_EQUIVALENT = {"memory": {"memory", "gpu_memcheck", "correctness"}, "correctness": {"correctness", "interp_races"},
                   "races": {"races", "interp_races", "gpu_racecheck", "correctness"}}
 
 
