@@ -10,7 +10,8 @@ check runs that same analysis for GPU candidates:
   the analysis honest (static policy, integrity, runtime guard, bounds) and the ``races`` check;
 * at the task's own shape when its inputs, weights and outputs fit :attr:`mib` and its products
   :attr:`gflop`, else at the reduced shape :func:`core.evaluation.resize.fit_task` gives (every
-  module-level size constant scaled by one factor 2**-k, so the task's proportions stay); the
+  module-level size constant scaled by one factor 2**-k, so the task's proportions stay); a task
+  that cannot shrink (sizes written inline) runs at its own shape up to :attr:`own_shape_mib`; the
   verdict says which shape ran.
 
 Outcomes: a race found there rejects; a hack flagged there (integrity, tamper) rejects as a hack; a
@@ -25,6 +26,7 @@ can be race-free in the interpreter and racy on the GPU; docs/verifier.md lists 
 from __future__ import annotations
 
 import math
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,10 +51,13 @@ class InterpreterRaceCheck:
     # Not an observation of the GPU worker: the judge runs the CPU verification itself, after the
     # trials' checks passed (a check with needs beyond the trials is evaluated only then).
     needs: frozenset[str] = frozenset({"trials", "interpreter"})
-    mib: float = 4.0  # the shape budget: inputs + weights + everything forward writes (core.eval's CPU default)
-    gflop: float = 0.1  # products, convolutions and attention at that shape (likewise)
+    # The shape budget: inputs + weights + everything forward writes, and products at that shape. The
+    # interpreter runs ~1 ms per program: 1 MiB is ~256 programs of 1024 elements, ~0.3 s per call.
+    mib: float = 1.0
+    gflop: float = 0.02
+    own_shape_mib: float = 8.0  # a task that cannot shrink to the budget still runs at its own shape up to this
     orders: int = 2  # shuffled program orders on the CPU
-    workers: int = 2  # CPU candidate workers (verdicts of a GPU pool wait for them otherwise)
+    workers: int = 0  # CPU candidate workers; 0: a quarter of the cores, at least 2 (a GPU pool's verdicts wait on them)
     timeout_s: float = 120.0
     _verifier: Any = field(default=None, init=False, repr=False, compare=False)
     _shapes: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -73,8 +78,8 @@ class InterpreterRaceCheck:
             if self._verifier is None:
                 from core.verification.judge import Verifier
 
-                self._verifier = Verifier(backend="triton", device="cpu", checks=list(CPU_CHECKS),
-                                          workers=self.workers, timeout_s=self.timeout_s,
+                workers = self.workers or max(2, (os.cpu_count() or 1) // 4)
+                self._verifier = Verifier(backend="triton", device="cpu", checks=list(CPU_CHECKS), workers=workers, timeout_s=self.timeout_s,
                                           tolerances=evidence.config.get("tolerances") or None,
                                           warm_up=False, races={"orders": self.orders})
             return self._verifier
@@ -90,11 +95,13 @@ class InterpreterRaceCheck:
         fitted = fit_task(task, self.mib, gflop=self.gflop)
         record = fitted.resized or {}
         measured = record.get("mib")
-        if not record.get("fitted", True) and isinstance(measured, (int, float)) and math.isfinite(measured):
+        if (not record.get("fitted", True) and isinstance(measured, (int, float)) and math.isfinite(measured)
+                and measured > self.own_shape_mib):
             # Programs run one at a time there (~1 ms each): a task that cannot shrink to the budget
             # would hold a CPU worker for minutes.
-            raise ValueError(f"no shape of it fits the interpreter's budget ({self.mib} MiB, {self.gflop} GFLOP): "
-                             f"{record.get('mib')} MiB at the smallest shape; {record.get('note') or ''}".strip())
+            raise ValueError(f"no shape of it fits the interpreter's budget ({self.mib} MiB, {self.gflop} GFLOP; its "
+                             f"own shape up to {self.own_shape_mib} MiB): {measured} MiB at the smallest shape; "
+                             f"{record.get('note') or ''}".strip())
         if fitted.source == task.source:
             # A task that cannot be sized (it does not run on the meta device) runs at its own shape,
             # within the CPU verifier's time limit.
