@@ -304,6 +304,9 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # warm_up(device) -> None: done once in an idle worker before its first verdict (compile
         # the check's own kernels, load its libraries), so no verdict pays for it.
         "warm_up": None,
+        # close() -> None: release what the check holds beyond one verdict (the interpreter race
+        # check's CPU verifier); called from Verifier.close.
+        "close": None,
     },
     "Backend": {
         "compiles_on": _compiles_on_cpu,  # compiles_on(device): a compile-only verdict is possible

@@ -55,6 +55,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.verifiers.performance",
     "plugins.verifiers.sanitizer",
     "plugins.verifiers.gpu_activity",
+    "plugins.verifiers.interp_races",
     "plugins.curricula.adaptive",
     "plugins.coders.llm",
     "plugins.coders.expert",

@@ -38,9 +38,9 @@ REPO = Path(__file__).resolve().parent.parent
 SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
 CALL_S = 600  # one device call
 # Subsets whose limits, install's included, fit one device call; together they cover every 1-GPU step.
-ONE_CALL = ("suites", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement")
+ONE_CALL = ("suites timing", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement")
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
-PYTEST = ("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider")
+PYTEST = ("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--durations=25")
 # The versions that differ between hosts. A module that is absent is reported, not an error; one that
 # fails to import fails the install step (nothing after it would run).
 _PROBE = ("import importlib, importlib.util, platform; "
@@ -208,10 +208,17 @@ def _no_wheels(ctx: Context) -> str | None:
 
 
 def _suites(ctx: Context) -> list[Command]:
-    # The timer tests run alone in `timing`: beside the suites' other processes on the same GPU they fail
-    # (the no-op sync gap the timer subtracts grows; NOTES.md, 2026-12-01).
-    return [ctx.py(*PYTEST, "-n", "6", "tests/gpu", "tests/redteam_gpu", "--ignore=tests/gpu/test_timing_gpu.py",
-                   env=ctx.one_gpu())]
+    # The timer tests run here beside the other GPU tests under -n 6 (issue 18: the time charged must hold
+    # when neighbours share the GPU), and again beside the red-team and alone in `timing`.
+    return [ctx.py(*PYTEST, "-n", "6", "tests/gpu", "tests/redteam_gpu/test_gpu_activity_gpu.py", env=ctx.one_gpu())]
+
+
+def _redteam(ctx: Context) -> list[Command]:
+    # The red team on the GPU: the races the interpreter finds there, the GPU-only hacks, then one verdict
+    # per red-team candidate, with the timer tests beside them.
+    return [ctx.py(*PYTEST, "-n", "6", "tests/redteam_gpu/test_interp_races_gpu.py",
+                   "tests/redteam_gpu/test_gpu_hacks.py", "tests/gpu/test_timing_gpu.py",
+                   "tests/redteam_gpu/test_redteam_on_gpu.py", env=ctx.one_gpu())]
 
 
 def _timing(ctx: Context) -> list[Command]:
@@ -331,10 +338,12 @@ INSTALL = Step("install", 90, "not timed apart in the history (31 MB of wheels, 
                install_figure, gpus=0, note=_no_wheels, tail=4, chain=True)
 STEPS: dict[str, Step] = {s.name: s for s in (
     INSTALL,
-    Step("suites", 420, "205-276 s for the 32-33 CUDA and red-team tests (2026-11-30, -n 6, 32 cores) "
-         "+ ~35 s for the 8 compare_on_device tests; 323 s for 41 tests on a 16-core 1-GPU host (2026-12-01)",
-         "the GPU test suites and the red-team suite on the GPU (pytest -n 6), timer tests apart", _suites,
-         pytest_summary, tail=40),
+    Step("suites", 300, "28 tests in 300 s on a 16-core 1-GPU host (2026-12-01, third session; load_inline's "
+         "and two CUDA tests unfinished)", "the GPU test suites and the GPU activity audit, with the timer tests "
+         "beside them (pytest -n 6)", _suites, pytest_summary, tail=40),
+    Step("redteam", 420, "not timed apart before 2026-12-01 (the 79 red-team candidates were part of `suites`)",
+         "interp_races and the GPU-only hacks, then one verdict per red-team candidate, beside the timer tests "
+         "(pytest -n 6)", _redteam, pytest_summary, tail=40),
     Step("timing", 120, "timer tests 6 s (2026-11-30 d); repeatability not timed apart (its old limit: 120 s)",
          "the timer's GPU tests alone, then benchmarks/timing_repeatability.py (default vs previous policy)",
          _timing, timing_figure, results=(("repeatability.json", "repeatability.json"),), tail=10),

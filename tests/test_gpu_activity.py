@@ -284,6 +284,18 @@ def test_nothing_recorded_could_not_run():
     assert seen.unchecked and "put nothing on the GPU" in seen.detail
 
 
+def test_a_zero_sized_call_may_put_nothing_on_the_gpu_but_the_profiler_must_have_recorded():
+    """Issue 18, item 4 on the GPU: all outputs empty needs no launch; nothing recorded is still unchecked."""
+    from core.verification.worker.process import ALLOWED_ATEN
+
+    assert judge(Trace().data(launches=0, canary=True), OWN, no_work=True).passed
+    blind = judge(Trace().data(launches=0, canary=False), OWN, no_work=True)
+    assert not blind.passed and blind.unchecked  # the profiler's own canary did not show: it saw nothing
+    hidden = judge(Trace().host_op("aten::mm").data(launches=0, canary=True), OWN, allowed_ops=ALLOWED_ATEN,
+                   no_work=True)
+    assert not hidden.passed and hidden.hack  # empty outputs do not excuse hidden compute
+
+
 def test_a_trace_too_long_to_keep_could_not_run_unless_what_was_kept_is_foreign():
     result = judge(Trace().kernel("_relu").data(launches=1, dropped=5), OWN)
     assert result.unchecked and "5 left out" in result.detail

@@ -16,7 +16,7 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_measure.py"
 # the steps the project's GPU measurements need (issue 16)
-REQUIRED = {"install", "suites", "timing", "kernelbench", "expert", "scaling", "sanitizer", "training", "multigpu"}
+REQUIRED = {"install", "suites", "redteam", "timing", "kernelbench", "expert", "scaling", "sanitizer", "training", "multigpu"}
 
 
 def _module():

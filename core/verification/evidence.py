@@ -50,7 +50,10 @@ RACE_SUMMARY = "race analysis: "
 UNPRODUCED = "unproduced: "
 
 # Observations a worker-side check may ask for (``Check.needs``); "trials" always runs.
-OBSERVATIONS = ("trials", "shuffled", "repeat", "probes")
+# "interpreter" is made by the judge, not the worker: a second, CPU verification of the candidate in
+# the Triton interpreter (plugins/verifiers/interp_races.py); asking for it defers the check until
+# the trials' checks passed.
+OBSERVATIONS = ("trials", "shuffled", "repeat", "probes", "interpreter")
 
 # (floor, rtol) per dtype name. An output element passes against the reference when
 #     |got - ref| <= floor * S + rtol * |ref|,

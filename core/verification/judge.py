@@ -251,6 +251,8 @@ class Verifier:
             self._closed = True
             self.pool.close()
             self.reference_pool.close()
+            for check in self.checks:  # what a check holds beyond one verdict (interp_races: a CPU verifier)
+                (optional(check, "Check", "close") or (lambda: None))()
 
     def warm_up(self) -> list[Verdict]:
         """Judge :data:`WARM_UP_TASK` with the backend's ``warm_up_candidate`` in every candidate

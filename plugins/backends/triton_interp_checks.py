@@ -217,17 +217,19 @@ def install() -> None:
         orig_rmw, orig_cas = builder.create_atomic_rmw, builder.create_atomic_cas
         orig_dim, orig_idx = builder.set_grid_dim, builder.set_grid_idx
 
-        def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        # The cache hints after the mask differ between Triton versions (3.6: cache_modifier,
+        # eviction_policy[, is_volatile]; 3.9: cache_policy[, is_volatile]): passed on as they came.
+        def create_masked_load(self, ptrs, mask, other, *hints):
             mask = _checked_mask("load", ptrs, mask)
             _log_access(LOAD, ptrs, mask)
             _mark(LOAD, ptrs, mask)
-            return orig_load(self, ptrs, mask, other, cache_policy, is_volatile)
+            return orig_load(self, ptrs, mask, other, *hints)
 
-        def create_masked_store(self, ptrs, value, mask, cache_policy):
+        def create_masked_store(self, ptrs, value, mask, *hints):
             mask = _checked_mask("store", ptrs, mask)
             _log_access(STORE, ptrs, mask, value)
             _mark(STORE, ptrs, mask)
-            return orig_store(self, ptrs, value, mask, cache_policy)
+            return orig_store(self, ptrs, value, mask, *hints)
 
         xchg = getattr(getattr(getattr(interp, "_ir", None), "ATOMIC_OP", None), "XCHG", None)
 
@@ -292,4 +294,21 @@ def install() -> None:
         for name in ("create_atomic_load", "create_atomic_store", "create_atomic_poll"):  # Triton 3.9
             if hasattr(builder, name):
                 setattr(builder, name, atomic_through_plain(getattr(builder, name)))
+        _scalar_index_fix(interp)
         _installed = True
+
+
+def _scalar_index_fix(interp: Any) -> None:
+    """Triton 3.6's interpreter turns a scalar argument into an index with ``int()`` of a one-element
+    array, which numpy 2 refuses: ``for r in range(rows)`` fails ("only 0-dimensional arrays can be
+    converted"). Triton 3.9 squeezes first; so do we, on every version (a no-op where fixed)."""
+    patch = getattr(interp, "_patch_lang_tensor", None)
+    if patch is None or getattr(patch, "_kz_index_fix", False):
+        return
+
+    def patched(tensor, scope):
+        patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patched._kz_index_fix = True
+    interp._patch_lang_tensor = patched

@@ -103,7 +103,7 @@ def _all_empty(values: list[Any] | None) -> bool:
     return bool(values) and all(hasattr(v, "numel") and hasattr(v, "shape") and v.numel() == 0 for v in values)
 
 
-def _no_work(trial: Trial) -> bool:
+def no_work(trial: Trial) -> bool:
     """The call had no work: the reference's outputs and the candidate's are all empty."""
     return _all_empty(trial.expected) and _all_empty(trial.observed.output)
 
@@ -149,8 +149,8 @@ class IntegrityCheck:
         if downcasts:
             return CheckResult(False, f"inputs or results were cast to lower precision in forward ({downcasts[0]})",
                                data={"downcasts": downcasts}, hack=True)
-        idle = [t for t in ran if _no_work(t)]
-        starved = [i for i, t in enumerate(ran) if t.observed.launches < self.min_launches and not _no_work(t)]
+        idle = [t for t in ran if no_work(t)]
+        starved = [i for i, t in enumerate(ran) if t.observed.launches < self.min_launches and not no_work(t)]
         if ran and starved:
             return CheckResult(False, f"{len(starved)}/{len(ran)} forward calls launched no {evidence.backend} kernel "
                                "(the result did not come from a kernel)", data={"launches": [t.observed.launches for t in ran]},

@@ -161,10 +161,12 @@ def host_op_findings(host_ops: dict[str, int], allowed_ops: frozenset[str] | Non
     return [f"PyTorch ops on forward's thread that the dispatch audit did not see: {shown}"]
 
 
-def judge(data: dict[str, Any], own_names: Iterable[str], allowed_ops: frozenset[str] | None = None) -> CheckResult:
+def judge(data: dict[str, Any], own_names: Iterable[str], allowed_ops: frozenset[str] | None = None,
+          no_work: bool = False) -> CheckResult:
     """Decide from what :meth:`GpuActivityCheck.collect` recorded (pure; the judge's side).
     ``allowed_ops``: the ATen ops forward may run (the trials' dispatch audit's list), to judge the
-    ops the profiler saw on forward's thread by; None leaves them unjudged."""
+    ops the profiler saw on forward's thread by; None leaves them unjudged. ``no_work``: every call's
+    outputs were empty (a zero-sized batch), so an audited call that put nothing on the GPU is right."""
     own = frozenset(own_names)
     summary = {k: v for k, v in data.items() if k != "activities"}  # what a verdict keeps of an unjudged trace
     activities = [Activity.from_dict(a) for a in data.get("activities") or []]
@@ -175,6 +177,9 @@ def judge(data: dict[str, Any], own_names: Iterable[str], allowed_ops: frozenset
     findings += host_op_findings(dict(data.get("host_ops") or {}), allowed_ops)
     if not activities and not findings:
         seen = data.get("canary")
+        if seen and no_work:  # the profiler recorded (its canary shows), and there was nothing to compute
+            return CheckResult(True, "no GPU work, as none was due: every call's outputs are empty, and the "
+                                     "profiler's canary kernel shows it was recording", data=summary)
         why = ("the profiler saw a canary kernel, so the audited call itself put nothing on the GPU" if seen else
                "the profiler recorded no GPU activity, not even a canary kernel: CUPTI does not record here"
                if seen is False else "no GPU activity was recorded")

@@ -165,4 +165,7 @@ class GpuActivityCheck:
             return could_not_run(f"GPU activity not recorded: {data['error']}", data)
         from core.verification.worker.process import ALLOWED_ATEN as DISPATCH_AUDIT_ALLOWS  # the trials' list
 
-        return judge(data, own_kernel_names(evidence), allowed_ops=DISPATCH_AUDIT_ALLOWS)
+        from plugins.verifiers.runtime import no_work
+
+        idle = bool(evidence.trials) and all(no_work(t) for t in evidence.trials)
+        return judge(data, own_kernel_names(evidence), allowed_ops=DISPATCH_AUDIT_ALLOWS, no_work=idle)
