@@ -23,7 +23,7 @@ TINY_OVERRIDES = [
     "trainer.eval_tasks=2", "trainer.phases.distill.steps=3", "trainer.phases.distill.tasks=6",
     "trainer.phases.distill.batch_size=4", "trainer.phases.distill.teacher=copy_teacher",
     "trainer.phases.correctness.steps=3", "trainer.save_steps=1", "trainer.tasks_per_step=2",
-    "trainer.num_generations=2", "curriculum.window=1",
+    "trainer.num_generations=2", "curriculum.window_attempts=1",
 ]
 
 
