@@ -18,9 +18,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from fake_training_run import run  # noqa: E402
+from fake_training_run import run
 
-from core.loop.experiments import (  # noqa: E402
+from core.loop.experiments import (
     curriculum_summary,
     density_summary,
     steps_to_threshold,
