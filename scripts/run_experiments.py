@@ -33,6 +33,7 @@ from core.loop.experiments import (
     SELFPLAY,
     curriculum_summary,
     density_summary,
+    markdown_table,
     plot_experiments,
     selfplay_summary,
     table_rows,
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
         arms = {p: [run_one(p, s, args.out, arm_overrides(args)) for s in args.seeds] for p in CURRICULUM}
         summary["curriculum"] = curriculum_summary(arms, args.threshold, args.window, args.steps)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (args.out / "summary.md").write_text(markdown_table(summary))
     plot = plot_experiments(summary, args.out / "experiments.png")
 
     from rich.console import Console

@@ -72,6 +72,7 @@ def test_selfplay_reports_every_stage_and_the_control_per_seed_with_intervals(sw
         assert len(gain["per_seed"]) == 2 and gain["ci"]["low"] <= gain["ci"]["high"]
     assert json.loads((out / "summary.json").read_text())["selfplay"] == sp
     assert (out / "experiments.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| held-out pass rate | after GRPO (self-play) |" in (out / "summary.md").read_text()
     labels = [row[1] for row in table_rows(summary)]
     assert "control: more SFT, same wall clock" in labels and "rl - sft" in labels
 

@@ -120,8 +120,9 @@ def table_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             rows.append(("held-out pass rate", labels[stage], _ci(res["ci"]), _seeds(res["per_seed"]), ""))
         for name, res in sp["gains"].items():
             after, before = name.split("-")
-            rows.append(("gain (points)", f"{after} - {before}", _ci({k: (100 * v if k != 'confidence' else v)
-                                                                      for k, v in res["ci"].items()}).replace(".000", ""),
+            ci = res["ci"]
+            points = f"{100 * ci['estimate']:+.1f} [{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]"
+            rows.append(("gain (points)", f"{after} - {before}", points,
                          _seeds([100 * v for v in res["per_seed"]], "{:+.1f}"), "+10 points" if name == "rl-sft" else ""))
     density = summary.get("density")
     if density:
@@ -138,6 +139,13 @@ def table_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             rows.append((f"steps to pass >= {cur['threshold']}", "adaptive / fixed", _ci(cur["ratio"]), "",
                          "0.6 (40% fewer)"))
     return rows
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    """The table of :func:`table_rows` as Markdown (what docs/training.md quotes)."""
+    lines = ["| experiment | arm | mean [95% CI] | per seed | published claim |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(summary)]
+    return "\n".join(lines) + "\n"
 
 
 def plot_experiments(summary: dict[str, Any], path: Path) -> Path:
