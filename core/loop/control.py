@@ -72,7 +72,7 @@ def run_control(training: Any, phase: Phase, runner: Callable[[Any, Phase, set[s
     finally:
         training.time_limit_s = None
     result = training.evaluate(eval_tasks, f"control {phase.name}")
-    result.update(control_for=target, seconds=progress.get("seconds", {}).get(phase.name, 0.0),
+    result.update(control_for=target, train_seconds=progress.get("seconds", {}).get(phase.name, 0.0),
                   budget_s=budget, steps=progress.get("steps_done", {}).get(phase.name, 0))
     # the run's model stays the one its own phases trained
     progress["model"] = run_model

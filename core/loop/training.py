@@ -23,8 +23,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from omegaconf import DictConfig
 from rich.console import Console
@@ -33,11 +34,11 @@ from core.config import build, resolve_device
 from core.contracts import CurriculumState, optional
 from core.evaluation.suites import HeldOut
 from core.loop.attempts import attempt, copy_state
-from core.loop.grpo import run_grpo
 from core.loop.control import run_control
+from core.loop.grpo import run_grpo
 from core.loop.metrics import MetricsLog, plot_summary
-from core.loop.report import print_learning_curve, print_results, read_decisions, run_summary
 from core.loop.phase_common import STATE_FILE
+from core.loop.report import print_learning_curve, print_results, read_decisions, run_summary
 from core.loop.sft import run_sft
 from core.loop.shared_verification import ScoredBatch, SharedVerification
 from core.loop.training_config import PHASE_KINDS, Phase, TrainingError, TrainSettings

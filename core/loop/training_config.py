@@ -7,8 +7,9 @@ documents every key). :mod:`core.loop.training` runs them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
