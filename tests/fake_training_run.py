@@ -24,6 +24,8 @@ TINY_OVERRIDES = [
     "trainer.phases.distill.batch_size=4", "trainer.phases.distill.teacher=copy_teacher",
     "trainer.phases.correctness.steps=3", "trainer.save_steps=1", "trainer.tasks_per_step=2",
     "trainer.num_generations=2", "curriculum.window_attempts=1",
+    # two reward terms, so each is checked to log under its own name (the default phase uses correctness only)
+    "trainer.phases.correctness.reward={weights: {correctness: 1.0, format: 0.1}, failure_reward: 0.0}",
 ]
 
 

@@ -19,6 +19,8 @@ TINY = [
     "trainer.phases.distill.steps=2", "trainer.phases.distill.tasks=3", "trainer.phases.distill.batch_size=2", "trainer.phases.distill.max_length=2048",
     "trainer.phases.correctness.steps=2", "trainer.tasks_per_step=2", "trainer.num_generations=2",
     "trainer.save_steps=1", "trainer.phases.more_sft.steps=3",
+    # two reward terms, so each is checked to log under its own name (the default phase uses correctness only)
+    "trainer.phases.correctness.reward={weights: {correctness: 1.0, format: 0.1}, failure_reward: 0.0}",
 ]
 
 
