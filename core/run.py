@@ -33,6 +33,9 @@ def run(cfg: DictConfig) -> float | None:
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
 def _main(cfg: DictConfig) -> float | None:
+    from core.loop.console import quiet_console
+
+    quiet_console(cfg.out_dir)
     try:
         return run(cfg)
     except PluginError as exc:

@@ -264,19 +264,21 @@ def _sanitizer(ctx: Context) -> list[Command]:
 
 
 def _training(ctx: Context) -> list[Command]:
+    # The CPU default's recipe (conf/trainer/embedded.yaml: SFT warm start, GRPO self-play with the proposer
+    # and the adaptive curriculum, then the control arm: GRPO's wall clock spent on more SFT) with the
+    # larger model and 4x the samples per GRPO step. Sized for <= 25 min of one H200 from estimates, not
+    # measurements (never run): teacher 256 verdicts + 4 evaluations of 64 (~3 min at the ~6 verdicts/s of
+    # the 1-GPU pool), SFT 800 steps of batch 16 (~2 min), GRPO 60 steps x 32 samples (~9 min: 1920
+    # verdicts plus generation), the control the same 9 min.
     root = ctx.work / "training"
     cache = (("KERNELZERO_CACHE", str(root / "cache")),)
     return [
-        ctx.py("-m", "core.run", "trainer=embedded", "coder=llm", "curriculum=adaptive", *_TRAIN_MODEL,
-               "trainer.torch_threads=null", "trainer.eval_tasks=64", "trainer.tasks_per_step=8",
-               "trainer.num_generations=8", "trainer.phases.distill.steps=2000", "trainer.phases.distill.tasks=1024",
-               "trainer.phases.distill.batch_size=16", "trainer.phases.distill.learning_rate=5e-4",
-               "trainer.phases.correctness.steps=200", "trainer.phases.correctness.learning_rate=1e-5",
+        ctx.py("-m", "core.run", *_TRAIN_MODEL, "trainer.torch_threads=null", "trainer.eval_tasks=64",
+               "trainer.tasks_per_step=4", "trainer.num_generations=8", "trainer.phases.distill.steps=800",
+               "trainer.phases.distill.tasks=256", "trainer.phases.distill.batch_size=16",
+               "trainer.phases.distill.learning_rate=5e-4", "trainer.phases.more_sft.batch_size=16",
+               "trainer.phases.more_sft.learning_rate=5e-4", "trainer.phases.correctness.steps=60",
                f"hydra.run.dir={root / 'embedded_gpu'}", env=cache),
-        ctx.py("scripts/run_experiments.py", "--out", root / "experiments", "--seeds", "0", "1", "2", "--steps", "100",
-               "--model", root / "embedded_gpu" / "models" / "distill", "--", *_TRAIN_MODEL,
-               "trainer.torch_threads=null", "trainer.tasks_per_step=8", "trainer.num_generations=8",
-               "trainer.eval_tasks=16", env=cache),
     ]
 
 
@@ -287,6 +289,7 @@ def _refinement(ctx: Context) -> list[Command]:
     cache = (("KERNELZERO_CACHE", str(root / "cache")), *ctx.one_gpu())
     return [
         ctx.py("-m", "core.run", "device=cuda", "trainer.torch_threads=null", "trainer.phases.correctness.steps=0",
+               "trainer.phases.more_sft.steps=0",
                f"hydra.run.dir={root / 'run'}", env=cache),
         ctx.py("-m", "benchmarks.refinement", "--run", root / "run", "--turns", "3", "--feedback-sft", "300",
                "--out", root / "refinement.json", "--plot", root / "refinement.png", env=cache),
@@ -362,9 +365,9 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("sanitizer", 150, "88 s (2026-11-30 b, call 4)",
          "benchmarks/sanitizer_cost.py: what a compute-sanitizer verdict costs", _sanitizer, sanitizer_figure,
          results=(("sanitizer_cost.json", "sanitizer_cost.json"),)),
-    Step("training", 3 * 3600, "not yet run; estimated 2-3 GPU hours: not for a 600 s device call",
-         "the embedded default at GPU scale (8 layers, 512 wide, 2000 SFT + 200 GRPO steps), then both "
-         "experiments from its model (scripts/run_experiments.py, 3 seeds x 100 steps)", _training,
+    Step("training", 1500, "not yet run; estimated 20-25 min of one H200: longer than one 600 s device call",
+         "the default job (make run) at GPU scale: 8 layers, 512 wide; SFT warm start 800 steps, GRPO 60 steps "
+         "x 4 tasks x 8 samples, then its control arm (the same wall clock on more SFT)", _training,
          held_out_figure, results=(("training/embedded_gpu/result.json", "training_result.json"),), tail=30,
          chain=True),
     Step("refinement", 480, "not yet run; estimated 5-8 min (on CPU the run took 11 min, the benchmark 7 min)",

@@ -23,7 +23,9 @@ TINY_OVERRIDES = [
     "trainer.eval_tasks=2", "trainer.phases.distill.steps=3", "trainer.phases.distill.tasks=6",
     "trainer.phases.distill.batch_size=4", "trainer.phases.distill.teacher=copy_teacher",
     "trainer.phases.correctness.steps=3", "trainer.save_steps=1", "trainer.tasks_per_step=2",
-    "trainer.num_generations=2", "curriculum.window=1",
+    "trainer.num_generations=2", "curriculum.window_attempts=1",
+    # two reward terms, so each is checked to log under its own name (the default phase uses correctness only)
+    "trainer.phases.correctness.reward={weights: {correctness: 1.0, format: 0.1}, failure_reward: 0.0}",
 ]
 
 

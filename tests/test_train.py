@@ -77,7 +77,8 @@ def test_distill_phase_trained_on_verified_teacher_pairs(fake_run):
     losses = [json.loads(line)["loss"] for line in (out / "distill_loss.jsonl").read_text().splitlines()]
     assert len(losses) == 3
     assert (out / "models" / "distill" / "config.json").exists()
-    assert json.loads((out / "train_state.json").read_text())["done"] == ["distill", "refine", "correctness", "performance"]
+    assert json.loads((out / "train_state.json").read_text())["done"] == ["distill", "refine", "correctness", "performance",
+                                                                         "more_sft"]
 
 
 def test_held_out_evaluated_between_phases(fake_run):

@@ -18,7 +18,9 @@ TINY = [
     "coder.corpus_tasks=8", "coder.max_new_tokens=24", "trainer.eval_tasks=2",
     "trainer.phases.distill.steps=2", "trainer.phases.distill.tasks=3", "trainer.phases.distill.batch_size=2", "trainer.phases.distill.max_length=2048",
     "trainer.phases.correctness.steps=2", "trainer.tasks_per_step=2", "trainer.num_generations=2",
-    "trainer.save_steps=1",
+    "trainer.save_steps=1", "trainer.phases.more_sft.steps=3",
+    # two reward terms, so each is checked to log under its own name (the default phase uses correctness only)
+    "trainer.phases.correctness.reward={weights: {correctness: 1.0, format: 0.1}, failure_reward: 0.0}",
 ]
 
 
@@ -41,4 +43,10 @@ def test_core_run_trains_a_tiny_model_through_the_full_stack(tmp_path):
     assert list((out / "checkpoints" / "correctness").rglob("events.out.tfevents*"))
     result = json.loads((out / "result.json").read_text())
     assert 0.0 <= result["pass_rate"] <= 1.0 and result["steps"] == 2
-    assert "held-out pass rate: before" in proc.stdout
+    # the final table: before, after SFT, after GRPO and the control arm (more SFT for GRPO's wall clock)
+    assert "held-out pass rate (greedy" in proc.stdout and "control more_sft" in proc.stdout
+    assert set(result["pass_rate_control"]) == {"more_sft"}
+    # a clean screen: library warnings and checkpoint progress bars went to the run's log file
+    screen = proc.stdout + proc.stderr
+    assert "FutureWarning" not in screen and "Writing model shards" not in screen
+    assert "FutureWarning" in (out / "run.log").read_text()

@@ -13,6 +13,7 @@ metrics to ``curriculum.update`` (every decision is printed and kept), ``metrics
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -20,13 +21,15 @@ from transformers import TrainerCallback
 
 from core.contracts import optional
 from core.loop.metrics import aggregate, solve_rates, step_metrics
-from core.loop.phase_common import StateCallback, common_args, finish_phase, quiet, resume_checkpoint
+from core.loop.phase_common import PhaseProgress, StateCallback, common_args, finish_phase, quiet, resume_checkpoint
 from core.loop.refinement import training_env
 from core.loop.rewards import RewardMix
 from core.loop.shared_verification import SharedVerification
 from core.loop.taskstream import TaskStream
 from core.loop.training_config import Phase, TrainingError
 from core.plugins import notify
+
+log = logging.getLogger(__name__)
 
 
 def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
@@ -58,10 +61,11 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     )
     grpo_kwargs.update(s.grpo_kwargs)
     args = GRPOConfig(**common_args(training, phase), **grpo_kwargs)
-    step_cb = StepCallback(training, phase, env or shared, stream)
+    bar = PhaseProgress(training, phase)
+    step_cb = StepCallback(training, phase, env or shared, stream, bar)
     trainer = GRPOTrainer(model=coder.hf_model, reward_funcs=(env or shared).reward_functions(), args=args,
                           train_dataset=stream.dataset(), processing_class=coder.hf_tokenizer,
-                          callbacks=[StateCallback(training, phase), step_cb], rollout_func=env)
+                          callbacks=[StateCallback(training, phase), step_cb, bar], rollout_func=env)
     checkpoint = resume_checkpoint(training, phase)
     quiet(trainer)
     trainer.train(resume_from_checkpoint=checkpoint)
@@ -75,8 +79,9 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
 class StepCallback(TrainerCallback):
     """After every GRPO step: metrics, proposer feedback, curriculum update, hooks, the printed curve."""
 
-    def __init__(self, training: Any, phase: Phase, shared: SharedVerification, stream: TaskStream):
-        self.training, self.phase, self.shared, self.stream = training, phase, shared, stream
+    def __init__(self, training: Any, phase: Phase, shared: SharedVerification, stream: TaskStream,
+                 bar: PhaseProgress | None = None):
+        self.training, self.phase, self.shared, self.stream, self.bar = training, phase, shared, stream, bar
         self.round_rows: list[dict[str, Any]] = []
         self.round_index = 0
 
@@ -98,10 +103,15 @@ class StepCallback(TrainerCallback):
         t.metrics.append(metrics)
         notify("on_step_end", step=step, metrics={k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         tiers = " ".join(f"t{k.split('tier')[-1]}:{int(v)}" for k, v in sorted(metrics.items()) if k.startswith("tasks/tier"))
-        t.console.print(f"step {step:4d} [{self.phase.name}] pass {metrics['pass_rate']:.2f} "
-                        f"pass@{int(metrics['k'])} {metrics['pass_at_k']:.2f} density "
-                        f"{metrics['information_density']:.2f} reward {metrics['reward']:.3f} "
-                        f"compile {metrics['compile_rate']:.2f} hacks {metrics['hack_flag_rate']:.2f} {tiers}")
+        line = (f"pass {metrics['pass_rate']:.2f} pass@{int(metrics['k'])} {metrics['pass_at_k']:.2f} density "
+                f"{metrics['information_density']:.2f} reward {metrics['reward']:.3f} "
+                f"compile {metrics['compile_rate']:.2f} hacks {metrics['hack_flag_rate']:.2f} {tiers}")
+        # every step goes to the log file; the screen shows it only on the phase's progress bar
+        log.info("step %d [%s] %s", step, self.phase.name, line)
+        if self.bar is not None:
+            self.bar.set_status(line)
+        else:
+            t.console.print(f"step {step:4d} [{self.phase.name}] {line}")
         self.round_rows.append(metrics)
         if len(self.round_rows) >= max(1, t.settings.steps_per_round):
             self.flush_round()

@@ -132,8 +132,17 @@ class MetricsLog:
         self.path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows))
 
 
-def plot_summary(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str = "KernelZero training") -> Path:
-    """A PNG with pass rates, information density, rewards per term and hack-flag rate against step."""
+DECISION_COLOURS = {"shrink": "tab:red", "new APIs": "tab:green", "performance": "tab:orange", "hold": "tab:gray"}
+
+
+def plot_summary(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str = "KernelZero training",
+                 decisions: Sequence[Mapping[str, Any]] = ()) -> Path:
+    """A PNG with pass rates, information density, the curriculum, rewards per term and hack flags against step.
+
+    ``decisions`` (``curriculum.jsonl`` rows: ``step``, ``decision``) are drawn as vertical lines on the
+    learning-curve panels, coloured by kind, so each change of the task distribution sits on the curve
+    that caused it.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -145,10 +154,11 @@ def plot_summary(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str
     def series(key: str) -> list[float]:
         return [float(r[key]) if r.get(key) is not None else float("nan") for r in rows]
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7), sharex=True)
     panels = [
         (axes[0][0], "pass rates", ["pass_rate", "pass_at_k", "accept_rate"]),
         (axes[0][1], "information density", ["information_density"]),
+        (axes[0][2], "curriculum", ["curriculum/param_scale", "curriculum/perf_share"]),
         (axes[1][0], "reward per term", sorted({k for r in rows for k in r if k.startswith("reward/")})),
         (axes[1][1], "hack flags / compile", ["hack_flag_rate", "compile_rate"]),
     ]
@@ -158,10 +168,25 @@ def plot_summary(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str
         ax.set_title(name)
         ax.set_ylim(-0.05, 1.05) if name != "reward per term" else None
         ax.grid(alpha=0.3)
-        if keys:
-            ax.legend(fontsize=8)
+    tiers = axes[0][2].twinx()
+    tiers.step(steps, series("curriculum/max_tier"), where="post", color="tab:purple", label="max_tier (right)")
+    tiers.set_ylabel("max_tier")
+    tiers.legend(fontsize=8, loc="lower right")
+    seen: set[str] = set()
+    for d in decisions:
+        kind = next((k for k in DECISION_COLOURS if str(d.get("decision", "")).startswith(k)), "hold")
+        for ax in (axes[0][0], axes[0][1], axes[0][2]):
+            ax.axvline(float(d.get("step", 0)), color=DECISION_COLOURS[kind], alpha=0.5, ls="--",
+                       label=f"curriculum: {kind}" if kind not in seen and ax is axes[0][0] else None)
+        seen.add(kind)
+    for ax, _, keys in panels:
+        if keys or ax is axes[0][0]:
+            ax.legend(fontsize=7)
+    fig.delaxes(axes[1][2])
     for ax in axes[1]:
         ax.set_xlabel("step")
+    axes[0][2].set_xlabel("step")
+    axes[0][2].xaxis.set_tick_params(labelbottom=True)
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ imports this one).
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,61 @@ def quiet(trainer: Any) -> None:
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
+
+
+class PhaseProgress(TrainerCallback):
+    """A rich progress bar over the phase's steps; measures its training loop's wall clock.
+
+    The seconds and steps go to ``training.progress`` (``seconds``, ``steps_done``,
+    ``seconds_per_step``): control arms (:mod:`core.loop.control`) get the same time as the phase
+    they control. With ``training.time_limit_s`` set, training stops once that much time has passed.
+    """
+
+    def __init__(self, training: Any, phase: Phase):
+        self.training, self.phase = training, phase
+        self.status = ""
+        self._bar: Any = None
+        self._task: Any = None
+        self._t0 = 0.0
+        self._steps = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._t0, self._steps = time.perf_counter(), 0
+        self._bar = Progress(TextColumn(f"{self.phase.name} ({self.phase.kind})"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
+                             console=self.training.console, transient=False)
+        self._task = self._bar.add_task(self.phase.name, total=state.max_steps or self.phase.steps,
+                                        completed=state.global_step, status="")
+        self._bar.start()
+
+    def set_status(self, text: str) -> None:
+        """Text shown after the bar (GRPO: the last step's pass rate and information density)."""
+        self.status = text
+        if self._bar is not None:
+            self._bar.update(self._task, status=text)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._steps += 1
+        if self._bar is not None:
+            self._bar.update(self._task, completed=state.global_step)
+        limit = getattr(self.training, "time_limit_s", None)
+        if limit is not None and self.elapsed() >= limit:
+            control.should_training_stop = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+        p, name = self.training.progress, self.phase.name
+        p.setdefault("seconds", {})[name] = p.get("seconds", {}).get(name, 0.0) + self.elapsed()
+        p.setdefault("steps_done", {})[name] = p.get("steps_done", {}).get(name, 0) + self._steps
+        if p["steps_done"][name]:
+            p.setdefault("seconds_per_step", {})[name] = p["seconds"][name] / p["steps_done"][name]
 
 
 def finish_phase(training: Any, phase: Phase, trainer: Any) -> None:

@@ -23,20 +23,22 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from omegaconf import DictConfig
 from rich.console import Console
-from rich.table import Table
 
 from core.config import build, resolve_device
 from core.contracts import CurriculumState, optional
 from core.evaluation.suites import HeldOut
 from core.loop.attempts import attempt, copy_state
+from core.loop.control import run_control
 from core.loop.grpo import run_grpo
-from core.loop.metrics import MetricsLog, plot_summary, sparkline
+from core.loop.metrics import MetricsLog, plot_summary
 from core.loop.phase_common import STATE_FILE
+from core.loop.report import print_learning_curve, print_results, read_decisions, run_summary
 from core.loop.sft import run_sft
 from core.loop.shared_verification import ScoredBatch, SharedVerification
 from core.loop.training_config import PHASE_KINDS, Phase, TrainingError, TrainSettings
@@ -101,6 +103,7 @@ class Training:
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
         self.progress = self._read_progress()
         self.curriculum_log = self.out / "curriculum.jsonl"
+        self.time_limit_s: float | None = None  # set while a control arm runs (core.loop.control)
 
     # ------------------------------------------------------------------ progress file
 
@@ -130,47 +133,65 @@ class Training:
             self.progress["eval_before"] = self.evaluate(eval_tasks, "before training")
             self._write_progress()
         exclude = {t.id for t in eval_tasks}
-        running = [p.name for p in self.settings.phases if p.steps > 0]
-        for phase in self.settings.phases:
+        own = [p for p in self.settings.phases if p.control_for is None]
+        running = [p.name for p in own if p.steps > 0]
+        for phase in own:
             if phase.name in self.progress["done"]:
                 continue
             if phase.steps > 0:
                 self.console.rule(f"phase {phase.name} ({phase.kind}, {phase.steps} steps)")
+                self.progress.setdefault("start_model", {})[phase.name] = self._start_model_dir()
                 PHASE_RUNNERS[phase.kind](self, phase, exclude)
                 if self.settings.eval_each_phase and phase.name != running[-1]:
                     # the held-out pass rate between phases (the last phase's is the "after" evaluation)
                     self.progress.setdefault("eval_phases", {})[phase.name] = self.evaluate(eval_tasks, f"after {phase.name}")
             self.progress["done"].append(phase.name)
             self._write_progress()
-        after = self.evaluate(eval_tasks, "after training")
-        self.progress["eval_after"] = after
-        self._write_progress()
+        if "eval_after" not in self.progress:
+            self.progress["eval_after"] = self.evaluate(eval_tasks, "after training")
+            self._write_progress()
+        for phase in self.settings.phases:
+            if phase.control_for is None or phase.steps == 0 or phase.name in self.progress["done"]:
+                continue
+            self.progress.setdefault("eval_controls", {})[phase.name] = run_control(
+                self, phase, PHASE_RUNNERS[phase.kind], eval_tasks)
+            self.progress["done"].append(phase.name)
+            self._write_progress()
         plot = plot_summary(self.metrics.rows, self.out / "summary.png",
-                            title=f"KernelZero: {self.cfg.coder.name} on {self.cfg.proposer.name}/{self.backend}")
-        self.print_learning_curve()
-        before = self.progress["eval_before"]
-        summary = {
-            "pass_rate": after["pass_rate"], "pass_rate_before": before["pass_rate"],
-            "compile_rate": after["compile_rate"], "compile_rate_before": before["compile_rate"],
-            "pass_rate_after_phase": {name: e["pass_rate"] for name, e in self.progress.get("eval_phases", {}).items()},
-            "eval_tasks": len(eval_tasks), "steps": len(self.metrics.rows),
-            "metrics": str(self.metrics.path), "plot": str(plot), "seconds": time.perf_counter() - start,
-        }
+                            title=f"KernelZero: {self.cfg.coder.name} on {self.cfg.proposer.name}/{self.backend}",
+                            decisions=read_decisions(self.curriculum_log))
+        print_learning_curve(self.console, self.metrics.rows)
+        summary = run_summary(self.progress, len(eval_tasks))
+        summary.update(steps=len(self.metrics.rows), metrics=str(self.metrics.path), plot=str(plot),
+                       seconds=time.perf_counter() - start)
         (self.out / "result.json").write_text(json.dumps(summary, indent=2))
-        between = "".join(f" -> after {name} {e['pass_rate']:.3f}" for name, e in self.progress.get("eval_phases", {}).items())
-        self.console.print(f"held-out pass rate: before {before['pass_rate']:.3f}{between} -> after {after['pass_rate']:.3f} "
-                           f"({len(eval_tasks)} tasks); compile rate {before['compile_rate']:.3f} -> "
-                           f"{after['compile_rate']:.3f}")
+        print_results(self.console, self.progress, self.settings.phases)
         return summary
 
+    def load_model_dir(self, model_dir: str | None) -> None:
+        """Generate (and train) from the model saved in ``model_dir`` from now on."""
+        if not model_dir:
+            raise TrainingError("no model directory to load (train_state.json has no model for this phase)")
+        self.coder.set_model(None)
+        if (Path(model_dir) / "adapter_config.json").exists():
+            self.coder.adapter = model_dir
+        else:
+            self.coder.model, self.coder.tokenizer = model_dir, model_dir
+        self.coder.load()
+
+    def _start_model_dir(self) -> str:
+        """Where the model a phase starts from is saved (a control arm restarts from it)."""
+        if self.progress.get("model"):
+            return str(self.progress["model"])
+        initial = self.out / "models" / "initial"
+        if not (initial / "config.json").exists():
+            self.coder.hf_model.save_pretrained(str(initial))
+            self.coder.hf_tokenizer.save_pretrained(str(initial))
+        return str(initial)
+
     def _load_coder(self) -> None:
-        model_dir = self.progress.get("model")
-        if model_dir:
-            if (Path(model_dir) / "adapter_config.json").exists():
-                self.coder.adapter = model_dir
-            else:
-                self.coder.model, self.coder.tokenizer = model_dir, model_dir
-            self.coder.load()
+        if self.progress.get("model"):
+            self.load_model_dir(self.progress["model"])
             return
         corpus = None
         if optional(self.coder, "Coder", "model") == "embedded":
@@ -218,7 +239,7 @@ class Training:
 
     # ------------------------------------------------------------------ evaluation
 
-    def evaluate(self, tasks: Sequence[Task], label: str) -> dict[str, float]:
+    def evaluate(self, tasks: Sequence[Task], label: str) -> dict[str, Any]:
         """Greedy first-sample pass rate of the current model on ``tasks`` (held out from training)."""
         if not tasks:
             return {"pass_rate": 0.0, "compile_rate": 0.0, "tasks": 0}
@@ -227,27 +248,11 @@ class Training:
         pairs, verdicts = attempts.pairs, attempts.verdicts
         accepted = sum(v.accepted for v in verdicts)
         compiled = sum(v.compiled for v in verdicts)
+        passed = {task.id for task, _, _ in attempts.accepted()}
         result = {"pass_rate": accepted / len(tasks), "compile_rate": compiled / len(tasks), "tasks": len(tasks),
-                  "declined": len(tasks) - len(pairs), "seconds": time.perf_counter() - t0}
+                  "declined": len(tasks) - len(pairs), "seconds": time.perf_counter() - t0,
+                  # per task, in the held-out order: paired comparisons between stages and seeds
+                  "outcomes": [int(task.id in passed) for task in tasks]}
         self.console.print(f"held-out eval {label}: pass rate {result['pass_rate']:.3f}, compile rate "
                            f"{result['compile_rate']:.3f} on {len(tasks)} tasks ({result['seconds']:.1f}s)")
         return result
-
-    # ------------------------------------------------------------------ reporting
-
-    def print_learning_curve(self) -> None:
-        rows = self.metrics.rows
-        if not rows:
-            return
-        table = Table(title="learning curve (GRPO steps)")
-        for col in ("step", "phase", "pass rate", "pass@k", "info density", "reward", "hack flags", "tiers"):
-            table.add_column(col, justify="right")
-        stride = max(1, len(rows) // 20)
-        for r in rows[::stride] + ([rows[-1]] if (len(rows) - 1) % stride else []):
-            tiers = ",".join(f"{k.split('tier')[-1]}:{int(v)}" for k, v in sorted(r.items()) if k.startswith("tasks/tier"))
-            table.add_row(str(r["step"]), str(r.get("phase", "")), f"{r['pass_rate']:.3f}", f"{r['pass_at_k']:.3f}",
-                          f"{r['information_density']:.3f}", f"{r['reward']:.3f}", f"{r['hack_flag_rate']:.3f}", tiers)
-        self.console.print(table)
-        self.console.print("pass rate   " + sparkline([r["pass_rate"] for r in rows]))
-        self.console.print("pass@k      " + sparkline([r["pass_at_k"] for r in rows]))
-        self.console.print("info dens.  " + sparkline([r["information_density"] for r in rows]))

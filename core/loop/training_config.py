@@ -7,8 +7,9 @@ documents every key). :mod:`core.loop.training` runs them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -28,6 +29,9 @@ class Phase:
     steps: int
     learning_rate: float = 5e-5
     reward: dict[str, Any] | None = None  # RewardMix kwargs; None = the run's ``reward`` group
+    # A control arm of the named phase: same start model and wall clock, reported beside it
+    # (core.loop.control); ``steps`` is then only a cap.
+    control_for: str | None = None
     # sft only
     tasks: int = 64  # tasks the teacher is asked to solve (in-process distillation)
     dataset: str | None = None  # a ``core.distill`` JSONL instead of in-process distillation
@@ -88,6 +92,19 @@ class TrainSettings:
         settings = cls(phases=phases, **data)
         if not phases:
             raise TrainingError("trainer.phases is empty: list at least one phase (kind: sft or grpo)")
+        validate_controls(phases)
         if settings.resume not in ("auto", "never"):
             raise TrainingError(f"trainer.resume must be 'auto' or 'never', got {settings.resume!r}")
         return settings
+
+
+def validate_controls(phases: Sequence[Phase]) -> None:
+    """Every ``control_for`` names an earlier, non-control phase with steps."""
+    seen: dict[str, Phase] = {}
+    for phase in phases:
+        target = phase.control_for
+        if target is not None and (target not in seen or seen[target].control_for is not None):
+            raise TrainingError(f"phase {phase.name!r}: control_for must name an earlier phase of the run "
+                                f"(one that is not itself a control), got {target!r}; phases before it: "
+                                f"{sorted(n for n, p in seen.items() if p.control_for is None)}")
+        seen[phase.name] = phase

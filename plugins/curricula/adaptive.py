@@ -1,6 +1,7 @@
 """The adaptive curriculum: the published rule, with its thresholds in config.
 
-Every ``window`` steps it looks at the mean of the metrics it was given and takes one decision:
+Once the steps since its last decision hold at least ``window_attempts`` attempts (verified samples,
+the ``samples`` of each step's metrics), it looks at their accuracy and takes one decision:
 
 1. accuracy (``pass_rate``) below ``accuracy_threshold`` (0.85): shrink the parameter space,
    ``param_scale *= shrink`` (0.7), not below ``min_param_scale``;
@@ -10,6 +11,12 @@ Every ``window`` steps it looks at the mean of the metrics it was given and take
 3. else introduce new APIs: ``max_tier += 1`` up to ``tier_limit``.
 
 Every decision, holds included, is returned (the trainer logs it) and kept in ``history``.
+
+Why attempts and not steps: a GRPO step of 2 tasks x 4 samples estimates accuracy from 8 samples
+(standard error ~0.18 at 0.5), so a decision per step or two was noise (measured 2026-11-29: the
+default run shrank ``param_scale`` at every decision). The window's accuracy is the mean over all its
+attempts (each step's ``accept_rate`` weighted by its ``samples``), not the mean of step means.
+A metrics mapping without ``samples`` counts as one attempt.
 """
 
 from __future__ import annotations
@@ -38,8 +45,8 @@ class AdaptiveCurriculum:
     perf_share_step: float = 0.5
     max_perf_share: float = 1.0
     tier_limit: int = 4
-    window: int = 1  # steps whose metrics are averaged before a decision
-    accuracy_key: str = "pass_rate"
+    window_attempts: int = 1  # attempts (verified samples) gathered before a decision
+    accuracy_key: str = "accept_rate"
     latency_key: str = "latency_ratio"
     state: CurriculumState = field(init=False)
     history: list[dict[str, Any]] = field(default_factory=list, init=False)
@@ -49,19 +56,33 @@ class AdaptiveCurriculum:
     def __post_init__(self) -> None:
         if not 0 < self.shrink < 1:
             raise ValueError(f"adaptive curriculum: shrink must be in (0, 1), got {self.shrink}")
-        if self.window < 1:
-            raise ValueError(f"adaptive curriculum: window must be >= 1, got {self.window}")
+        if self.window_attempts < 1:
+            raise ValueError(f"adaptive curriculum: window_attempts must be >= 1, got {self.window_attempts}")
         self.state = CurriculumState(param_scale=self.param_scale, max_tier=self.max_tier, perf_share=self.perf_share)
 
     @staticmethod
-    def _mean(rows: list[dict[str, float]], key: str) -> float | None:
-        values = [float(r[key]) for r in rows if r.get(key) is not None and not math.isnan(float(r[key]))]
-        return sum(values) / len(values) if values else None
+    def attempts_of(metrics: dict[str, float]) -> int:
+        """Attempts behind one metrics mapping (its ``samples``; 1 without that key)."""
+        samples = metrics.get("samples")
+        return 1 if samples is None else max(0, int(samples))
+
+    @classmethod
+    def _mean(cls, rows: list[dict[str, float]], key: str) -> float | None:
+        """Mean of ``key`` over the window, each row weighted by its attempts."""
+        pairs = [(float(r[key]), cls.attempts_of(r)) for r in rows
+                 if r.get(key) is not None and not math.isnan(float(r[key]))]
+        weight = sum(w for _, w in pairs)
+        return sum(v * w for v, w in pairs) / weight if weight else None
+
+    def pending_attempts(self) -> int:
+        """Attempts gathered since the last decision."""
+        return sum(self.attempts_of(r) for r in self._pending)
 
     def update(self, metrics: dict[str, float]) -> list[str]:
         self._updates += 1
         self._pending.append(dict(metrics))
-        if len(self._pending) < self.window:
+        attempts = self.pending_attempts()
+        if attempts < self.window_attempts:
             return []
         rows, self._pending = self._pending, []
         accuracy = self._mean(rows, self.accuracy_key)
@@ -71,7 +92,7 @@ class AdaptiveCurriculum:
             decision = f"hold: no {self.accuracy_key!r} in the last {len(rows)} step(s)"
         elif accuracy < self.accuracy_threshold:
             new = max(self.min_param_scale, s.param_scale * self.shrink)
-            decision = (f"shrink: accuracy {accuracy:.3f} < {self.accuracy_threshold}: "
+            decision = (f"shrink: accuracy {accuracy:.3f} < {self.accuracy_threshold} over {attempts} attempts: "
                         f"param_scale {s.param_scale:.3f} -> {new:.3f}")
             s.param_scale = new
         elif latency is not None and latency > self.latency_threshold:
@@ -80,11 +101,13 @@ class AdaptiveCurriculum:
                         f"perf_share {s.perf_share:.2f} -> {new:.2f}")
             s.perf_share = new
         elif s.max_tier < self.tier_limit:
-            decision = f"new APIs: accuracy {accuracy:.3f} >= {self.accuracy_threshold}: max_tier {s.max_tier} -> {s.max_tier + 1}"
+            decision = (f"new APIs: accuracy {accuracy:.3f} >= {self.accuracy_threshold} over {attempts} attempts: "
+                        f"max_tier {s.max_tier} -> {s.max_tier + 1}")
             s.max_tier += 1
         else:
             decision = f"hold: accuracy {accuracy:.3f}, max_tier already at tier_limit {self.tier_limit}"
-        self.history.append({"update": self._updates, "decision": decision, "state": s.to_dict()})
+        self.history.append({"update": self._updates, "attempts": attempts, "accuracy": accuracy,
+                             "decision": decision, "state": s.to_dict()})
         log.info("curriculum: %s", decision)
         return [decision]
 

@@ -1,0 +1,100 @@
+"""What a training run reports at its end: the held-out table, the learning curve, ``result.json``.
+
+The held-out table has one row per evaluation of the run (``train_state.json``): before training,
+after each phase, and each control arm (:mod:`core.loop.control`) beside the phase it controls,
+with the change against the evaluation the phase started from.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from core.loop.metrics import sparkline
+from core.loop.training_config import Phase
+
+
+def evaluations(progress: Mapping[str, Any], phases: Sequence[Phase]) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(label, phase name or "", evaluation)`` in the order they were made."""
+    rows = [("before training", "", progress["eval_before"])]
+    between = progress.get("eval_phases", {})
+    own = [p for p in phases if p.control_for is None and p.steps > 0]
+    for phase in own:
+        evaluation = between.get(phase.name) or (progress.get("eval_after") if phase is own[-1] else None)
+        if evaluation is not None:
+            rows.append((f"after {phase.name} ({phase.kind})", phase.name, evaluation))
+    for name, evaluation in progress.get("eval_controls", {}).items():
+        kind = next((p.kind for p in phases if p.name == name), "?")
+        rows.append((f"control {name}: same time as {evaluation['control_for']}, spent on more {kind}", name, evaluation))
+    return rows
+
+
+def start_pass_rate(progress: Mapping[str, Any], phases: Sequence[Phase], name: str) -> float | None:
+    """Held-out pass rate of the model phase ``name`` (or, for a control, the phase it controls) started from."""
+    target = progress.get("eval_controls", {}).get(name, {}).get("control_for", name)
+    before = progress["eval_before"]["pass_rate"]
+    for phase in phases:
+        if phase.name == target:
+            return before
+        if phase.control_for is None and phase.name in progress.get("eval_phases", {}):
+            before = progress["eval_phases"][phase.name]["pass_rate"]
+    return None
+
+
+def run_summary(progress: Mapping[str, Any], eval_tasks: int) -> dict[str, Any]:
+    """The ``result.json`` fields about held-out evaluations and phase times."""
+    before, after = progress["eval_before"], progress["eval_after"]
+    return {
+        "pass_rate": after["pass_rate"], "pass_rate_before": before["pass_rate"],
+        "compile_rate": after["compile_rate"], "compile_rate_before": before["compile_rate"],
+        "pass_rate_after_phase": {name: e["pass_rate"] for name, e in progress.get("eval_phases", {}).items()},
+        "pass_rate_control": {name: e["pass_rate"] for name, e in progress.get("eval_controls", {}).items()},
+        "controls": dict(progress.get("eval_controls", {})),
+        "phase_seconds": dict(progress.get("seconds", {})), "phase_steps": dict(progress.get("steps_done", {})),
+        "eval_tasks": eval_tasks,
+    }
+
+
+def print_results(console: Console, progress: Mapping[str, Any], phases: Sequence[Phase]) -> None:
+    """The final table: held-out pass rate before, after each phase, and of each control arm."""
+    seconds, steps = progress.get("seconds", {}), progress.get("steps_done", {})
+    table = Table(title="held-out pass rate (greedy first sample, tasks never trained on)")
+    for col in ("stage", "pass rate", "change", "passed", "compile rate", "train time", "steps"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for label, name, e in evaluations(progress, phases):
+        start = start_pass_rate(progress, phases, name) if name else None
+        change = f"{100 * (e['pass_rate'] - start):+.1f} pts" if start is not None else ""
+        table.add_row(label, f"{e['pass_rate']:.3f}", change, f"{round(e['pass_rate'] * e['tasks'])}/{e['tasks']}",
+                      f"{e['compile_rate']:.3f}", f"{seconds[name]:.0f}s" if name in seconds else "",
+                      str(steps.get(name, "")))
+    console.print(table)
+
+
+def read_decisions(path: Path) -> list[dict[str, Any]]:
+    """The curriculum decisions a run logged (``curriculum.jsonl``), in order."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def print_learning_curve(console: Console, rows: Sequence[Mapping[str, Any]]) -> None:
+    """The GRPO steps' metrics as a table (at most ~20 rows) and sparklines."""
+    if not rows:
+        return
+    table = Table(title="learning curve (GRPO steps)")
+    for col in ("step", "phase", "pass rate", "pass@k", "info density", "reward", "hack flags", "tiers"):
+        table.add_column(col, justify="right")
+    stride = max(1, len(rows) // 20)
+    for r in list(rows[::stride]) + ([rows[-1]] if (len(rows) - 1) % stride else []):
+        tiers = ",".join(f"{k.split('tier')[-1]}:{int(v)}" for k, v in sorted(r.items()) if k.startswith("tasks/tier"))
+        table.add_row(str(r["step"]), str(r.get("phase", "")), f"{r['pass_rate']:.3f}", f"{r['pass_at_k']:.3f}",
+                      f"{r['information_density']:.3f}", f"{r['reward']:.3f}", f"{r['hack_flag_rate']:.3f}", tiers)
+    console.print(table)
+    console.print("pass rate   " + sparkline([r["pass_rate"] for r in rows]))
+    console.print("pass@k      " + sparkline([r["pass_at_k"] for r in rows]))
+    console.print("info dens.  " + sparkline([r["information_density"] for r in rows]))

@@ -1,0 +1,105 @@
+"""scripts/run_experiments.py and core.loop.experiments: seeds per arm, intervals, the control arm, table and figure.
+
+The runs are real (tiny) training runs with the test doubles of ``train_fakes``; nothing here
+asserts what the experiments measure, only that every claim's numbers come out with their seeds
+and intervals.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from fake_training_run import run
+
+from core.loop.experiments import (
+    curriculum_summary,
+    density_summary,
+    steps_to_threshold,
+    table_rows,
+)
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("run_experiments", ROOT / "scripts" / "run_experiments.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """``run_experiments --only selfplay --seeds 0 1`` with each run a tiny in-process training run."""
+    from core import plugins
+
+    old = plugins._pm
+    out = tmp_path_factory.mktemp("experiments")
+    script = _script()
+
+    def run_one(preset, seed, out_dir, overrides):
+        run_dir = out_dir / f"{preset or 'selfplay'}-seed{seed}"
+        run(str(run_dir), [f"seed={seed}", "trainer.phases.correctness.steps=2", *overrides])
+        return run_dir
+
+    script.run_one = run_one
+    try:
+        summary = script.main(["--out", str(out), "--seeds", "0", "1", "--only", "selfplay"])
+    finally:
+        plugins.set_plugin_manager(old)
+    return out, summary
+
+
+def _ordered(ci):
+    return ci["low"] - 1e-9 <= ci["estimate"] <= ci["high"] + 1e-9 or ci["low"] <= ci["high"]
+
+
+def test_selfplay_reports_every_stage_and_the_control_per_seed_with_intervals(sweep):
+    out, summary = sweep
+    sp = summary["selfplay"]
+    assert sp["seeds"] == 2 and set(sp["stages"]) == {"before", "sft", "rl", "control"}
+    for stage in sp["stages"].values():
+        assert len(stage["per_seed"]) == 2 and _ordered(stage["ci"])
+    assert set(sp["gains"]) == {"rl-sft", "control-sft", "rl-control"}
+    for gain in sp["gains"].values():
+        assert len(gain["per_seed"]) == 2 and gain["ci"]["low"] <= gain["ci"]["high"]
+    assert json.loads((out / "summary.json").read_text())["selfplay"] == sp
+    assert (out / "experiments.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| held-out pass rate | after GRPO (self-play) |" in (out / "summary.md").read_text()
+    labels = [row[1] for row in table_rows(summary)]
+    assert "control: more SFT, same wall clock" in labels and "rl - sft" in labels
+
+
+def test_density_and_curriculum_compare_arms_over_seeds(sweep):
+    out, _ = sweep
+    dirs = sorted(out.glob("selfplay-seed*"))
+    assert len(dirs) == 2
+    # the same runs as both arms: the machinery must give a ratio of exactly 1 with an interval around it
+    density = density_summary({"density_random": dirs, "density_mcts": dirs})
+    assert density["ratio"]["estimate"] == pytest.approx(1.0) or density["arms"]["density_random"]["ci"]["estimate"] == 0
+    assert all(len(arm["per_seed"]) == 2 for arm in density["arms"].values())
+    reached = curriculum_summary({"curriculum_fixed": dirs, "curriculum_adaptive": dirs}, 0.0, 1, budget=2)
+    assert reached["arms"]["curriculum_fixed"]["per_seed"] == [1, 1] and reached["ratio"]["estimate"] == 1.0
+    never = curriculum_summary({"curriculum_fixed": dirs}, 1.5, 1, budget=2)
+    arm = never["arms"]["curriculum_fixed"]
+    assert arm["per_seed"] == [None, None] and arm["reached"] == 0 and arm["ci"]["estimate"] == 2.0  # the budget
+
+
+def test_steps_to_threshold_uses_a_running_window():
+    rows = [{"pass_rate": v} for v in (0.0, 1.0, 0.0, 1.0, 1.0)]
+    assert steps_to_threshold(rows, 1.0, 1) == 2
+    assert steps_to_threshold(rows, 1.0, 2) == 5
+    assert steps_to_threshold(rows, 0.5, 2) == 2
+    assert steps_to_threshold(rows[:1], 0.5, 2) is None
+
+
+def test_one_seed_is_refused():
+    with pytest.raises(SystemExit):
+        _script().parse(["--seeds", "0"])
