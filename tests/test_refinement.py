@@ -360,4 +360,4 @@ def test_a_feedback_phase_trains_on_the_models_failures_between_distill_and_grpo
     assert len(rows) == len(feedback) + min(len(feedback), distilled)  # + as many replayed distill pairs
     assert all(r["completion_mask"][0] == 0 and r["completion_mask"][-1] == 1 for r in rows)
     assert (tmp_path / "models" / "refine").is_dir()
-    assert training.progress["done"] == ["distill", "refine", "correctness", "performance"]
+    assert training.progress["done"] == ["distill", "refine", "correctness", "performance", "more_sft"]

@@ -28,12 +28,14 @@ from core.task import Task
 
 
 def predecessor(phases: Sequence[Phase], name: str) -> Phase | None:
-    """The phase with steps that ran just before ``name`` (None: ``name`` was the first)."""
+    """The phase with steps that ran just before ``name`` (None: ``name`` was the first); a feedback
+    SFT phase (``refine``: token rows of the model's own failures) is passed over, so an SFT control
+    continues on the teacher's pairs at the teacher phase's pace."""
     before = None
     for phase in phases:
         if phase.name == name:
             return before
-        if phase.steps > 0 and phase.control_for is None:
+        if phase.steps > 0 and phase.control_for is None and not getattr(phase, "feedback", False):
             before = phase
     return None
 
