@@ -179,10 +179,9 @@ def test_distill_rows_come_from_the_loop():
 
 
 def test_only_the_attempts_loop_and_the_reward_verification_call_verify_many_in_the_loop():
-    # The loop is written once: every other module of core/loop (and core.distill) goes through it. The
-    # reward verification has two forms: one attempt per completion (shared_verification) and one per
-    # turn of a multi-turn episode (refinement's environment).
-    allowed = {"core/loop/attempts.py", "core/loop/shared_verification.py", "core/loop/refinement.py"}
+    # The loop is written once: every other module of core/loop (and core.distill) goes through it; the
+    # reward verification (single attempts and the turns of multi-turn episodes alike) through verify_once.
+    allowed = {"core/loop/attempts.py", "core/loop/shared_verification.py"}
     callers = set()
     for path in [*(ROOT / "core" / "loop").glob("*.py"), ROOT / "core" / "distill.py", ROOT / "core" / "run.py"]:
         for node in ast.walk(ast.parse(path.read_text())):

@@ -14,26 +14,7 @@ from plugins.verifiers.interp_races import InterpreterRaceCheck
 
 RED = Path(__file__).resolve().parent / "redteam"
 
-HONEST_ADD = '''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def forward(self, a, b):
-        out = torch.empty_like(a)
-        add_kernel[(triton.cdiv(a.numel(), 1024),)](a, b, out, a.numel(), BLOCK=1024)
-        return out
-'''
+HONEST_ADD = (RED / "candidates" / "honest_vector_add.py").read_text()  # its kernel is the honest control
 
 # A GPU-sized task in KernelBench's form: its size is a module-level constant (128 MiB of inputs).
 LARGE_ADD_TASK = '''

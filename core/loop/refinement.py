@@ -43,8 +43,8 @@ from typing import Any
 from core.contracts import optional
 from core.loop.metrics import Attempt, latency_ratio
 from core.loop.rewards import RewardMix, trl_reward_function
+from core.loop.shared_verification import verify_once
 from core.loop.turns import discounted_returns, render_feedback_turn, verdict_feedback
-from core.plugins import notify
 from core.task import Candidate, Task
 from core.verdict import Verdict
 
@@ -286,22 +286,9 @@ class RefinementEnv:
         return len(self.encode(text))
 
     def _verify(self, tasks: list[Task], candidates: list[Candidate]) -> list[Verdict]:
-        verdicts: list[Verdict | None] = [None] * len(candidates)
-        todo: dict[tuple[str, str], list[int]] = {}
-        for i, (task, cand) in enumerate(zip(tasks, candidates)):
-            if cand.declined:
-                verdicts[i] = Verdict.failure("declined", cand.declined, task_id=task.id, candidate_id=cand.id)
-            else:
-                todo.setdefault((task.id, cand.id), []).append(i)
-        if todo:
-            firsts = [idx[0] for idx in todo.values()]
-            fresh = self.verifier.verify_many([(tasks[i], candidates[i]) for i in firsts])
-            self.verifications += len(fresh)
-            for idx, verdict in zip(todo.values(), fresh):
-                notify("on_verdict", task=tasks[idx[0]], candidate=candidates[idx[0]], verdict=verdict)
-                for i in idx:
-                    verdicts[i] = verdict
-        return [v for v in verdicts if v is not None]
+        verdicts, fresh = verify_once(self.verifier, tasks, candidates)  # within a batch only: no cache across steps
+        self.verifications += fresh
+        return verdicts
 
     def _record(self, episodes: list[Episode], num_generations: int) -> None:
         g = max(1, num_generations)

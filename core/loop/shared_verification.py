@@ -29,6 +29,37 @@ class ScoredBatch:
     totals: list[float]
 
 
+def verify_once(verifier: Any, tasks: Sequence[Task], candidates: Sequence[Candidate],
+                known: "OrderedDict[tuple[str, str], Verdict] | None" = None, keep: int = 0) -> tuple[list[Verdict], int]:
+    """The verdicts of a batch, in order, and how many were fresh: each distinct (task id, candidate id)
+    pair is verified once, all in one ``verifier.verify_many``; a declined candidate never reaches the
+    verifier; ``on_verdict`` hears of every fresh verdict. ``known``: verdicts of earlier batches, read
+    and filled, the oldest dropped beyond ``keep``."""
+    verdicts: list[Verdict | None] = [None] * len(candidates)
+    todo: dict[tuple[str, str], list[int]] = {}
+    for i, (task, cand) in enumerate(zip(tasks, candidates)):
+        if cand.declined:
+            verdicts[i] = Verdict.failure("declined", cand.declined, task_id=task.id, candidate_id=cand.id)
+            continue
+        k = (task.id, cand.id)
+        if known is not None and k in known:
+            verdicts[i] = known[k]
+        else:
+            todo.setdefault(k, []).append(i)
+    if todo:
+        firsts = [idx[0] for idx in todo.values()]
+        fresh = verifier.verify_many([(tasks[i], candidates[i]) for i in firsts])
+        for (k, idx), verdict in zip(todo.items(), fresh):
+            if known is not None:
+                known[k] = verdict
+            notify("on_verdict", task=tasks[idx[0]], candidate=candidates[idx[0]], verdict=verdict)
+            for i in idx:
+                verdicts[i] = verdict
+        while known is not None and len(known) > keep:
+            known.popitem(last=False)
+    return [v for v in verdicts if v is not None], len(todo)
+
+
 class SharedVerification:
     """Verifies each completion once per step; every TRL reward function reads the same verdicts.
 
@@ -70,29 +101,9 @@ class SharedVerification:
         return batch
 
     def _verify(self, tasks: list[Task], candidates: list[Candidate]) -> list[Verdict]:
-        verdicts: list[Verdict | None] = [None] * len(candidates)
-        todo: dict[tuple[str, str], list[int]] = {}
-        for i, (task, cand) in enumerate(zip(tasks, candidates)):
-            if cand.declined:
-                verdicts[i] = Verdict.failure("declined", cand.declined, task_id=task.id, candidate_id=cand.id)
-                continue
-            k = (task.id, cand.id)
-            if k in self._verdicts:
-                verdicts[i] = self._verdicts[k]
-            else:
-                todo.setdefault(k, []).append(i)
-        if todo:
-            firsts = [idx[0] for idx in todo.values()]
-            fresh = self.verifier.verify_many([(tasks[i], candidates[i]) for i in firsts])
-            self.verifications += len(fresh)
-            for (k, idx), verdict in zip(todo.items(), fresh):
-                self._verdicts[k] = verdict
-                notify("on_verdict", task=tasks[idx[0]], candidate=candidates[idx[0]], verdict=verdict)
-                for i in idx:
-                    verdicts[i] = verdict
-            while len(self._verdicts) > self.keep:
-                self._verdicts.popitem(last=False)
-        return [v for v in verdicts if v is not None]
+        verdicts, fresh = verify_once(self.verifier, tasks, candidates, known=self._verdicts, keep=self.keep)
+        self.verifications += fresh
+        return verdicts
 
     def _record(self, batch: ScoredBatch) -> None:
         g = max(1, self.num_generations)
