@@ -64,6 +64,14 @@ def _load_pairs(path: Path) -> list[tuple[str, Task, Candidate]]:
     return pairs
 
 
+def pool_for(pairs: int, workers: int, warm_up: str = "auto") -> tuple[int, bool | None]:
+    """``(workers, warm_up)`` for the Verifier of one call: the pool sized to the work. One pair needs
+    one worker, and a worker's first pair is its own warm-up: a warm-up pair first would double a
+    one-shot call's time. ``None`` leaves the Verifier's default (on CUDA)."""
+    workers = max(1, min(workers, pairs))
+    return workers, {"on": True, "off": False, "auto": None if pairs > workers else False}[warm_up]
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -77,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="triton")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--json", action="store_true", help="print one JSON object (batch: one per line)")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="at most this many workers (never more than pairs)")
+    parser.add_argument("--warm-up", choices=("auto", "on", "off"), default="auto",
+                        help="judge a built-in pair in every worker first (auto: on CUDA when there are more pairs "
+                        "than workers; a worker's first pair is its own warm-up otherwise)")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per verification")
     parser.add_argument("--checks", default=None, help="comma-separated check names (default: all that apply)")
@@ -104,24 +115,29 @@ def main(argv: list[str] | None = None) -> int:
             return usage(f"unknown check(s) {', '.join(unknown)}; known checks: {', '.join(registry('verifier').names())}")
     if args.trials < MIN_TRIALS:
         return usage(f"--trials must be at least {MIN_TRIALS}")
+    items = _load_pairs(args.batch) if args.batch is not None else None
+    if items is not None and not items:
+        return usage(f"no pairs found in {args.batch}")
+    workers, warm_up = pool_for(1 if items is None else len(items), args.workers, args.warm_up)
     try:
-        verifier = Verifier(backend=args.backend, device=args.device, checks=checks, workers=args.workers,
-                            timeout_s=args.timeout, trials=args.trials, isolate=not args.no_isolate)
+        verifier = Verifier(backend=args.backend, device=args.device, checks=checks, workers=workers,
+                            timeout_s=args.timeout, trials=args.trials, isolate=not args.no_isolate, warm_up=warm_up)
     except VerifierConfigError as exc:
         return usage(str(exc))
     with verifier:
-        if args.batch is None:
+        if items is None:
             task = Task.from_file(args.reference)
             candidate = Candidate.from_file(args.candidate, backend=args.backend)
             verdict = verifier.verify(task, candidate)
             out = verdict.to_dict()
             out["sandbox"] = verifier.isolation
+            out["warm_up"] = verifier.warm_up_report
             if args.json:
                 print(json.dumps(out, sort_keys=True, default=str))
             else:
                 _print_verdict(out)
             return 0
-        return _batch(verifier, args)
+        return _batch(verifier, args, items)
 
 
 def _print_verdict(out: dict[str, Any]) -> None:
@@ -138,17 +154,13 @@ def _print_verdict(out: dict[str, Any]) -> None:
     console.print(f"accuracy {out['accuracy']:.2f}   {out['elapsed_s']:.2f} s   sandbox: {out.get('sandbox')}")
 
 
-def _batch(verifier: Verifier, args: Any) -> int:
+def _batch(verifier: Verifier, args: Any, items: list[tuple[str, Task, Candidate]]) -> int:
     from collections import Counter
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    items = _load_pairs(args.batch)
-    if not items:
-        print(f"python -m core.verify: error: no pairs found in {args.batch}", file=sys.stderr)
-        return 2
     console = Console(stderr=args.json)
     with Progress(TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=args.json) as progress:

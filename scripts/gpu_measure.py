@@ -243,6 +243,36 @@ def _no_kernelbench(ctx: Context) -> str | None:
     return f"no KernelBench checkout at {ctx.kb} (carry .kb, or pass --kb DIR)"
 
 
+# KernelBench's own problems at their real sizes (issue 19, item 7): (coder, level, first N, seconds after
+# which core.eval starts no further verification wave). The inductor teacher compiles every task on the
+# host before any verdict, so it gets fewer tasks. What was not verified is listed in results.json.
+_KB_EVALS = (("expert", "level1", 40, 100), ("inductor", "level1", 10, 60),
+             ("expert", "level2", 40, 80), ("inductor", "level2", 10, 60))
+
+
+def _kbeval(ctx: Context) -> list[Command]:
+    # One-shot verify (item 4: one small pair in <= 10 s) on KernelBench's example solutions, then
+    # core.eval on KernelBench's own level-1 and level-2 files at their real sizes, for both teachers.
+    root = ctx.work / "kb"
+    cache = (("KERNELZERO_CACHE", str(root / "cache")), ("COLUMNS", "200"), *ctx.one_gpu())
+    cmds = [ctx.py("-m", "benchmarks.one_shot_verify", "--kernelbench", ctx.kb, "--device", "cuda",
+                   "--out", root / "one_shot_verify.json", env=ctx.one_gpu())]
+    for coder, level, limit, budget in _KB_EVALS:
+        cmds.append(ctx.py("-m", "core.eval", f"suite={ctx.kb / 'KernelBench'}", f"levels=[{level}]", f"limit={limit}",
+                           f"budget_s={budget}", f"coder={coder}", "device=cuda", "heldout.record=false",
+                           "executor.workers_per_gpu=4", "verifier.reference_workers=4",
+                           f"hydra.run.dir={root / f'{coder}_{level}'}", env=cache))
+    cmds.append(ctx.py("-m", "benchmarks.kb_table", *[root / f"{c}_{lv}" for c, lv, _, _ in _KB_EVALS]))
+    return cmds
+
+
+def kbeval_figure(log: str) -> str:
+    shots = re.findall(r"^one-shot: (\d+/\d+) calls accepted within", log, re.MULTILINE)
+    geo = re.findall(r"geomean[^\n]*?(\d+\.\d+)x", log)
+    return "; ".join(x for x in ([f"one-shot {shots[-1]} within 10 s"] if shots else []) +
+                     ([f"{len(geo)} geomeans"] if geo else []))
+
+
 def _expert(ctx: Context) -> list[Command]:
     return [ctx.py("benchmarks/expert_gpu.py", "--out", ctx.work / "expert", "--budget-s", "380", env=ctx.one_gpu())]
 
@@ -356,6 +386,11 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "benchmarks/kernelbench_vs_ours.py, part 21's options (1/64 size, 8 workers, 3 rounds)", _kernelbench,
          kernelbench_figure, skip=_no_kernelbench, results=(("kernelbench_vs_ours.json", "kernelbench_vs_ours.json"),),
          tail=10),
+    Step("kbeval", 540, "not yet run (estimated: one-shot ~90 s, then the four evaluations' budgets plus a wave each)",
+         "benchmarks/one_shot_verify.py on KernelBench's example solutions, then core.eval on KernelBench's own "
+         "level-1 and level-2 files at their real sizes, expert and inductor teachers (fast_p, geomean vs eager "
+         "and torch.compile)", _kbeval, kbeval_figure, skip=_no_kernelbench,
+         results=(("kb/one_shot_verify.json", "one_shot_verify.json"),), tail=60),
     Step("expert", 420, "185-232 s for the 46 cases", "benchmarks/expert_gpu.py: the expert's speedups over eager "
          "and torch.compile, ResNet-50 convs vs cuDNN (starts no case after 380 s)", _expert, expert_figure,
          results=(("expert/expert_gpu.json", "expert_gpu.json"),), tail=12),

@@ -299,3 +299,15 @@ def test_ready_solutions_are_matched_by_name_and_missing_ones_declined(generated
 def test_a_missing_suite_exits_2_with_a_message(tmp_path):
     proc = run_eval(f"suite={tmp_path}/nope", f"hydra.run.dir={tmp_path}/run", "heldout.record=false", cwd=tmp_path)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_a_time_budget_reports_only_what_was_verified_and_lists_the_rest(generated_suite, tmp_path):
+    # one CPU worker: waves of 2 pairs; the first wave always runs, the budget has passed before the second
+    proc = run_eval(f"suite={generated_suite}", "coder=expert", "cache.enabled=false", "heldout.record=false",
+                    "budget_s=0.001", "executor.cpu_workers=1", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "not run: 1 of 3 tasks" in proc.stdout
+    payload = json.loads((tmp_path / "run" / "results.json").read_text())
+    names = {r["name"] for r in payload["tasks"]}
+    assert len(names) == 2 and payload["not_run"] and not set(payload["not_run"]) & names
+    assert payload["summary"][-1]["tasks"] == 2 and payload["budget_s"] == 0.001

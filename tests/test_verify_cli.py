@@ -77,3 +77,30 @@ def test_batch_mode_table_over_a_kernelbench_directory():
     proc = cli("--batch", str(KB), "--device", "cpu", "--workers", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "level1/19_ReLU.py" in proc.stdout and "accepted 1" in proc.stdout
+
+
+@pytest.mark.parametrize("pairs, workers, mode, expected", [
+    (1, 2, "auto", (1, False)),    # one-shot: one worker, no warm-up pair before the real one
+    (2, 2, "auto", (2, False)),    # each worker's only pair is its own warm-up
+    (10, 2, "auto", (2, None)),    # a batch: the Verifier's default (warm on CUDA)
+    (1, 4, "on", (1, True)),
+    (10, 3, "off", (3, False)),
+])
+def test_the_pool_is_sized_to_the_work(pairs, workers, mode, expected):
+    from core.verify import pool_for
+
+    assert pool_for(pairs, workers, mode) == expected
+
+
+def test_a_reference_that_builds_cuda_inputs_on_a_cpu_host_says_where_to_verify_it(tmp_path):
+    # KernelBench's own examples make their inputs with .cuda(); on CPU the verdict must say why it cannot run
+    reference = (REDTEAM / "tasks" / "vector_add.py").read_text().replace(
+        "def get_inputs():", "def get_inputs():\n    torch.zeros(1).cuda()")
+    (tmp_path / "ref.py").write_text(reference)
+    proc = cli("--reference", str(tmp_path / "ref.py"), "--candidate",
+               str(REDTEAM / "candidates" / "honest_vector_add.py"), "--device", "cpu", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdict = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert verdict["status"] == "error" and not verdict["accepted"]
+    assert "the task needs a CUDA device" in verdict["reason"] and "verify it on a GPU host" in verdict["reason"]
+    assert verdict["warm_up"] == "not warmed up"

@@ -105,30 +105,50 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     verdicts: dict[int, Verdict] = dict(found)
     console.print(f"{len(candidates) - len(attempts)} declined, {len(found)} verdicts from the cache, "
                   f"{len(missing)} to verify")
+    budget_s = cfg.get("budget_s")
+    not_run: list[int] = []  # indices into `missing` whose verification never started (over budget_s)
     if missing:
         todo = [pairs[i] for i in missing]
+        fresh: dict[int, Verdict] = {}
         with make_executor(cfg.executor, backend=backend, device=device, verifier=cfg.verifier) as executor:
             console.print(f"executor {executor.describe()}")
             columns = (TextColumn("verify"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            # with a time budget, verify in waves of twice the pool's workers and start no wave after it
+            # (the first excepted: a run always measures something)
+            wave = len(todo) if budget_s is None else max(1, 2 * int(getattr(executor, "workers", 0) or 1))
             with Progress(*columns, console=console, transient=True) as progress:
                 bar = progress.add_task("verify", total=len(todo))
+                for start in range(0, len(todo), wave):
+                    if start and budget_s is not None and time.perf_counter() - started > float(budget_s):
+                        not_run = list(range(start, len(todo)))
+                        break
+                    part = todo[start:start + wave]
 
-                def landed(idx: list[int], vs: list[Verdict]) -> None:
-                    for i, v in zip(idx, vs):
-                        cache.put(key.of(*todo[i]), v)
-                    progress.advance(bar, len(vs))
+                    def landed(idx: list[int], vs: list[Verdict], part: list = part) -> None:
+                        for i, v in zip(idx, vs):
+                            cache.put(key.of(*part[i]), v)
+                        progress.advance(bar, len(vs))
 
-                fresh = executor.verify_many(todo, on_verdicts=landed)
-        for i, v in zip(missing, fresh):
-            verdicts[i] = v
+                    for j, v in enumerate(executor.verify_many(part, on_verdicts=landed)):
+                        fresh[start + j] = v
+        for k, i in enumerate(missing):
+            if k in fresh:
+                verdicts[i] = fresh[k]
     cache.close()
 
     results: list[TaskResult] = []
     slot = {task_index: k for k, task_index in enumerate(attempts)}
+    skipped = {attempts[missing[k]] for k in not_run}  # task indices left out of the report
     for i, (task, cand) in enumerate(zip(tasks, candidates)):
+        if i in skipped:
+            continue
         k = slot.get(i)
         verdict = verdicts.get(k) if k is not None else None
         results.append(TaskResult.of(task, level_of(task), cand, verdict, cached=k in found if k is not None else False))
+    not_run_names = [tasks[i].name or tasks[i].id for i in sorted(skipped)]
+    if not_run_names:
+        console.print(f"[bold yellow]not run: {len(not_run_names)} of {len(tasks)} tasks were not verified within "
+                      f"budget_s={budget_s} and are left out of every figure below[/] (listed in results.json)")
     groups = summarise(results)
     console.print(table(groups, f"{suite.name} — {source} — {backend} on {hardware(device)}", device))
     warning = all_declined_warning(results)
@@ -140,6 +160,7 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                       "hits": len(found), "verified": len(missing)},
             "attempted": len(attempts), "declined": len(candidates) - len(attempts), "all_declined": bool(warning),
             "seconds": round(time.perf_counter() - started, 2),
+            "budget_s": budget_s, "not_run": not_run_names,
             "resized": {"reduced": fitted["reduced"], "of": len(tasks), "budget": fitted["budget"],
                         "unfitted": fitted["unfitted"], "tasks": fitted["sizes"]},
             "config": OmegaConf.to_container(cfg, resolve=True)}

@@ -211,7 +211,12 @@ class Verification:
             return False
         verdict.stage_s["reference"] = time.perf_counter() - t
         if not ref.get("ok"):
-            verdict.status, verdict.reason = "error", f"the reference (task) failed: {ref.get('error')}"
+            error = str(ref.get("error"))
+            hint = ""
+            if verifier.device != "cuda" and ("CUDA" in error or "cuda" in error):
+                # KernelBench's own examples build their inputs with .cuda(): say what the user can do
+                hint = f" (the task needs a CUDA device and this verifier runs on {verifier.device}: verify it on a GPU host)"
+            verdict.status, verdict.reason = "error", f"the reference (task) failed: {error}{hint}"
             return False
         if keeper is not None:
             if not ref.get("kept"):

@@ -1,0 +1,83 @@
+"""One-shot verification: the wall clock of one ``python -m core.verify`` call for one small pair,
+from process start to exit (interpreter, imports, sandbox, worker start, CUDA context, compile,
+checks, timing), as a KernelBench user pays it. Issue 19's target is 10 s or less on the GPU.
+
+    python -m benchmarks.one_shot_verify --kernelbench .kb --device cuda --out one_shot.json
+
+Each pair runs twice: ``cold`` with empty Triton and torch-extension caches (a fresh machine), then
+``warm`` with the caches the first run left (a user's second call). The pairs are KernelBench's own
+example solutions, unchanged: the Triton one and the ``load_inline`` CUDA one, each against
+KernelBench's example reference. The table prints last; the JSON has every verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROMPTS = Path("src/kernelbench/prompts")
+# (name, reference, candidate, backend): KernelBench's examples, paths relative to its checkout
+PAIRS = (
+    ("kb_example_add_triton", PROMPTS / "model_ex_add.py", PROMPTS / "model_new_ex_add_triton.py", "triton"),
+    ("kb_example_add_load_inline", PROMPTS / "model_ex_add.py", PROMPTS / "model_new_ex_add.py", "cuda_inline"),
+)
+TARGET_S = 10.0
+
+
+def one_call(kb: Path, reference: Path, candidate: Path, backend: str, device: str, caches: Path,
+             timeout_s: float) -> dict:
+    env = {**os.environ, "TRITON_CACHE_DIR": str(caches / "triton"),
+           "TORCH_EXTENSIONS_DIR": str(caches / "torch_extensions"), "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "core.verify", "--reference", str(kb / reference), "--candidate",
+            str(kb / candidate), "--backend", backend, "--device", device, "--json"]
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(argv, cwd=REPO, env=env, text=True, capture_output=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"wall_s": round(time.perf_counter() - started, 2), "status": "timeout", "reason": f"over {timeout_s} s"}
+    wall = round(time.perf_counter() - started, 2)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"wall_s": wall, "status": f"exit {proc.returncode}", "reason": (proc.stderr or proc.stdout)[-600:]}
+    verdict = json.loads(lines[-1])
+    return {"wall_s": wall, "status": verdict["status"], "accepted": verdict["accepted"],
+            "verdict_s": verdict.get("elapsed_s"), "reason": verdict.get("reason"),
+            "warm_up": verdict.get("warm_up"), "checks": {k: c["passed"] for k, c in verdict["checks"].items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernelbench", type=Path, required=True, help="a KernelBench checkout")
+    parser.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per call")
+    parser.add_argument("--out", type=Path, default=Path("one_shot_verify.json"))
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kz-one-shot-") as tmp:
+        for name, ref, cand, backend in PAIRS:
+            caches = Path(tmp) / name  # empty for the cold call, filled by it for the warm one
+            for run in ("cold", "warm"):
+                row = {"pair": name, "backend": backend, "run": run,
+                       **one_call(args.kernelbench, ref, cand, backend, args.device, caches, args.timeout)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    args.out.write_text(json.dumps({"device": args.device, "target_s": TARGET_S, "rows": rows}, indent=1))
+    print(f"\n{'pair':30} {'backend':12} {'run':5} {'wall s':>7} {'verdict s':>9}  status")
+    for r in rows:
+        verdict_s = r.get("verdict_s")
+        print(f"{r['pair']:30} {r['backend']:12} {r['run']:5} {r['wall_s']:7.2f} "
+              f"{'-' if verdict_s is None else f'{verdict_s:.2f}':>9}  {r['status']} {(r.get('reason') or '')[:60]}")
+    within = [r for r in rows if r.get("accepted") and r["wall_s"] <= TARGET_S]
+    print(f"one-shot: {len(within)}/{len(rows)} calls accepted within {TARGET_S:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
