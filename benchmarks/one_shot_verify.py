@@ -34,7 +34,8 @@ TARGET_S = 10.0
 def one_call(kb: Path, reference: Path, candidate: Path, backend: str, device: str, caches: Path,
              timeout_s: float) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": str(caches / "triton"),
-           "TORCH_EXTENSIONS_DIR": str(caches / "torch_extensions"), "PYTHONPATH": str(REPO)}
+           "TORCH_EXTENSIONS_DIR": str(caches / "torch_extensions"),
+           "PYTHONPATH": os.pathsep.join(x for x in (str(REPO), os.environ.get("PYTHONPATH")) if x)}
     argv = [sys.executable, "-m", "core.verify", "--reference", str(kb / reference), "--candidate",
             str(kb / candidate), "--backend", backend, "--device", device, "--json"]
     started = time.perf_counter()
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                        **one_call(args.kernelbench, ref, cand, backend, args.device, caches, args.timeout)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"device": args.device, "target_s": TARGET_S, "rows": rows}, indent=1))
     print(f"\n{'pair':30} {'backend':12} {'run':5} {'wall s':>7} {'verdict s':>9}  status")
     for r in rows:

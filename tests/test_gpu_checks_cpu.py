@@ -82,6 +82,25 @@ def test_sanitizer_checks_judge_reports(check_cls):
     assert not nothing.passed and nothing.unchecked
 
 
+# compute-sanitizer's report when the GPU was full (seen on the H200 at KernelBench's real sizes)
+MEMCHECK_OOM = """========= COMPUTE-SANITIZER
+========= Program hit cudaErrorMemoryAllocation (error 2) due to "out of memory" on CUDA API call to cudaMalloc.
+=========     Saved host backtrace up to driver entry point at error
+========= Program hit cudaErrorMemoryAllocation (error 2) due to "out of memory" on CUDA API call to cudaMalloc.
+========= ERROR SUMMARY: 2 errors
+"""
+
+
+def test_an_allocation_failure_under_the_sanitizer_is_could_not_run_not_a_memory_bug():
+    check = MemcheckCheck()
+    full = check.evaluate(_evidence({check.name: parse_sanitizer_output(MEMCHECK_OOM)}))
+    assert not full.passed and full.unchecked and "ran out of memory" in full.detail
+    # one real access error beside the allocation failures is still the candidate's bug
+    mixed = parse_sanitizer_output(MEMCHECK_OOM.replace("ERROR SUMMARY: 2", "ERROR SUMMARY: 5") + MEMCHECK_BAD)
+    judged = check.evaluate(_evidence({check.name: mixed}))
+    assert not judged.passed and not judged.unchecked
+
+
 def _perf(median=1.0, side=0.0, eager=2.0, implausible=False, mismatches=()):
     timing = {"median_ms": median, "runs": 100, "side_stream_ms": side, "eager_ms": eager,
               "speedup_eager": eager / median, "compile_ms": 1.5, "speedup_compile": 1.5 / median}

@@ -172,6 +172,10 @@ class TritonBackend:
             _count_launches(cls)
         if device == "cuda" and not self._interpreted(device):
             try:
+                _locate_libcuda()
+            except Exception as exc:
+                print(f"triton could not locate libcuda: {type(exc).__name__}: {exc}", flush=True)
+            try:
                 _warm_up_gpu()
             except Exception as exc:  # the worker still serves; the first candidate launch will say more
                 print(f"triton GPU warm-up failed: {type(exc).__name__}: {exc}", flush=True)
@@ -292,6 +296,16 @@ class TritonBackend:
             yield
         finally:
             STATE.order_rng, STATE.perm, STATE.races = None, None, False
+
+
+def _locate_libcuda() -> None:
+    """Triton finds libcuda by running ``ldconfig -p`` (its result is cached), which a candidate may not
+    do. The warm-up launch below does it too, but needs GPU memory: a worker started while the GPU is
+    full (real KernelBench sizes) failed its warm-up, and the candidate's first launch was then refused
+    by the sandbox as "starting a subprocess ('/usr/sbin/ldconfig')". This needs no memory."""
+    from triton.backends.nvidia import driver
+
+    driver.libcuda_dirs()
 
 
 def _warm_up_gpu() -> None:
