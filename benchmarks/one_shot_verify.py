@@ -24,20 +24,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PROMPTS = Path("src/kernelbench/prompts")
 # (name, reference, candidate, backend): KernelBench's examples, paths relative to its checkout
-PAIRS = (
-    ("kb_example_add_triton", PROMPTS / "model_ex_add.py", PROMPTS / "model_new_ex_add_triton.py", "triton"),
-    ("kb_example_add_load_inline", PROMPTS / "model_ex_add.py", PROMPTS / "model_new_ex_add.py", "cuda_inline"),
-)
+PAIRS = {
+    "kb_example_add_triton": (PROMPTS / "model_ex_add.py", PROMPTS / "model_new_ex_add_triton.py", "triton"),
+    "kb_example_add_load_inline": (PROMPTS / "model_ex_add.py", PROMPTS / "model_new_ex_add.py", "cuda_inline"),
+    # ours: a device-agnostic small pair (the red team's honest control), paths relative to this repository
+    "redteam_vector_add": (REPO / "tests/redteam/tasks/vector_add.py",
+                           REPO / "tests/redteam/candidates/honest_vector_add.py", "triton"),
+}
 TARGET_S = 10.0
 
 
 def one_call(kb: Path, reference: Path, candidate: Path, backend: str, device: str, caches: Path,
-             timeout_s: float) -> dict:
+             timeout_s: float, checks: str | None) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": str(caches / "triton"),
            "TORCH_EXTENSIONS_DIR": str(caches / "torch_extensions"),
            "PYTHONPATH": os.pathsep.join(x for x in (str(REPO), os.environ.get("PYTHONPATH")) if x)}
     argv = [sys.executable, "-m", "core.verify", "--reference", str(kb / reference), "--candidate",
-            str(kb / candidate), "--backend", backend, "--device", device, "--json"]
+            str(kb / candidate), "--backend", backend, "--device", device, "--json",
+            *(["--checks", checks] if checks else [])]
     started = time.perf_counter()
     try:
         proc = subprocess.run(argv, cwd=REPO, env=env, text=True, capture_output=True, timeout=timeout_s)
@@ -59,18 +63,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per call")
     parser.add_argument("--out", type=Path, default=Path("one_shot_verify.json"))
+    parser.add_argument("--pairs", default=",".join(PAIRS), help=f"comma-separated, of: {', '.join(PAIRS)}")
+    parser.add_argument("--checks", default=None, help="core.verify --checks (default: every check that applies)")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="kz-one-shot-") as tmp:
-        for name, ref, cand, backend in PAIRS:
+        for name in args.pairs.split(","):
+            ref, cand, backend = PAIRS[name]
             caches = Path(tmp) / name  # empty for the cold call, filled by it for the warm one
             for run in ("cold", "warm"):
-                row = {"pair": name, "backend": backend, "run": run,
-                       **one_call(args.kernelbench, ref, cand, backend, args.device, caches, args.timeout)}
+                row = {"pair": name, "backend": backend, "run": run, "checks": args.checks or "all",
+                       **one_call(args.kernelbench, ref, cand, backend, args.device, caches, args.timeout, args.checks)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"device": args.device, "target_s": TARGET_S, "rows": rows}, indent=1))
+    args.out.write_text(json.dumps({"device": args.device, "target_s": TARGET_S, "checks": args.checks, "rows": rows},
+                                   indent=1))
     print(f"\n{'pair':30} {'backend':12} {'run':5} {'wall s':>7} {'verdict s':>9}  status")
     for r in rows:
         verdict_s = r.get("verdict_s")
