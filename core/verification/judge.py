@@ -62,6 +62,14 @@ MIN_TRIALS = 5
 DEFAULT_FLOAT64_MAX_ELEMENTS = 1 << 25
 
 
+
+def out_of_gpu_memory(answer: dict[str, Any]) -> bool:
+    """A worker's failed answer whose error is PyTorch's or CUDA's allocation failure."""
+    if answer.get("ok"):
+        return False
+    error = str(answer.get("error") or "")
+    return "OutOfMemoryError" in error or "CUDA out of memory" in error or "cudaErrorMemoryAllocation" in error
+
 class VerifierConfigError(ValueError):
     """The verifier was configured with something that does not exist or cannot run here."""
 
@@ -335,6 +343,11 @@ class Verifier:
         that."""
         with self._gpu(budget, label=str(message.get("op"))):
             answer = worker.request({**message, "hold": self.split_transfers}, timeout_s=budget.left())
+        if out_of_gpu_memory(answer) and self.device_lock is not None:
+            # the neighbours' allocations filled the GPU (KernelBench's real sizes, several workers):
+            # once more with the GPU to itself; a request that runs out of memory alone keeps its error
+            with self._gpu(budget, exclusive=True, label=f"{message.get('op')} alone, after running out of memory"):
+                answer = worker.request({**message, "hold": self.split_transfers}, timeout_s=budget.left())
         if answer.get("held"):
             heavy = worker.request(request(Op.TAKE_HELD), timeout_s=budget.left())
             items = answer.get("observations") or answer.get("trials") or []
