@@ -96,64 +96,34 @@ def test_a_gpu_sized_task_is_analysed_at_a_reduced_shape_and_says_so(check):
 
 
 def test_a_candidate_that_does_not_run_in_the_interpreter_fails_closed_and_says_why(check):
-    on_the_gpu_only = HONEST_ADD.replace("torch.empty_like(a)", "torch.empty(a.shape, device='cuda')")
+    # CUDA streams and synchronisation have no CPU stand-in (core/verification/worker/cuda_on_cpu.py)
+    on_the_gpu_only = HONEST_ADD.replace("return out", "torch.cuda.synchronize()\n        return out")
     result = check.evaluate(gpu_evidence(*red("honest_vector_add")[:1], on_the_gpu_only))
     assert not result.passed and result.unchecked, result.detail
     assert "did not run in the Triton interpreter" in result.detail
 
 
-def test_a_task_no_shape_of_which_fits_fails_closed_without_running(check):
-    huge_inline = LARGE_ADD_TASK.replace("torch.randn(N), torch.randn(N)", "torch.randn(1 << 24), torch.randn(1 << 24)")
-    result = check.evaluate(gpu_evidence(Task(source=huge_inline, name="huge"), HONEST_ADD))
-    assert not result.passed and result.unchecked
-    assert "could not be sized for the interpreter" in result.detail and "MiB" in result.detail
+# KernelBench's own example pair is written for CUDA only: its inputs are made with .cuda(), its
+# wrapper asserts is_cuda and may allocate on device='cuda'. Rejected on the H200 (2026-12-01) because
+# the analysis could not run; now it runs with CUDA mapped to the CPU.
+CUDA_ONLY_TASK = (RED / "tasks" / "vector_add.py").read_text().replace(
+    "return [torch.randn(3001), torch.randn(3001)]", "return [torch.randn(3001).cuda(), torch.randn(3001).to('cuda')]")
+CUDA_ONLY_CANDIDATE = HONEST_ADD.replace(
+    "out = torch.empty_like(a)", "assert a.is_cuda and b.is_cuda\n        out = torch.empty(a.shape, device='cuda')")
 
 
-def test_a_hack_flagged_in_the_interpreter_is_a_hack_here(check):
-    task, _ = red("honest_vector_add")
-    torch_inside = HONEST_ADD.replace("return out", "return a + b")  # launches a kernel, returns torch's answer
-    result = check.evaluate(gpu_evidence(task, torch_inside))
-    assert not result.passed and result.hack, result.detail
+def test_kernelbench_style_cuda_only_code_is_analysed_with_cuda_mapped_to_the_cpu(check):
+    assert CUDA_ONLY_TASK.count(".cuda()") == 1 and "device='cuda'" in CUDA_ONLY_CANDIDATE
+    result = check.evaluate(gpu_evidence(Task(source=CUDA_ONLY_TASK, name="vector_add_cuda_only"), CUDA_ONLY_CANDIDATE))
+    assert result.passed, result.detail
+    assert "no address shared between programs" in result.detail
 
 
-def test_the_cpu_verifier_is_closed_with_the_check():
-    c = InterpreterRaceCheck(workers=1)
-    pool = c._cpu_verifier(gpu_evidence(*red("honest_vector_add"))).pool
-    c.close()
-    assert c._verifier is None and pool.closed
-
-
-def test_a_verifier_closes_its_checks(monkeypatch):
-    from core.verify import Verifier
-
-    closed = []
-    v = Verifier(backend="triton", device="cpu", checks=["static"], workers=1, warm_up=False)
-    probe = InterpreterRaceCheck()
-    monkeypatch.setattr(probe, "close", lambda: closed.append(True))
-    v.checks.append(probe)
-    v.close()
-    assert closed == [True]
-
-
-def test_the_interpreter_turns_one_element_scalars_into_indices_on_every_triton_version():
-    """Triton 3.6 (the GPU machine's) did int() of a one-element array, which numpy 2 refuses."""
-    import types
-
-    import numpy as np
-
-    from plugins.backends.triton_interp_checks import _scalar_index_fix
-
-    class Scope:
-        def set_attr(self, obj, name, value):
-            setattr(obj, name, value)
-
-    class Tensor:
-        def __init__(self, data):
-            self.handle = types.SimpleNamespace(data=data)
-
-    interp = types.SimpleNamespace(_patch_lang_tensor=lambda tensor, scope: scope.set_attr(
-        tensor, "__index__", lambda self: int(self.handle.data)))
-    _scalar_index_fix(interp)
-    _scalar_index_fix(interp)  # once is enough: a second call keeps the same patch
-    interp._patch_lang_tensor(Tensor, Scope())
-    assert list(range(Tensor(np.array([3], dtype=np.int32)))) == [0, 1, 2]
+def test_a_race_in_cuda_only_code_is_still_found(check):
+    task, racy = red("cross_program_race")
+    assert "return [torch.randn(3001), torch.randn(3001)]" in task.source
+    cuda_only = Task(source=task.source.replace("return [torch.randn(3001), torch.randn(3001)]",
+                                                "return [torch.randn(3001).cuda(), torch.randn(3001).cuda()]"),
+                     name="cuda_only_race")
+    result = check.evaluate(gpu_evidence(cuda_only, racy))
+    assert not result.passed and not result.unchecked, result.detail

@@ -133,6 +133,9 @@ class Verifier:
         ``warm_up_candidate``) in every candidate worker at once, so each worker and keeper has been
         through a whole verification: a cold worker's first verdict on the H200 took 6-15 s against
         1-3 s for later ones. ``None`` (default): on CUDA; the outcome is in ``warm_up_report``.
+    :param cuda_on_cpu: on CPU only: workers run CUDA-only task and candidate code on the CPU
+        (``.cuda()`` is the tensor itself, ``is_cuda`` is true, a CUDA ``device`` is the CPU; see
+        :mod:`core.verification.worker.cuda_on_cpu`), for ``interp_races``' analysis in the interpreter.
     :param accept_unchecked: a check that could not run (its tool missing, timed out or crashed)
         fails closed: the candidate is not accepted. ``True`` lets every such check pass, a list of
         check names lets those pass; either way ``Verdict.accepted_unchecked`` names them.
@@ -148,7 +151,8 @@ class Verifier:
                  float64_max_elements: int = DEFAULT_FLOAT64_MAX_ELEMENTS, share_gpu_fairly: bool = True,
                  inputs_by_seed: bool = True, float64_on_demand: bool = True, gpu_wait_s: float = 900.0,
                  split_transfers: bool | None = None, compare_on_device: bool | None = None,
-                 warm_up: bool | None = None, accept_unchecked: bool | Sequence[str] = False, **check_options: Any):
+                 warm_up: bool | None = None, accept_unchecked: bool | Sequence[str] = False,
+                 cuda_on_cpu: bool = False, **check_options: Any):
         from core.plugins import registry
 
         if trials < MIN_TRIALS:
@@ -181,6 +185,10 @@ class Verifier:
             # each verification holds its keeper from the reference to the verdict
             reference_workers = max(int(reference_workers), self.workers)
         env = dict(self.backend.worker_env(self.device))
+        if cuda_on_cpu and self.device == "cpu":
+            from core.verification.worker.cuda_on_cpu import ENV
+
+            env[ENV] = "1"
         if "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env:
             # Each worker's CPU tensor work gets its share of the cores: 20 workers with one OpenMP
             # thread per core each would oversubscribe the host many times over.

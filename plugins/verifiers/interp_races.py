@@ -81,7 +81,7 @@ class InterpreterRaceCheck:
                 workers = self.workers or max(2, (os.cpu_count() or 1) // 4)
                 self._verifier = Verifier(backend="triton", device="cpu", checks=list(CPU_CHECKS), workers=workers, timeout_s=self.timeout_s,
                                           tolerances=evidence.config.get("tolerances") or None,
-                                          warm_up=False, races={"orders": self.orders})
+                                          warm_up=False, races={"orders": self.orders}, cuda_on_cpu=True)
             return self._verifier
 
     def _shape_for(self, task: Any) -> tuple[Any, str]:

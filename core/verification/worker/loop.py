@@ -19,6 +19,8 @@ from core.verification.protocol import ANY_ROLE_OPS, ROLE_OPS, Op, refusal
 from core.verification.sandbox import read_frame, write_frame
 from core.verification.worker.callers import Callers
 from core.verification.worker.candidate import CANDIDATE_MODULE, CandidateRole
+from core.verification.worker.cuda_on_cpu import ENV as CUDA_ON_CPU_ENV
+from core.verification.worker.cuda_on_cpu import install as install_cuda_on_cpu
 from core.verification.worker.process import AuditGuard, describe, isolate, set_cpu_budget, set_limits
 from core.verification.worker.reference import ReferenceRole
 from core.verification.worker.runtime_guard import install_runtime_guard
@@ -101,6 +103,8 @@ class WorkerMain:
         import torch  # noqa: F401  (warm: the point of a pool)
 
         exact_fp32_reference()
+        if self.device == "cpu" and os.environ.get(CUDA_ON_CPU_ENV) == "1":
+            install_cuda_on_cpu()  # interp_races' nested verifier: CUDA-only code in the interpreter
 
         from core.plugins import registry
 
