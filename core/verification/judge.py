@@ -70,6 +70,35 @@ def out_of_gpu_memory(answer: dict[str, Any]) -> bool:
     error = str(answer.get("error") or "")
     return "OutOfMemoryError" in error or "CUDA out of memory" in error or "cudaErrorMemoryAllocation" in error
 
+
+def worker_env(backend: Any, device: str, processes: int, cuda_on_cpu: bool = False) -> dict[str, str]:
+    """The environment every worker of one Verifier starts with: the backend's, a share of the cores
+    for OpenMP, and ``cuda_on_cpu``'s switch (CPU workers only)."""
+    env = dict(backend.worker_env(device))
+    if cuda_on_cpu and device == "cpu":
+        from core.verification.worker.cuda_on_cpu import ENV
+
+        env[ENV] = "1"
+    if "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env:
+        # Each worker's CPU tensor work gets its share of the cores: 20 workers with one OpenMP
+        # thread per core each would oversubscribe the host many times over.
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, int(processes))))
+    return env
+
+
+def resolve_compare_on_device(wanted: bool | None, device: str, compile_only: str | None) -> bool:
+    """Whether outputs stay on the device and are compared there (see ``Verifier``'s parameter)."""
+    if compile_only is not None or wanted is False:
+        return False
+    if device != "cuda":
+        return bool(wanted)  # the file transport: off unless asked for
+    from core.verification.devicemem import cuda_ipc_available
+
+    why_not = cuda_ipc_available()
+    if why_not and wanted:
+        raise VerifierConfigError(f"compare_on_device=True: {why_not}")
+    return not why_not
+
 class VerifierConfigError(ValueError):
     """The verifier was configured with something that does not exist or cannot run here."""
 
@@ -133,9 +162,8 @@ class Verifier:
         ``warm_up_candidate``) in every candidate worker at once, so each worker and keeper has been
         through a whole verification: a cold worker's first verdict on the H200 took 6-15 s against
         1-3 s for later ones. ``None`` (default): on CUDA; the outcome is in ``warm_up_report``.
-    :param cuda_on_cpu: on CPU only: workers run CUDA-only task and candidate code on the CPU
-        (``.cuda()`` is the tensor itself, ``is_cuda`` is true, a CUDA ``device`` is the CPU; see
-        :mod:`core.verification.worker.cuda_on_cpu`), for ``interp_races``' analysis in the interpreter.
+    :param cuda_on_cpu: CPU workers run CUDA-only code on the CPU, for ``interp_races``
+        (:mod:`core.verification.worker.cuda_on_cpu`).
     :param accept_unchecked: a check that could not run (its tool missing, timed out or crashed)
         fails closed: the candidate is not accepted. ``True`` lets every such check pass, a list of
         check names lets those pass; either way ``Verdict.accepted_unchecked`` names them.
@@ -180,20 +208,11 @@ class Verifier:
         # A check that could not run fails closed unless named here (True: every check).
         self.accept_unchecked = accept_unchecked if isinstance(accept_unchecked, bool) else frozenset(accept_unchecked)
         limits = Limits(memory_mb=memory_mb, isolate=isolate, cpu_s_per_request=int(max(timeout_s, 1)) + 5)
-        self.compare_on_device = self._resolve_compare_on_device(compare_on_device)
+        self.compare_on_device = resolve_compare_on_device(compare_on_device, self.device, self.compile_only)
         if self.compare_on_device:
             # each verification holds its keeper from the reference to the verdict
             reference_workers = max(int(reference_workers), self.workers)
-        env = dict(self.backend.worker_env(self.device))
-        if cuda_on_cpu and self.device == "cpu":
-            from core.verification.worker.cuda_on_cpu import ENV
-
-            env[ENV] = "1"
-        if "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env:
-            # Each worker's CPU tensor work gets its share of the cores: 20 workers with one OpenMP
-            # thread per core each would oversubscribe the host many times over.
-            share = (os.cpu_count() or 1) // (max(1, int(workers)) + max(1, int(reference_workers)))
-            env["OMP_NUM_THREADS"] = str(max(1, share))
+        env = worker_env(self.backend, self.device, max(1, int(workers)) + max(1, int(reference_workers)), cuda_on_cpu)
         self.pool = WorkerPool("candidate", backend, self.device, size=max(1, self.workers), limits=limits,
                                extra_env=env, max_jobs=max_jobs_per_worker)
         self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),
@@ -214,18 +233,6 @@ class Verifier:
             self.warm_up()
 
     # -- set-up
-
-    def _resolve_compare_on_device(self, wanted: bool | None) -> bool:
-        if self.compile_only is not None or wanted is False:
-            return False
-        if self.device != "cuda":
-            return bool(wanted)  # the file transport: off unless asked for
-        from core.verification.devicemem import cuda_ipc_available
-
-        why_not = cuda_ipc_available()
-        if why_not and wanted:
-            raise VerifierConfigError(f"compare_on_device=True: {why_not}")
-        return not why_not
 
     def _build_checks(self, checks: Sequence[str] | dict | None, options: dict[str, Any]) -> list[Any]:
         from core.plugins import registry
@@ -352,8 +359,7 @@ class Verifier:
         with self._gpu(budget, label=str(message.get("op"))):
             answer = worker.request({**message, "hold": self.split_transfers}, timeout_s=budget.left())
         if out_of_gpu_memory(answer) and self.device_lock is not None:
-            # the neighbours' allocations filled the GPU (KernelBench's real sizes, several workers):
-            # once more with the GPU to itself; a request that runs out of memory alone keeps its error
+            # neighbours filled the GPU (real sizes): once more alone; out of memory alone keeps its error
             with self._gpu(budget, exclusive=True, label=f"{message.get('op')} alone, after running out of memory"):
                 answer = worker.request({**message, "hold": self.split_transfers}, timeout_s=budget.left())
         if answer.get("held"):
