@@ -54,7 +54,8 @@ def one_call(kb: Path, reference: Path, candidate: Path, backend: str, device: s
     verdict = json.loads(lines[-1])
     return {"wall_s": wall, "status": verdict["status"], "accepted": verdict["accepted"],
             "verdict_s": verdict.get("elapsed_s"), "reason": verdict.get("reason"),
-            "warm_up": verdict.get("warm_up"), "checks": {k: c["passed"] for k, c in verdict["checks"].items()}}
+            "warm_up": verdict.get("warm_up"), "stage_s": verdict.get("stage_s"), "gpu_wait_s": verdict.get("gpu_wait_s"),
+            "checks": {k: c["passed"] for k, c in verdict["checks"].items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -304,8 +304,10 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # warm_up(device) -> None: done once in an idle worker before its first verdict (compile
         # the check's own kernels, load its libraries), so no verdict pays for it.
         "warm_up": None,
-        # close() -> None: release what the check holds beyond one verdict (the interpreter race
-        # check's CPU verifier); called from Verifier.close.
+        # open(settings) -> None: start what the check holds beyond one verdict (the interpreter race
+        # check's CPU verifier), without waiting for it, while the Verifier's own workers start;
+        # settings: {"tolerances": ...}. close() -> None: release it; called from Verifier.close.
+        "open": None,
         "close": None,
     },
     "Backend": {

@@ -127,3 +127,16 @@ def test_a_race_in_cuda_only_code_is_still_found(check):
                      name="cuda_only_race")
     result = check.evaluate(gpu_evidence(cuda_only, racy))
     assert not result.passed and not result.unchecked, result.detail
+
+
+def test_open_starts_the_cpu_verifier_that_evaluate_then_uses():
+    check = InterpreterRaceCheck(workers=1)
+    try:
+        check.open({"tolerances": {}})
+        started = check._verifier
+        assert started is not None
+        task, source = red("honest_vector_add")
+        assert check.evaluate(gpu_evidence(task, source)).passed
+        assert check._verifier is started  # the pool opened beside the GPU verifier's is the one that judged
+    finally:
+        check.close()

@@ -218,6 +218,8 @@ class Verifier:
         self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),
                                          limits=limits, extra_env=env, max_jobs=max_jobs_per_worker)
         self.device_lock = DeviceLock.for_device("cuda") if self.device == "cuda" and share_gpu_fairly else None
+        for opener in filter(None, (optional(c, "Check", "open") for c in self.checks)):
+            opener({"tolerances": self.tolerances})  # e.g. interp_races' CPU pool boots beside ours
         self.inputs_by_seed = bool(inputs_by_seed)
         self.float64_on_demand = bool(float64_on_demand)
         self.gpu_wait_s = float(gpu_wait_s)
@@ -272,10 +274,14 @@ class Verifier:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self.pool.close()
-            self.reference_pool.close()
-            for check in self.checks:  # what a check holds beyond one verdict (interp_races: a CPU verifier)
-                (optional(check, "Check", "close") or (lambda: None))()
+            # all at once: each waits for its workers to leave (a one-shot call pays this on exit);
+            # a check may hold more than one verdict's worth (interp_races: a CPU verifier)
+            closers = [self.pool.close, self.reference_pool.close, *(optional(c, "Check", "close") for c in self.checks)]
+            threads = [threading.Thread(target=close, name="kz-close") for close in closers if close]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
 
     def warm_up(self) -> list[Verdict]:
         """Judge :data:`WARM_UP_TASK` with the backend's ``warm_up_candidate`` in every candidate

@@ -66,6 +66,11 @@ class InterpreterRaceCheck:
     def applies(self, backend: str, device: str) -> bool:
         return backend == "triton" and device == "cuda"
 
+    def open(self, settings: dict[str, Any]) -> None:
+        """Start the CPU verifier's workers now (they boot beside the GPU verifier's own): a one-shot
+        verification does not wait for them at its race stage."""
+        self._cpu_verifier(settings.get("tolerances"))
+
     def close(self) -> None:
         """Close the CPU verifier's workers (the GPU verifier calls this from its own close)."""
         with self._lock:
@@ -73,14 +78,14 @@ class InterpreterRaceCheck:
         if verifier is not None:
             verifier.close()
 
-    def _cpu_verifier(self, evidence: Evidence) -> Any:
+    def _cpu_verifier(self, tolerances: dict | None) -> Any:
         with self._lock:
             if self._verifier is None:
                 from core.verification.judge import Verifier
 
                 workers = self.workers or max(2, (os.cpu_count() or 1) // 4)
                 self._verifier = Verifier(backend="triton", device="cpu", checks=list(CPU_CHECKS), workers=workers, timeout_s=self.timeout_s,
-                                          tolerances=evidence.config.get("tolerances") or None,
+                                          tolerances=tolerances or None,
                                           warm_up=False, races={"orders": self.orders}, cuda_on_cpu=True)
             return self._verifier
 
@@ -122,7 +127,7 @@ class InterpreterRaceCheck:
         except Exception as exc:  # a task the resizer cannot load: nothing to analyse at
             return could_not_run(f"the task could not be sized for the interpreter: {type(exc).__name__}: {exc}"[:300])
         try:
-            verdict = self._cpu_verifier(evidence).verify(task, evidence.candidate)
+            verdict = self._cpu_verifier(evidence.config.get("tolerances")).verify(task, evidence.candidate)
         except Exception as exc:
             return could_not_run(f"the CPU verifier failed: {type(exc).__name__}: {exc}"[:300])
         data = {"shape": shape, "cpu_status": verdict.status, "cpu_reason": (verdict.reason or "")[:300],

@@ -225,7 +225,12 @@ def main(argv: list[str] | None = None) -> None:
         except EOFError:
             return
         if req.get("op") == Op.EXIT:
-            return
+            # Leave at once: the interpreter's shutdown with torch and Triton loaded took ~1.8 s, which a
+            # one-shot `core.verify` paid on exit. Nothing here outlives the process (the judge removes
+            # the scratch directory; exports and held outputs die with it).
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         try:
             answer = worker.handle(req)
         except MemoryError as exc:
