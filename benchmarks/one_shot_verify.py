@@ -3,11 +3,15 @@ from process start to exit (interpreter, imports, sandbox, worker start, CUDA co
 checks, timing), as a KernelBench user pays it. Issue 19's target is 10 s or less on the GPU.
 
     python -m benchmarks.one_shot_verify --kernelbench .kb --device cuda --out one_shot.json
+    python -m benchmarks.one_shot_verify --device cpu --pairs redteam_vector_add --against 47f1a74 --rounds 3
 
 Each pair runs twice: ``cold`` with empty Triton and torch-extension caches (a fresh machine), then
 ``warm`` with the caches the first run left (a user's second call). The pairs are KernelBench's own
 example solutions, unchanged: the Triton one and the ``load_inline`` CUDA one, each against
 KernelBench's example reference. The table prints last; the JSON has every verdict.
+
+``--against REF`` times the same calls with a detached worktree of the git ref, in turns with this tree
+(``--rounds`` of each), so a noisy machine slows both alike; the ratio is of the medians.
 """
 
 from __future__ import annotations
@@ -35,16 +39,16 @@ TARGET_S = 10.0
 
 
 def one_call(kb: Path, reference: Path, candidate: Path, backend: str, device: str, caches: Path,
-             timeout_s: float, checks: str | None) -> dict:
+             timeout_s: float, checks: str | None, tree: Path = REPO) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": str(caches / "triton"),
            "TORCH_EXTENSIONS_DIR": str(caches / "torch_extensions"),
-           "PYTHONPATH": os.pathsep.join(x for x in (str(REPO), os.environ.get("PYTHONPATH")) if x)}
+           "PYTHONPATH": os.pathsep.join(x for x in (str(tree), os.environ.get("PYTHONPATH")) if x)}
     argv = [sys.executable, "-m", "core.verify", "--reference", str(kb / reference), "--candidate",
             str(kb / candidate), "--backend", backend, "--device", device, "--json",
             *(["--checks", checks] if checks else [])]
     started = time.perf_counter()
     try:
-        proc = subprocess.run(argv, cwd=REPO, env=env, text=True, capture_output=True, timeout=timeout_s)
+        proc = subprocess.run(argv, cwd=tree, env=env, text=True, capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"wall_s": round(time.perf_counter() - started, 2), "status": "timeout", "reason": f"over {timeout_s} s"}
     wall = round(time.perf_counter() - started, 2)
@@ -60,13 +64,17 @@ def one_call(kb: Path, reference: Path, candidate: Path, backend: str, device: s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kernelbench", type=Path, required=True, help="a KernelBench checkout")
+    parser.add_argument("--kernelbench", type=Path, default=Path(".kb"), help="a KernelBench checkout")
     parser.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per call")
     parser.add_argument("--out", type=Path, default=Path("one_shot_verify.json"))
     parser.add_argument("--pairs", default=",".join(PAIRS), help=f"comma-separated, of: {', '.join(PAIRS)}")
     parser.add_argument("--checks", default=None, help="core.verify --checks (default: every check that applies)")
+    parser.add_argument("--against", default=None, help="a git ref timed in turns with this tree")
+    parser.add_argument("--rounds", type=int, default=3, help="with --against: calls of each tree per pair")
     args = parser.parse_args(argv)
+    if args.against:
+        return against(args)
     rows = []
     with tempfile.TemporaryDirectory(prefix="kz-one-shot-") as tmp:
         for name in args.pairs.split(","):
@@ -87,6 +95,32 @@ def main(argv: list[str] | None = None) -> int:
               f"{'-' if verdict_s is None else f'{verdict_s:.2f}':>9}  {r['status']} {(r.get('reason') or '')[:60]}")
     within = [r for r in rows if r.get("accepted") and r["wall_s"] <= TARGET_S]
     print(f"one-shot: {len(within)}/{len(rows)} calls accepted within {TARGET_S:.0f} s")
+    return 0
+
+
+def against(args: argparse.Namespace) -> int:
+    import statistics
+
+    with tempfile.TemporaryDirectory(prefix="kz-one-shot-ref-") as tmp:
+        ref_tree = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", str(ref_tree), args.against], cwd=REPO, check=True,
+                       capture_output=True)
+        try:
+            walls: dict[str, dict[str, list[float]]] = {}
+            for name in args.pairs.split(","):
+                ref, cand, backend = PAIRS[name]
+                for _ in range(args.rounds):
+                    for label, tree in ((args.against, ref_tree), ("this tree", REPO)):
+                        paths = [p if not p.is_absolute() else tree / p.relative_to(REPO) for p in (ref, cand)]
+                        row = one_call(args.kernelbench, paths[0], paths[1], backend, args.device, Path(tmp) / "c",
+                                       args.timeout, args.checks, tree)
+                        walls.setdefault(name, {}).setdefault(label, []).append(row["wall_s"])
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(ref_tree)], cwd=REPO, capture_output=True)
+    for name, by_tree in walls.items():
+        medians = {label: statistics.median(v) for label, v in by_tree.items()}
+        print(f"{name}: " + ", ".join(f"{label} {m:.2f} s (of {by_tree[label]})" for label, m in medians.items()) +
+              f"; this tree / {args.against} = {medians['this tree'] / medians[args.against]:.2f}")
     return 0
 
 
