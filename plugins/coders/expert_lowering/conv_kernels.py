@@ -269,7 +269,7 @@ def _plane_rows(x):
     if y.numel() == 0:
         return y
     block = 1024 if x.is_cuda else 16384
-    _strided_copy[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), 1, 1, n, c, h, w, 0, 0, *x.stride(), BLOCK=block)
+    _strided_copy[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), 1, n, c, h, w, 0, 0, *x.stride(), BLOCK=block)
     return y
 '''
 
