@@ -394,8 +394,8 @@ def _conv2d_nhwc_kernel(plan: Plan, group: Group, index: int, x: str, weight: st
     for r in ext:
         params += [f"v{r}_s{d}" for d in range(4)]
     params += ["ON_CPU: tl.constexpr"] + [f"{p}{up}: tl.constexpr" for p in "KSPD" for up in "HW"]
-    params += ["HAS_BIAS: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr", "BK: tl.constexpr",
-               "GROUP_M: tl.constexpr"]
+    params += ["HAS_BIAS: tl.constexpr", "PIXV: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr",
+               "BK: tl.constexpr", "GROUP_M: tl.constexpr"]
     k = Lines()
     k("@triton.jit", f"def {name}({', '.join(params)}):")
     k.indent = 1
@@ -430,9 +430,19 @@ def _conv2d_nhwc_kernel(plan: Plan, group: Group, index: int, x: str, weight: st
         "if HAS_BIAS:",
         "    acc = acc + tl.load(bias_ptr + oc, mask=mask_n, other=0.0).to(tl.float32)[None, :]",
     )
+    k(
+        # the output offset of a row, nb*N*OH*OW + oh*OW + ow, told to the compiler as aligned runs of
+        # PIXV elements, PIXV the largest of 8, 4, 2 dividing OH*OW (true: a run never crosses an image),
+        # so the NCHW store vectorises along the rows
+        "row_off = nb * (N * OH * OW) + rm % (OH * OW)",
+        "col_off = oc * (OH * OW)",
+        "if PIXV > 1:",
+        "    row_off = tl.max_contiguous(tl.multiple_of(row_off, PIXV), PIXV)",
+        "    col_off = tl.multiple_of(col_off, PIXV)",
+    )
     helpers, _ = _conv_epilogue_and_store(
         plan, group, k, x_value, _out_index(4, "[:, None]", "[None, :]"),
-        "((nb[:, None] * N + oc[None, :]) * OH + oh[:, None]) * OW + ow[:, None]")
+        "row_off[:, None] + col_off[None, :]")
     helpers |= {"_channels_last", "_strided_copy"}
     call = [f"_xt{i}", f"_wt{i}", bias or f"_xt{i}"] + [value_name(r, n_in) for r in ext] + \
         [value_name(o, n_in) for o in outs]
@@ -441,7 +451,7 @@ def _conv2d_nhwc_kernel(plan: Plan, group: Group, index: int, x: str, weight: st
     call += [f"*{value_name(r, n_in)}.stride()" for r in ext]
     call += [f"ON_CPU=not {x}.is_cuda"]
     call += [f"{p}{up}={v}" for p, values in zip("KSPD", (ks, st, pad, dil)) for up, v in zip("HW", values)]
-    call += [f"HAS_BIAS={bias is not None}"]
+    call += [f"HAS_BIAS={bias is not None}", f"PIXV=next(v for v in (8, 4, 2, 1) if (s{i}[2] * s{i}[3]) % v == 0)"]
     joined = ", ".join(call)
     launch = [
         f"_xt{i} = _channels_last({x})",
