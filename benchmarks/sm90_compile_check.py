@@ -30,6 +30,7 @@ os.environ.pop("TRITON_INTERPRET", None)
 
 # GPU launch sizes of the helper kernels whose CPU launch picks interpreter-sized blocks
 GPU_HELPER_CONSTEXPRS = {"_nchw_to_nhwc": {"BP": 64, "BC": 64}, "_strided_copy": {"BLOCK": 1024}}
+SHARED_LIMIT = 227 * 1024  # sm_90's most shared memory per block; more fails at launch (OutOfResources)
 
 
 def _ptxas() -> str | None:
@@ -133,7 +134,7 @@ def resource_usage(cubin: bytes) -> dict:
     return found
 
 
-def check_case(label, program, cat, ptxas_list, log):
+def check_case(label, program, cat, ptxas_list, log, max_configs=0):
     import torch
 
     from plugins.coders.expert_lowering import lower_program
@@ -148,13 +149,15 @@ def check_case(label, program, cat, ptxas_list, log):
     seen = set()
     for jit, args, kwargs in launches:
         name = jit.fn.__name__
-        kw = {k: v for k, v in kwargs.items() if k not in ("BM", "BN", "BK", "GROUP_M")}
+        tuned = name + "_tuned"
+        autotuned = hasattr(mod, tuned)
+        kw = {k: v for k, v in kwargs.items() if not autotuned or k not in ("BM", "BN", "BK", "GROUP_M")}
         if "ON_CPU" in kw:
             kw["ON_CPU"] = False
-        if name in GPU_HELPER_CONSTEXPRS:
-            kw.update(GPU_HELPER_CONSTEXPRS[name])
-        tuned = name + "_tuned"
-        if any(p.name == "BM" for p in jit.params):
+        for prefix, values in GPU_HELPER_CONSTEXPRS.items():
+            if name.startswith(prefix):
+                kw.update(values)
+        if autotuned:
             from triton import Config
 
             configs = [Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": g}, num_warps=w, num_stages=s)
@@ -163,8 +166,17 @@ def check_case(label, program, cat, ptxas_list, log):
             if "prune_configs_by" in src.split(tuned + " = ", 1)[-1].split("\n", 1)[0]:
                 configs = mod._prune_tiles(configs, named)
             variants = [(dict(kw, **c.kwargs), c.num_warps, c.num_stages) for c in configs]
+            if max_configs:
+                variants = variants[:max_configs]
         else:
-            variants = [(kw, 4, 3)]
+            stages = kw.pop("num_stages", 3)
+            warps = kw.pop("num_warps", 4)
+            if name.startswith("_attention"):  # its GPU tiles, from the module's own helper
+                q = args[0]
+                bm, bn, be, bev, stages = mod._attention_tiles(q.shape[2], args[1].shape[2], q.shape[3], args[2].shape[3],
+                                                               q.element_size(), True)
+                kw.update(BM=bm, BN=bn, BE=be, BEV=bev)
+            variants = [(kw, warps, stages)]
         for kwv, w, s in variants:
             key = (name, repr(sorted((k, v) for k, v in kwv.items())), w, s,
                    tuple(getattr(a, "dtype", type(a)) for a in args))
@@ -174,7 +186,10 @@ def check_case(label, program, cat, ptxas_list, log):
             tag = " ".join(f"{k}={kwv[k]}" for k in ("BM", "BN", "BK") if k in kwv) + f" w{w} s{s}"
             try:
                 row, _ = compile_one(jit, args, kwv, w, s, ptxas_list)
-                row.update(kernel=name, config=tag, ok=True)
+                row.update(kernel=name, config=tag, ok=row["shared_bytes"] <= SHARED_LIMIT)
+                if not row["ok"]:
+                    row["error"] = f"needs {row['shared_bytes']} bytes of shared memory (limit {SHARED_LIMIT})"
+                    ok = False
             except Exception as exc:
                 msg = f"{type(exc).__name__}: {exc}"
                 row = {"kernel": name, "config": tag, "ok": False, "error": msg[-1500:]}
@@ -188,30 +203,55 @@ def check_case(label, program, cat, ptxas_list, log):
     return rows, ok
 
 
+def extra_cases():
+    """Kernels the GPU benchmark does not time but the precision rule changes: fp32 convs and attention."""
+    from core.program import Node as N
+    from core.program import Program
+    from core.program import TensorSpec as T
+
+    out = []
+    for k, c, h in ((1, 256, 56), (3, 64, 56), (3, 512, 7)):
+        params = {"out_channels": c, "kernel_size": k, "stride": 1, "padding": k // 2, "dilation": 1, "groups": 1}
+        out.append(("extra", f"conv2d {k}x{k} {c} {h}x{h} float32", Program([T((8, c, h, h))], [N("conv2d", (0,), params)])))
+    for dt in ("float32", "bfloat16"):
+        for e in (64, 128, 256):
+            shape = (4, 8, 512, e)
+            out.append(("extra", f"attention e{e} {dt}", Program([T(shape, dtype=dt)] * 3, [
+                N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": True})])))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--families", default="matmul,resnet50", help="comma-separated (default matmul,resnet50)")
+    ap.add_argument("--families", default="matmul,resnet50,extra",
+                    help="comma-separated (default matmul,resnet50,extra: fp32 convs and attention)")
     ap.add_argument("--quick", action="store_true", help="the benchmark's --quick cases")
     ap.add_argument("--out", default="", help="write the rows as JSON here")
     ap.add_argument("--match", default="", help="only cases whose label contains this")
+    ap.add_argument("--max-configs", type=int, default=0, help="compile at most this many configs per kernel")
     args = ap.parse_args(argv)
     import triton
 
     from benchmarks.expert_gpu import all_cases, catalog
 
     # Triton's bundled ptxas may reject the PTX version this Triton writes (NOTES.md): use the newer one
+    log = lambda m: print(m, flush=True)  # noqa: E731
     ptxas_list = list(_ptxas())
+    if not ptxas_list:
+        log("no ptxas beside this Triton: nothing compiled")
+        return 0
     if ptxas_list and not os.environ.get("TRITON_PTXAS_PATH"):
         os.environ["TRITON_PTXAS_PATH"] = ptxas_list[-1]
     wanted = {f.strip() for f in args.families.split(",") if f.strip()}
-    cat = catalog()
-    log = lambda m: print(m, flush=True)  # noqa: E731
+    from plugins.ops import attention  # noqa: E402
+
+    cat = dict(catalog(), **{spec.name: spec for spec in attention.OPS})
     log(f"triton {triton.__version__}, target cuda sm_90, ptxas {os.environ.get('TRITON_PTXAS_PATH', 'bundled')}")
     all_rows, failed = [], []
-    for family, label, program in all_cases(args.quick):
+    for family, label, program in all_cases(args.quick) + extra_cases():
         if wanted and family not in wanted or args.match not in label:
             continue
-        rows, ok = check_case(label, program, cat, ptxas_list, log)
+        rows, ok = check_case(label, program, cat, ptxas_list, log, args.max_configs)
         all_rows += [dict(r, case=label) for r in rows]
         if not ok:
             failed.append(label)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from core.program import _TORCH_DTYPE, OpSpec, Program
-from plugins.coders.expert_lowering.attention_kernels import attention_kernel
+from plugins.coders.expert_lowering.attention_kernels import TILES_HELPER, attention_kernel
 from plugins.coders.expert_lowering.binding import Binding
 from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
 from plugins.coders.expert_lowering.conv_kernels import CHANNELS_LAST_HELPER, PAD5_HELPER, conv_kernel, pool_kernel
@@ -24,7 +24,7 @@ EMITTERS = {"pointwise": pointwise_kernel, "row": row_kernel, "view": view_kerne
 from plugins.coders.expert_lowering.tiling import PRUNE_HELPER
 
 ALL_HELPERS = dict(HELPERS, _strided_copy=COPY_HELPER, _pad5=PAD5_HELPER, _prune_tiles=PRUNE_HELPER,
-                   _channels_last=CHANNELS_LAST_HELPER)
+                   _channels_last=CHANNELS_LAST_HELPER, _attention_tiles=TILES_HELPER)
 
 _SAME_SHAPE = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "group_norm", "cumsum", "cumprod",
                "triu", "tril", COPY_OP)
