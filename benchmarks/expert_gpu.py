@@ -149,7 +149,7 @@ def case_roofline(ms: float, program, cat, spec) -> dict:
 VARIANTS = ("eager", "compile", "expert")
 
 
-def run_case(family, label, program, cat, log, timer, rounds, spec):
+def run_case(family, label, program, cat, log, timer, rounds, spec, device="cuda"):
     import statistics
 
     import torch
@@ -157,13 +157,13 @@ def run_case(family, label, program, cat, log, timer, rounds, spec):
     from plugins.coders.expert_lowering.selfcheck import tolerance
     from plugins.verifiers.performance.timing import fresh_arguments, relative_spread
 
-    model, new, inputs = build_case(program, cat)
+    model, new, inputs = build_case(program, cat, device)
     row = {"family": family, "case": label, "dtype": program.dtype}
     with torch.no_grad():
         expected = model(*inputs)
         t0 = time.time()
         got = new(*inputs)  # compiles (or loads) and autotunes the expert's kernels
-        torch.cuda.synchronize()
+        _sync(device)
         row["expert_first_call_s"] = round(time.time() - t0, 2)
         atol, rtol = tolerance(expected.dtype)
         if expected.dtype in (torch.float16, torch.bfloat16) and family in ("matmul", "resnet50"):
@@ -177,10 +177,10 @@ def run_case(family, label, program, cat, log, timer, rounds, spec):
         t0 = time.time()
         compiled = torch.compile(model)
         compiled(*inputs)
-        torch.cuda.synchronize()
+        _sync(device)
         row["compile_first_call_s"] = round(time.time() - t0, 2)
         fns = {"eager": model, "compile": compiled, "expert": new}
-        make_args = fresh_arguments(inputs, seed=1234)
+        make_args = fresh_arguments(inputs, seed=1234) if device == "cuda" else (lambda _: inputs)
         medians = {v: [] for v in VARIANTS}
         runs = {v: 0 for v in VARIANTS}
         for r in range(rounds):
@@ -206,6 +206,13 @@ def run_case(family, label, program, cat, log, timer, rounds, spec):
         + (f"  | {roof['tflops']:.0f} TFLOP/s {roof['tbps']:.2f} TB/s, {100 * roof['sol_fraction']:.0f}% of SOL "
            f"({roof['bound']})" if roof else ""))
     return row
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def _precompile_one(family: str, label: str, quick: bool) -> tuple[str, float, str]:
@@ -291,7 +298,9 @@ def summarize(rows):
                            "max_spread": max([r["expert_spread"] for r in timed] + [r["eager_spread"] for r in timed],
                                              default=float("nan")),
                            "median_sol": _median([r["roofline"]["sol_fraction"] for r in timed if r.get("roofline")]),
-                           "expert_s": sum(r.get("seconds", 0.0) for r in fam)}
+                           "expert_s": sum(r.get("seconds", 0.0) for r in fam),
+                           "by_dtype": {dt: geomean([r["vs_eager"] for r in timed if r.get("dtype") == dt])
+                                        for dt in dict.fromkeys(r.get("dtype") for r in timed)}}
     return summary
 
 
@@ -405,8 +414,9 @@ def main(argv=None) -> int:
     log(f"{'family':10s} {'cases':>5s} {'correct':>7s} {'x eager':>8s} {'x compile':>9s} {'spread':>7s} {'SOL':>5s}"
         "   (geomean speedup of the expert; worst round spread; median fraction of speed of light)")
     for family, s in summary.items():
+        by_dtype = " ".join(f"{dt}:{g:.2f}" for dt, g in s["by_dtype"].items())
         log(f"{family:10s} {s['cases']:5d} {s['correct']:7d} {s['geomean_vs_eager']:8.2f} {s['geomean_vs_compile']:9.2f}"
-            f" {100 * s['max_spread']:6.1f}% {100 * s['median_sol']:4.0f}%")
+            f" {100 * s['max_spread']:6.1f}% {100 * s['median_sol']:4.0f}%  x eager by dtype {by_dtype}")
     return 0
 
 

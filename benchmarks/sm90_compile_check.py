@@ -1,5 +1,5 @@
 """Compile every GPU kernel the expert emits for the benchmark's cases for sm_90 (H100/H200), on a
-machine without a GPU: each autotune config the pruning keeps, at the real launch's argument types
+machine without a GPU: each autotune config the module lists, at the real launch's argument types
 and Triton's own specialisation (ints equal to 1 become constants, ints and pointers divisible by 16
 are marked so), through TTIR, TTGIR, LLVM IR and PTX to a cubin when a ptxas that takes the PTX is
 found. Reports per kernel and config whether the matrix products became Hopper ``wgmma``
@@ -138,8 +138,6 @@ def check_case(label, program, cat, ptxas_list, log, max_configs=0):
     import torch
 
     from plugins.coders.expert_lowering import lower_program
-    from plugins.coders.expert_lowering.tiling import gemm_configs
-
     src = lower_program(program, cat)
     dt = getattr(torch, program.dtype)
     inputs = [torch.empty(t.shape, dtype=dt).normal_() if len(t.shape) else torch.tensor(1.0, dtype=dt)
@@ -160,11 +158,10 @@ def check_case(label, program, cat, ptxas_list, log, max_configs=0):
         if autotuned:
             from triton import Config
 
-            configs = [Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": g}, num_warps=w, num_stages=s)
-                       for bm, bn, bk, g, w, s in gemm_configs(program.dtype)]
-            named = dict(zip([p.name for p in jit.params], args))
-            if "prune_configs_by" in src.split(tuned + " = ", 1)[-1].split("\n", 1)[0]:
-                configs = mod._prune_tiles(configs, named)
+            line = src.split(f"\n{tuned} = ", 1)[1].split("\n", 1)[0]  # the emitted autotune list
+            configs = [Config(json.loads(c.replace("'", '"')), num_warps=int(w), num_stages=int(st))
+                       for c, w, st in re.findall(r"triton\.Config\((\{[^}]*\}), num_warps=(\d+), num_stages=(\d+)\)", line)]
+            assert configs, line
             variants = [(dict(kw, **c.kwargs), c.num_warps, c.num_stages) for c in configs]
             if max_configs:
                 variants = variants[:max_configs]

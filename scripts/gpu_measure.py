@@ -147,7 +147,8 @@ def kernelbench_figure(log: str) -> str:
 
 
 def expert_figure(log: str) -> str:
-    rows = re.findall(r"^(\w+)\s+\d+\s+\d+\s+([\d.]+|nan)\s+([\d.]+|nan)(?:\s+\S+%)*$", log, re.MULTILINE)
+    rows = re.findall(r"^(\w+)\s+\d+\s+\d+\s+([\d.]+|nan)\s+([\d.]+|nan)(?:\s+\S+%)*(?:\s+x eager by dtype.*)?$", log,
+                      re.MULTILINE)
     return ", ".join(f"{family} {eager}/{compiled}" for family, eager, compiled in rows) + (
         " (x eager/x compile)" if rows else "")
 

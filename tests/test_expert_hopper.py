@@ -18,8 +18,8 @@ from core.program import Program
 from core.program import TensorSpec as T
 from plugins.coders.expert_lowering import lower_program
 from plugins.coders.expert_lowering.selfcheck import load_module
-from plugins.coders.expert_lowering.tiling import (GEMM_CONFIGS_16, GEMM_CONFIGS_32, KEEP_CONFIGS, PRUNE_HELPER,
-                                                   gemm_configs, gpu_dot_precision, interpreter_dot_precision,
+from plugins.coders.expert_lowering.tiling import (GEMM_CONFIGS_16, GEMM_CONFIGS_32, KEEP_CONFIGS, gemm_configs,
+                                                   gpu_dot_precision, interpreter_dot_precision, pick_configs,
                                                    tf32_allowed)
 from plugins.proposers.common import render_source
 
@@ -92,28 +92,17 @@ def test_gpu_configs_fit_hopper_shared_memory():
     assert gemm_configs("float32") == GEMM_CONFIGS_32 and gemm_configs("bfloat16") == GEMM_CONFIGS_16
 
 
-def _prune():
-    scope: dict = {}
-    exec(PRUNE_HELPER, scope)
-    return scope["_prune_tiles"]
-
-
-class _Cfg:
-    def __init__(self, bm, bn):
-        self.kwargs = {"BM": bm, "BN": bn}
-
-
-def test_pruning_keeps_the_configs_that_fill_the_gpu():
-    prune = _prune()
-    configs = [_Cfg(bm, bn) for bm, bn, *_ in GEMM_CONFIGS_16]
-    big = prune(configs, {"M": 4096, "N": 4096})
-    assert len(big) == KEEP_CONFIGS and (big[0].kwargs["BM"], big[0].kwargs["BN"]) == (128, 256)
+def test_configs_are_picked_for_the_shape_when_emitted(cat):
+    big = pick_configs("float16", (4096, 4096, 1))
+    assert len(big) == KEEP_CONFIGS and big[0][:2] == (128, 256)
     # conv5's 3x3 (M = 32*7*7, N = 512): 128x256 tiles would leave most SMs idle
-    small = prune(configs, {"M": 1568, "N": 512})
-    assert all(c.kwargs["BM"] * c.kwargs["BN"] <= 128 * 64 for c in small)
-    assert prune(configs, {"M": 4096, "N": 4096}) == big  # deterministic
-    assert prune(configs, {"x": 1}) == configs  # a kernel without M/N keeps them all
-    assert len(prune(configs, {"M": 512, "N": 49, "BATCH": 32})) == KEEP_CONFIGS
+    small = pick_configs("bfloat16", (1568, 512, 1))
+    assert all(bm * bn <= 128 * 64 for bm, bn, *_ in small)
+    assert pick_configs("float16", (4096, 4096, 1)) == big  # deterministic
+    assert pick_configs("float32", None) == GEMM_CONFIGS_32  # unknown shape: every config
+    assert all(c in GEMM_CONFIGS_32 for c in pick_configs("float32", (512, 49, 32)))
+    src = lower_program(Program([T((4096, 4096), dtype="float16")], [N("linear", (0,), {"out_features": 4096})]), cat)
+    assert src.count("triton.Config(") == KEEP_CONFIGS and "prune_configs_by" not in src  # the policy refuses hooks
 
 
 # ------------------------------------------------------------------ the fast conv2d forms, in the interpreter
@@ -195,10 +184,39 @@ def test_benchmark_summary_roofline_and_comparison(cat, tmp_path):
              "expert_ms": 1.0, "eager_ms": 0.5, "expert_spread": 0.05, "eager_spread": 0.01, "roofline": roof}]
     s = bench.summarize(rows)["resnet50"]
     assert s["geomean_vs_eager"] == pytest.approx(1.0) and s["max_spread"] == 0.05 and s["timed"] == 2
+    assert s["by_dtype"] == {None: pytest.approx(1.0)}
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"rows": [dict(rows[0], expert_ms=0.8), dict(rows[1])]}))
     moves = bench.compare(rows, old, lambda m: None)
     assert moves["a"]["expert"] == pytest.approx(0.25) and moves["b"]["expert"] == pytest.approx(0.0)
+
+
+def test_benchmark_case_flow_on_cpu(cat, monkeypatch):
+    """run_case end to end with the GPU parts stubbed: check, compile, interleaved rounds, roofline."""
+    from benchmarks import expert_gpu as bench
+    from plugins.devices import H200
+    from plugins.verifiers.performance.timing import summarize as stats_of
+
+    class Timer:
+        def __init__(self):
+            self.calls = []
+
+        def time(self, fn, make_args):
+            fn(*make_args(0))
+            self.calls.append(fn)
+            ms = {0: 2.0, 1: 1.5}.get(len(self.calls) % 3, 1.0)
+
+            class R:
+                median_ms, stats = ms, stats_of([ms])
+            return R
+
+    monkeypatch.setattr(torch, "compile", lambda model: model)
+    program = Program([T((2, 16, 8, 8))], [N("conv2d", (0,), _conv(16, 8, 3, p=1))])
+    timer = Timer()
+    row = bench.run_case("resnet50", "tiny", program, cat, lambda m: None, timer, 3, H200, device="cpu")
+    assert row["correct"] and len(timer.calls) == 9
+    assert set(row["eager_rounds_ms"]) == {1.0, 1.5, 2.0} and row["eager_spread"] == pytest.approx(1.0 / 1.5)
+    assert row["vs_eager"] == pytest.approx(1.0) and row["roofline"]["flops"] == program.flops(cat)
 
 
 def test_the_expert_step_reads_the_new_summary_table():
@@ -209,7 +227,7 @@ def test_the_expert_step_reads_the_new_summary_table():
     sys.modules[spec.name] = m  # its dataclasses look their module up
     spec.loader.exec_module(m)
     log = ("family     cases correct  x eager x compile  spread   SOL   (geomean ...)\n"
-           "matmul         9       9     1.21      1.10    3.2%   41%\n"
+           "matmul         9       9     1.21      1.10    3.2%   41%  x eager by dtype float32:2.10 float16:0.85\n"
            "resnet50      24      24     1.05      1.30    6.0%   18%\n")
     assert m.expert_figure(log) == "matmul 1.21/1.10, resnet50 1.05/1.30 (x eager/x compile)"
     assert m.STEPS["expert"].limit_s <= 400

@@ -223,7 +223,7 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(_OCG{i}, _bn)), {groups})]({joined}, "
         "BM=_bm, BN=_bn, BK=_bk, GROUP_M=8)",
     ]
-    tuned = autotune_source(name, dtype, ["NB", "C", "ID", "IH", "IW", "OC"], prune=False)
+    tuned = autotune_source(name, dtype, ["NB", "C", "ID", "IH", "IW", "OC"])
     return Kernel(name, k.text() + tuned, launch, helpers)
 
 
@@ -305,7 +305,7 @@ def _dot_lines(precision: str, indent: str = "    ") -> list[str]:
 def _conv_epilogue_and_store(plan: Plan, group: Group, k: Lines, x_value: int, out_idx: list[str],
                              store_offset: str) -> tuple[set[str], list[int]]:
     dtype = plan.program.dtype
-    helpers: set[str] = {"_pad5", "_prune_tiles"}
+    helpers: set[str] = {"_pad5"}
     rounded, needed = round_to(dtype, "acc")
     helpers.update(needed)
     k(f"v{group.anchor} = {rounded}")
@@ -375,7 +375,8 @@ def _conv1x1_kernel(plan: Plan, group: Group, index: int, x: str, weight: str, b
         f"    {name}[(max(1, triton.cdiv(s{i}[1], _bm) * triton.cdiv(s{i}[2] * s{i}[3], _bn)), max(1, s{i}[0]))]"
         f"({joined}, BM=_bm, BN=_bn, BK=_bk, GROUP_M=8)",
     ]
-    tuned = autotune_source(name, plan.program.dtype, ["M", "N", "K", "BATCH"])
+    nb_, oc_, oh_, ow_ = plan.shapes[i]
+    tuned = autotune_source(name, plan.program.dtype, ["M", "N", "K", "BATCH"], (oc_, oh_ * ow_, nb_))
     return Kernel(name, k.text() + tuned, launch, helpers)
 
 
@@ -466,7 +467,8 @@ def _conv2d_nhwc_kernel(plan: Plan, group: Group, index: int, x: str, weight: st
         f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(s{i}[1], _bn)),)]({joined}, BM=_bm, BN=_bn, BK=_bk, "
         "GROUP_M=8)",
     ]
-    tuned = autotune_source(name, plan.program.dtype, ["M", "N", "C", "IH", "IW"])
+    nb_, oc_, oh_, ow_ = plan.shapes[i]
+    tuned = autotune_source(name, plan.program.dtype, ["M", "N", "C", "IH", "IW"], (nb_ * oh_ * ow_, oc_, 1))
     return Kernel(name, k.text() + tuned, launch, helpers)
 
 

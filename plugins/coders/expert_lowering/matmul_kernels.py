@@ -4,7 +4,7 @@ Every operand is read through its strides (a transposed or offset view needs no 
 and any elementwise ops after the product (activations, a residual add) run on the accumulator
 tile before the single store. Dot precision on a GPU follows ``tiling.py``'s rule (fp32: tf32x3,
 fp16/bf16: native); the interpreter computes exact fp32 products. On a GPU the tile sizes are
-autotuned over the dtype's configs, pruned to the shape's best three; in the interpreter they are
+autotuned over the three of the dtype's configs that fit the shape best (``tiling.pick_configs``); in the interpreter they are
 fixed and large.
 """
 
@@ -125,7 +125,7 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         k("acc = acc + tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]")
     from plugins.coders.expert_lowering.pointwise import round_to
 
-    helpers: set[str] = {"_prune_tiles"}
+    helpers: set[str] = set()
     rounded, needed = round_to(dtype, "acc")
     helpers.update(needed)
     k(f"v{anchor_value} = {rounded}")
@@ -155,5 +155,7 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(_N{i}, _bn)), max(1, _batch{i}))]({joined}, "
         "BM=_bm, BN=_bn, BK=_bk, GROUP_M=8)",
     ]
-    tuned = autotune_source(name, dtype, ["M", "N", "K", "BATCH"])
+    out_shape = tuple(plan.shapes[anchor_value])
+    gemm = (out_shape[-2] if len(out_shape) >= 2 else 1, out_shape[-1], out_shape[0] if len(out_shape) == 3 else 1)
+    tuned = autotune_source(name, dtype, ["M", "N", "K", "BATCH"], gemm if out_shape else None)
     return Kernel(name, k.text() + tuned, launch, helpers)

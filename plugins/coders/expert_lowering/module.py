@@ -21,10 +21,8 @@ from plugins.coders.expert_lowering.pointwise import HELPERS, POINTWISE
 EMITTERS = {"pointwise": pointwise_kernel, "row": row_kernel, "view": view_kernel, "matmul": matmul_kernel,
             "conv": conv_kernel, "pool": pool_kernel, "group_norm": group_norm_kernel,
             "attention": attention_kernel}
-from plugins.coders.expert_lowering.tiling import PRUNE_HELPER
-
-ALL_HELPERS = dict(HELPERS, _strided_copy=COPY_HELPER, _pad5=PAD5_HELPER, _prune_tiles=PRUNE_HELPER,
-                   _channels_last=CHANNELS_LAST_HELPER, _attention_tiles=TILES_HELPER)
+ALL_HELPERS = dict(HELPERS, _strided_copy=COPY_HELPER, _pad5=PAD5_HELPER, _channels_last=CHANNELS_LAST_HELPER,
+                   _attention_tiles=TILES_HELPER)
 
 _SAME_SHAPE = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "group_norm", "cumsum", "cumprod",
                "triu", "tril", COPY_OP)

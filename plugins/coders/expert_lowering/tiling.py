@@ -22,7 +22,7 @@ fp32 is held to the precision the verifier asks of a candidate.
 from __future__ import annotations
 
 # (BM, BN, BK, GROUP_M, num_warps, num_stages). Short lists: each config is compiled once per shape
-# (~1-2 s on the H200's host), and ``_prune_tiles`` keeps the 3 that fit the shape best.
+# (~1-2 s on the H200's host), and ``pick_configs`` emits only the 3 that fit the shape best.
 GEMM_CONFIGS_16 = (
     (128, 256, 64, 8, 8, 3),  # 147 KB of shared memory over 3 stages
     (128, 128, 64, 8, 8, 3),
@@ -68,35 +68,33 @@ def gemm_configs(dtype: str) -> tuple[tuple[int, int, int, int, int, int], ...]:
     return GEMM_CONFIGS_32 if dtype == "float32" else GEMM_CONFIGS_16
 
 
-def autotune_source(name: str, dtype: str, key: list[str], prune: bool = True) -> str:
-    """``<name>_tuned = triton.autotune(...)(<name>)`` over the dtype's configs (None without CUDA)."""
+def tile_score(bm: int, bn: int, m: int, n: int, batch: int = 1) -> tuple[float, float]:
+    """How well BM x BN tiles fit an M x N (x batch) GEMM: the busy fraction of the SMs over all waves
+    times the useful fraction of a tile (one larger than the matrix computes padding), rounded so
+    near-ties go to the larger tile (more reuse per byte loaded)."""
+    tiles = -(-m // bm) * -(-n // bn) * max(1, batch)
+    waves = -(-tiles // SMS)
+    fill = tiles / (waves * SMS)
+    useful = (min(m, bm) * min(n, bn)) / (bm * bn)
+    return round(fill * useful, 1), bm * bn / (bm + bn)
+
+
+def pick_configs(dtype: str, shape: tuple[int, int, int] | None):
+    """The KEEP_CONFIGS configs of the dtype's list that best fit ``shape`` = (M, N, batch), chosen when
+    the kernel is emitted (the program's shapes are static). The verifier's static policy refuses an
+    autotuner pruning hook (``prune_configs_by`` runs a callable inside the launch, unaudited), so the
+    pruning happens here, not at run time. ``shape`` None (unknown): every config."""
+    configs = gemm_configs(dtype)
+    if shape is None or min(shape) <= 0:
+        return configs
+    m, n, batch = shape
+    return tuple(sorted(configs, key=lambda c: tile_score(c[0], c[1], m, n, batch), reverse=True)[:KEEP_CONFIGS])
+
+
+def autotune_source(name: str, dtype: str, key: list[str], shape: tuple[int, int, int] | None = None) -> str:
+    """``<name>_tuned = triton.autotune(...)(<name>)`` over the configs that fit ``shape`` (None without CUDA)."""
     configs = ", ".join(
         f"triton.Config({{'BM': {bm}, 'BN': {bn}, 'BK': {bk}, 'GROUP_M': {g}}}, num_warps={w}, num_stages={s})"
-        for bm, bn, bk, g, w, s in gemm_configs(dtype))
-    pruning = ", prune_configs_by={'early_config_prune': _prune_tiles}" if prune else ""
-    return (f"\n{name}_tuned = triton.autotune(configs=[{configs}], key={key!r}{pruning})({name}) "
+        for bm, bn, bk, g, w, s in pick_configs(dtype, shape))
+    return (f"\n{name}_tuned = triton.autotune(configs=[{configs}], key={key!r})({name}) "
             f"if torch.cuda.is_available() else None\n")
-
-
-# Python helper of the generated module: the autotuner's early pruning. It reads the GEMM's rows,
-# columns and batch from the kernel's arguments named M, N and BATCH (a kernel without them keeps
-# every config) and keeps the KEEP_CONFIGS configs that best fill the GPU: a tile count that wastes
-# little of its last wave, then larger tiles (more reuse per byte loaded).
-PRUNE_HELPER = f'''def _prune_tiles(configs, named_args, **kwargs):
-    """The autotuner's early pruning: the {KEEP_CONFIGS} configs that best fit this GEMM's shape."""
-    m, n = named_args.get("M"), named_args.get("N")
-    if not isinstance(m, int) or not isinstance(n, int):
-        return configs
-    batch = named_args.get("BATCH", 1)
-    batch = batch if isinstance(batch, int) and batch > 0 else 1
-
-    def score(cfg):
-        bm, bn = cfg.kwargs["BM"], cfg.kwargs["BN"]
-        tiles = -(-m // bm) * -(-n // bn) * batch
-        waves = -(-tiles // {SMS})
-        fill = tiles / (waves * {SMS})  # busy fraction of the SMs over all waves
-        useful = (min(m, bm) * min(n, bn)) / (bm * bn)  # a tile larger than the matrix computes padding
-        return (round(fill * useful, 1), bm * bn / (bm + bn))
-
-    return sorted(configs, key=score, reverse=True)[:{KEEP_CONFIGS}]
-'''
