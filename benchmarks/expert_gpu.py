@@ -19,8 +19,8 @@ Inductor's on-disk caches (the expert's autotune configs through ``Autotuner.war
 without launching; torch.compile by one call). The main process then only loads them, so the
 autotuner's own benchmarking, and every timing, run on a quiet GPU.
 
-Cases are taken round-robin over the families, so a ``--budget-s`` cut (no case is started after
-it) still leaves every family measured; the JSON is rewritten after every case.
+Cases are interleaved over the families in proportion to their sizes, so a ``--budget-s`` cut (no
+case is started after it) leaves every family measured alike; the JSON is rewritten after every case.
 
 Each case: the program is rendered as a KernelBench task, lowered by the expert, checked against the
 reference on fresh inputs (a wrong kernel is reported, never timed), then timed. The roofline per
@@ -273,17 +273,15 @@ def precompile(todo, quick: bool, workers: int, limit_s: float, log) -> None:
 
 
 def round_robin(items):
-    """Cases interleaved family by family, each family keeping its own order."""
+    """Cases interleaved family by family in proportion to the families' sizes, each family keeping its
+    own order: a budget cut at any point leaves every family measured in the same proportion (the 24
+    ResNet-50 cases no longer wait until the small families are done)."""
     by_family: dict[str, list] = {}
     for item in items:
         by_family.setdefault(item[0], []).append(item)
-    queues = list(by_family.values())
-    out = []
-    while any(queues):
-        for q in queues:
-            if q:
-                out.append(q.pop(0))
-    return out
+    keyed = [((i + 0.5) / len(q), f, i, item) for f, (name, q) in enumerate(by_family.items())
+             for i, item in enumerate(q)]
+    return [item for *_, item in sorted(keyed, key=lambda k: k[:3])]
 
 
 def summarize(rows):
