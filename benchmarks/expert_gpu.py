@@ -224,6 +224,12 @@ def _precompile_one(family: str, label: str, quick: bool) -> tuple[str, float, s
         from triton.runtime.autotuner import Autotuner
         from triton.runtime.jit import JITFunction
 
+        try:  # one compile thread per worker: the pool already has a process per core
+            import torch._inductor.config as inductor_config
+
+            inductor_config.compile_threads = 1
+        except Exception:
+            pass
         program = next(p for f, lbl, p in all_cases(quick) if lbl == label)
         cat = catalog()
         model, new, inputs = build_case(program, cat)
