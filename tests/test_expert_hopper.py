@@ -258,3 +258,16 @@ def test_emitted_kernels_compile_for_sm90_offline():
         gemms = [r for r in rows if r["kernel"].startswith(("_matmul", "_conv"))]
         assert gemms and all(r["wgmma"] for r in gemms), rows
     out.unlink(missing_ok=True)
+
+
+def test_precompile_pool_reports_failures_and_stops_at_its_limit():
+    """The pool's bookkeeping on CPU: each worker fails (no CUDA here) and says why; a limit too short
+    stops the pool at once instead of waiting for it."""
+    from benchmarks import expert_gpu as bench
+
+    todo = bench.round_robin(bench.all_cases(True))[:1]
+    msgs: list[str] = []
+    bench.precompile(todo, True, 1, 120, msgs.append)
+    assert "1 failed there" in msgs[-1]
+    bench.precompile(todo, True, 1, 0.01, msgs.append)
+    assert "stopped after" in msgs[-2]
