@@ -3,7 +3,7 @@
 against cuDNN through PyTorch, each with its roofline utilisation on the H200. One call does it all.
 
     # on the H200, from the repo root (pluggy/torch/triton are there; nothing else is needed):
-    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --budget-s 300   # all 52 cases, ~5-6 min
+    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --budget-s 340   # all 52 cases, ~5-6 min
     PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --quick          # a smaller smoke run
     PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --families resnet50 --compare OLD/expert_gpu.json
 
@@ -342,7 +342,7 @@ def main(argv=None) -> int:
     ap.add_argument("--families", default="", help="comma-separated families to run (default: all)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per case (median of them)")
     ap.add_argument("--precompile-workers", type=int, default=-1,
-                    help="processes that fill the compile caches first (-1: cores - 2, at most 12; 0: none)")
+                    help="processes that fill the compile caches first (-1: cores - 2, at most 14; 0: none)")
     ap.add_argument("--precompile-limit-s", type=float, default=150.0)
     ap.add_argument("--compare", default="", help="an earlier run's expert_gpu.json: report each case's change")
     args = ap.parse_args(argv)
@@ -380,7 +380,7 @@ def main(argv=None) -> int:
     started = time.time()
     wanted = {f.strip() for f in args.families.split(",") if f.strip()}
     todo = [c for c in round_robin(all_cases(args.quick)) if not wanted or c[0] in wanted]
-    workers = args.precompile_workers if args.precompile_workers >= 0 else max(0, min(12, (os.cpu_count() or 2) - 2))
+    workers = args.precompile_workers if args.precompile_workers >= 0 else max(0, min(14, (os.cpu_count() or 2) - 2))
     if workers > 0:
         precompile(todo, args.quick, workers, args.precompile_limit_s, log)
     timer = GpuTimer(TimingPolicy())  # the performance stage's timer and policy
