@@ -3,7 +3,7 @@
 against cuDNN through PyTorch, each with its roofline utilisation on the H200. One call does it all.
 
     # on the H200, from the repo root (pluggy/torch/triton are there; nothing else is needed):
-    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --budget-s 340   # all 52 cases, ~5-6 min
+    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --budget-s 340   # all 50 cases, ~5-6 min
     PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --quick          # a smaller smoke run
     PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --families resnet50 --compare OLD/expert_gpu.json
 
