@@ -1,18 +1,33 @@
 """Expert teacher on the GPU: speedup over eager PyTorch and over torch.compile per task family
 (geometric mean), and ResNet-50's convolutions (1x1 and 3x3 of every stage, batch 32, fp16/bf16)
-against cuDNN through PyTorch. One call does the whole job.
+against cuDNN through PyTorch, each with its roofline utilisation on the H200. One call does it all.
 
     # on the H200, from the repo root (pluggy/torch/triton are there; nothing else is needed):
-    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT          # ~5-8 min
-    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --quick  # a smaller smoke run
-    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --budget-s 400 --families resnet50
+    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --budget-s 340   # all 50 cases, ~5-6 min
+    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --quick          # a smaller smoke run
+    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --families resnet50 --compare OLD/expert_gpu.json
 
-Cases are taken round-robin over the families, so a ``--budget-s`` cut (no case is started after
-it) still leaves every family measured; the JSON is rewritten after every case.
+Timing is the verifier's own: ``plugins.verifiers.performance.timing.GpuTimer`` with the default
+``TimingPolicy`` (what the performance stage uses): fresh inputs for every run, L2 flushed, the host's
+launch latency hidden behind a GPU filler, a device-wide sync before the end event, the median of an
+adaptive number of runs. Each of eager, torch.compile and the expert is timed ``--rounds`` times,
+interleaved (eager, compile, expert, then the next round in a rotated order); a figure is the median
+of its rounds and ``spread`` is (max - min) / median over them.
+
+Before any timing, ``--precompile-workers`` processes compile every case's kernels into Triton's and
+Inductor's on-disk caches (the expert's autotune configs through ``Autotuner.warmup``, which compiles
+without launching; torch.compile by one call). The main process then only loads them, so the
+autotuner's own benchmarking, and every timing, run on a quiet GPU.
+
+Cases are interleaved over the families in proportion to their sizes, so a ``--budget-s`` cut (no
+case is started after it) leaves every family measured alike; the JSON is rewritten after every case.
 
 Each case: the program is rendered as a KernelBench task, lowered by the expert, checked against the
-reference on fresh inputs (a wrong kernel is reported, never timed), then timed with
-``triton.testing.do_bench`` (median, L2 flushed) for eager, torch.compile and the expert kernel.
+reference on fresh inputs (a wrong kernel is reported, never timed), then timed. The roofline per
+case: the program's FLOPs and minimum bytes (each input and weight read once, the output written
+once) over the expert's time, against the H200's measured peaks (``plugins/devices.py``: 708 TFLOP/s
+bf16/fp16, 51 TFLOP/s fp32, 4.2 TB/s). Eager PyTorch runs with TF32 off for both matmul (its default)
+and cuDNN (whose default is on): every fp32 figure is at full fp32 accuracy.
 Writes <out>/expert_gpu.json and <out>/expert_gpu.log; the last thing printed is the summary table.
 """
 
@@ -61,7 +76,7 @@ def cases(quick: bool):
                 N("layer_norm", (0,), {"eps": 1e-5}), N("gelu", (1,), {"approximate": "none"})])),
             ("norm", f"rms_norm {dt}", Program([T(rows, dtype=dt)], [N("rms_norm", (0,), {"eps": 1e-6})])),
         ]
-    for dt in ("float16", "bfloat16"):
+    for dt in ("float32", "float16", "bfloat16"):
         m = 2048 if quick else 4096
         out += [
             ("matmul", f"linear+bias+gelu {m} {dt}", Program([T((m, m), dtype=dt)], [
@@ -98,61 +113,181 @@ def resnet_cases(quick: bool):
     return out
 
 
-def run_case(family, label, program, cat, log):
+def all_cases(quick: bool):
+    return cases(quick) + resnet_cases(quick)
+
+
+def build_case(program, cat, device="cuda"):
+    """(reference model, expert model, inputs) of a case on ``device``."""
     import torch
-    from triton.testing import do_bench
 
     from plugins.coders.expert_lowering import lower_program
-    from plugins.coders.expert_lowering.selfcheck import load_module, tolerance
+    from plugins.coders.expert_lowering.selfcheck import load_module
     from plugins.proposers.common import render_source
 
-    task_src = render_source(program, cat)
-    cand_src = lower_program(program, cat)
-    ref, cand = load_module(task_src, "ref"), load_module(cand_src, "cand")
+    ref, cand = load_module(render_source(program, cat), "ref"), load_module(lower_program(program, cat), "cand")
     torch.manual_seed(0)
-    model = ref.Model().cuda().eval()
+    model = ref.Model().to(device).eval()
     torch.manual_seed(0)
-    new = cand.ModelNew().cuda().eval()
+    new = cand.ModelNew().to(device).eval()
     torch.manual_seed(1)
-    inputs = [x.cuda() for x in ref.get_inputs()]
-    row = {"family": family, "case": label}
+    inputs = [x.to(device) for x in ref.get_inputs()]
+    return model, new, inputs
+
+
+def case_roofline(ms: float, program, cat, spec) -> dict:
+    from plugins.verifiers.performance.roofline import roofline
+
+    r = roofline(ms / 1e3, flops=program.flops(cat), min_bytes=program.min_bytes(cat), device=spec,
+                 dtypes=[program.dtype])
+    return {"flops": r.flops, "min_bytes": r.min_bytes, "tflops": r.achieved_flops / 1e12,
+            "tbps": r.achieved_bandwidth / 1e12, "flops_util": r.flops_utilisation,
+            "bw_util": r.bandwidth_efficiency, "sol_fraction": r.sol_fraction, "bound": r.bound,
+            "implausible": r.implausible}
+
+
+VARIANTS = ("eager", "compile", "expert")
+
+
+def run_case(family, label, program, cat, log, timer, rounds, spec, device="cuda"):
+    import statistics
+
+    import torch
+
+    from plugins.coders.expert_lowering.selfcheck import tolerance
+    from plugins.verifiers.performance.timing import fresh_arguments, relative_spread
+
+    model, new, inputs = build_case(program, cat, device)
+    row = {"family": family, "case": label, "dtype": program.dtype}
     with torch.no_grad():
         expected = model(*inputs)
-        got = new(*inputs)
-        torch.cuda.synchronize()
+        t0 = time.time()
+        got = new(*inputs)  # compiles (or loads) and autotunes the expert's kernels
+        _sync(device)
+        row["expert_first_call_s"] = round(time.time() - t0, 2)
         atol, rtol = tolerance(expected.dtype)
         if expected.dtype in (torch.float16, torch.bfloat16) and family in ("matmul", "resnet50"):
             atol, rtol = 2e-2, 2e-2  # accumulation order over K differs from cuBLAS/cuDNN
         ok = torch.allclose(got.float(), expected.float(), atol=atol, rtol=rtol, equal_nan=True)
         row["correct"] = bool(ok)
+        row["max_abs_err"] = float((got.float() - expected.float()).abs().max()) if got.numel() else 0.0
         if not ok:
-            row["max_abs_err"] = float((got.float() - expected.float()).abs().max())
             log(f"WRONG {label}: max abs err {row['max_abs_err']}")
             return row
+        t0 = time.time()
         compiled = torch.compile(model)
         compiled(*inputs)
-        row["eager_ms"] = do_bench(lambda: model(*inputs), warmup=25, rep=100)
-        row["compile_ms"] = do_bench(lambda: compiled(*inputs), warmup=25, rep=100)
-        row["expert_ms"] = do_bench(lambda: new(*inputs), warmup=25, rep=100)
+        _sync(device)
+        row["compile_first_call_s"] = round(time.time() - t0, 2)
+        fns = {"eager": model, "compile": compiled, "expert": new}
+        make_args = fresh_arguments(inputs, seed=1234) if device == "cuda" else (lambda _: inputs)
+        medians = {v: [] for v in VARIANTS}
+        runs = {v: 0 for v in VARIANTS}
+        for r in range(rounds):
+            order = VARIANTS[r % 3:] + VARIANTS[:r % 3]  # rotated: no variant always follows another
+            for v in order:
+                res = timer.time(fns[v], make_args)
+                medians[v].append(res.median_ms)
+                runs[v] += res.stats.runs
+    for v in VARIANTS:
+        row[f"{v}_ms"] = statistics.median(medians[v])
+        row[f"{v}_spread"] = relative_spread(medians[v])
+        row[f"{v}_rounds_ms"] = medians[v]
+        row[f"{v}_runs"] = runs[v]
     row["vs_eager"] = row["eager_ms"] / row["expert_ms"]
     row["vs_compile"] = row["compile_ms"] / row["expert_ms"]
-    log(f"{label:42s} eager {row['eager_ms']:.3f} ms  compile {row['compile_ms']:.3f} ms  "
-        f"expert {row['expert_ms']:.3f} ms  x{row['vs_eager']:.2f} eager  x{row['vs_compile']:.2f} compile")
+    if spec is not None:
+        row["roofline"] = case_roofline(row["expert_ms"], program, cat, spec)
+        row["eager_roofline"] = case_roofline(row["eager_ms"], program, cat, spec)
+    roof = row.get("roofline") or {}
+    log(f"{label:38s} eager {row['eager_ms']:.4f} compile {row['compile_ms']:.4f} expert {row['expert_ms']:.4f} ms "
+        f"(spread {100 * row['eager_spread']:.1f}/{100 * row['compile_spread']:.1f}/{100 * row['expert_spread']:.1f}%)"
+        f"  x{row['vs_eager']:.2f} eager x{row['vs_compile']:.2f} compile"
+        + (f"  | {roof['tflops']:.0f} TFLOP/s {roof['tbps']:.2f} TB/s, {100 * roof['sol_fraction']:.0f}% of SOL "
+           f"({roof['bound']})" if roof else ""))
     return row
 
 
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _precompile_one(family: str, label: str, quick: bool) -> tuple[str, float, str]:
+    """In a worker process: compile (never launch) the expert's kernels of one case, every config the
+    autotuner would try, into Triton's disk cache; compile and run torch.compile's once."""
+    t0 = time.time()
+    try:
+        import torch
+        from triton.runtime.autotuner import Autotuner
+        from triton.runtime.jit import JITFunction
+
+        try:  # one compile thread per worker: the pool already has a process per core
+            import torch._inductor.config as inductor_config
+
+            inductor_config.compile_threads = 1
+        except Exception:
+            pass
+        program = next(p for f, lbl, p in all_cases(quick) if lbl == label)
+        cat = catalog()
+        model, new, inputs = build_case(program, cat)
+        original = JITFunction.run
+
+        def compile_only(self, *args, grid, warmup, **kwargs):
+            return original(self, *args, grid=grid, warmup=True, **kwargs)
+
+        def autotune_compile_only(self, *args, **kwargs):
+            kwargs.pop("warmup", None)
+            return self.warmup(*args, **kwargs)
+
+        JITFunction.run, Autotuner.run = compile_only, autotune_compile_only
+        with torch.no_grad():
+            new(*inputs)
+            torch.compile(model)(*inputs)
+        torch.cuda.synchronize()
+        return label, time.time() - t0, ""
+    except Exception as exc:  # the main process compiles it itself, and reports any real error
+        return label, time.time() - t0, f"{type(exc).__name__}: {exc}"[:300]
+
+
+def precompile(todo, quick: bool, workers: int, limit_s: float, log) -> None:
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    t0 = time.time()
+    failed = []
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+    futures = [pool.submit(_precompile_one, f, label, quick) for f, label, _ in todo]
+    try:
+        for fut in cf.as_completed(futures, timeout=limit_s):
+            label, _, err = fut.result()
+            if err:
+                failed.append(f"{label}: {err}")
+    except cf.TimeoutError:
+        log(f"precompile: stopped after {limit_s:.0f} s; the rest compile in the main process")
+    except Exception as exc:  # a broken pool: the main process compiles what is missing
+        log(f"precompile: {type(exc).__name__}: {exc}"[:300])
+    finally:
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            if proc.is_alive():
+                proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+    log(f"precompile: {len(todo)} cases in {time.time() - t0:.0f} s on {workers} processes"
+        + (f"; {len(failed)} failed there (first: {failed[0]})" if failed else ""))
+
+
 def round_robin(items):
-    """Cases interleaved family by family, each family keeping its own order."""
+    """Cases interleaved family by family in proportion to the families' sizes, each family keeping its
+    own order: a budget cut at any point leaves every family measured in the same proportion (the 24
+    ResNet-50 cases no longer wait until the small families are done)."""
     by_family: dict[str, list] = {}
     for item in items:
         by_family.setdefault(item[0], []).append(item)
-    queues = list(by_family.values())
-    out = []
-    while any(queues):
-        for q in queues:
-            if q:
-                out.append(q.pop(0))
-    return out
+    keyed = [((i + 0.5) / len(q), f, i, item) for f, (name, q) in enumerate(by_family.items())
+             for i, item in enumerate(q)]
+    return [item for *_, item in sorted(keyed, key=lambda k: k[:3])]
 
 
 def summarize(rows):
@@ -161,9 +296,37 @@ def summarize(rows):
         fam = [r for r in rows if r["family"] == family]
         timed = [r for r in fam if "vs_eager" in r]
         summary[family] = {"cases": len(fam), "correct": sum(bool(r.get("correct")) for r in fam),
+                           "timed": len(timed),
                            "geomean_vs_eager": geomean([r["vs_eager"] for r in timed]),
-                           "geomean_vs_compile": geomean([r["vs_compile"] for r in timed])}
+                           "geomean_vs_compile": geomean([r["vs_compile"] for r in timed]),
+                           "max_spread": max([r["expert_spread"] for r in timed] + [r["eager_spread"] for r in timed],
+                                             default=float("nan")),
+                           "median_sol": _median([r["roofline"]["sol_fraction"] for r in timed if r.get("roofline")]),
+                           "expert_s": sum(r.get("seconds", 0.0) for r in fam),
+                           "by_dtype": {dt: geomean([r["vs_eager"] for r in timed if r.get("dtype") == dt])
+                                        for dt in dict.fromkeys(r.get("dtype") for r in timed)}}
     return summary
+
+
+def _median(values):
+    import statistics
+
+    return statistics.median(values) if values else float("nan")
+
+
+def compare(rows, old_path: Path, log) -> dict:
+    """Per-case change of the expert's (and eager's) time against an earlier run's JSON."""
+    old = {r["case"]: r for r in json.loads(old_path.read_text()).get("rows", []) if "expert_ms" in r}
+    moves = {}
+    for r in rows:
+        o = old.get(r["case"])
+        if o and "expert_ms" in r:
+            moves[r["case"]] = {v: r[f"{v}_ms"] / o[f"{v}_ms"] - 1.0 for v in ("eager", "expert")}
+    if moves:
+        worst = max(moves, key=lambda c: abs(moves[c]["expert"]))
+        log(f"against {old_path}: {len(moves)} cases; expert moved by at most {100 * moves[worst]['expert']:+.1f}% "
+            f"({worst}); {sum(abs(m['expert']) > 0.10 for m in moves.values())} case(s) beyond 10%")
+    return moves
 
 
 def geomean(values):
@@ -177,6 +340,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--budget-s", type=float, default=0.0, help="start no case after this many seconds (0: none)")
     ap.add_argument("--families", default="", help="comma-separated families to run (default: all)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per case (median of them)")
+    ap.add_argument("--precompile-workers", type=int, default=-1,
+                    help="processes that fill the compile caches first (-1: cores - 2, at most 14; 0: none)")
+    ap.add_argument("--precompile-limit-s", type=float, default=150.0)
+    ap.add_argument("--compare", default="", help="an earlier run's expert_gpu.json: report each case's change")
     args = ap.parse_args(argv)
     import torch
 
@@ -184,8 +352,8 @@ def main(argv=None) -> int:
         print("expert_gpu.py needs a CUDA GPU; none is visible.", file=sys.stderr)
         return 2
     torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default
+    torch.backends.cudnn.allow_tf32 = False  # PyTorch's default is True: held to fp32 here
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     logf = open(out / "expert_gpu.log", "w")
@@ -195,13 +363,36 @@ def main(argv=None) -> int:
         logf.write(msg + "\n")
         logf.flush()
 
-    log(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  triton {__import__('triton').__version__}")
+    from plugins.devices import H200
+    from plugins.verifiers.performance.roofline import UnknownDeviceError, find_device
+    from plugins.verifiers.performance.timing import GpuTimer, TimingPolicy
+
+    name = torch.cuda.get_device_name()
+    try:
+        from plugins.devices import BUILTIN_DEVICES
+
+        spec = find_device(name, {d.name: d for d in BUILTIN_DEVICES})
+    except UnknownDeviceError:
+        spec = H200
+    log(f"{name}  torch {torch.__version__}  triton {__import__('triton').__version__}  roofline vs {spec.name}")
     cat = catalog()
     rows = []
     started = time.time()
     wanted = {f.strip() for f in args.families.split(",") if f.strip()}
-    todo = [c for c in round_robin(cases(args.quick) + resnet_cases(args.quick)) if not wanted or c[0] in wanted]
+    todo = [c for c in round_robin(all_cases(args.quick)) if not wanted or c[0] in wanted]
+    workers = args.precompile_workers if args.precompile_workers >= 0 else max(0, min(14, (os.cpu_count() or 2) - 2))
+    if workers > 0:
+        precompile(todo, args.quick, workers, args.precompile_limit_s, log)
+    timer = GpuTimer(TimingPolicy())  # the performance stage's timer and policy
     skipped = []
+
+    def dump():
+        (out / "expert_gpu.json").write_text(json.dumps({
+            "rows": rows, "summary": summarize(rows), "not_started": skipped, "seconds": time.time() - started,
+            "timing": "plugins.verifiers.performance.timing.GpuTimer(TimingPolicy()), "
+                      f"{args.rounds} interleaved rounds, median of round medians", "device_spec": spec.name},
+            indent=2))
+
     for n, (family, label, program) in enumerate(todo):
         if args.budget_s and time.time() - started > args.budget_s:
             skipped = [c[1] for c in todo[n:]]
@@ -209,23 +400,27 @@ def main(argv=None) -> int:
             break
         t_case = time.time()
         try:
-            rows.append(run_case(family, label, program, cat, log))
-            rows[-1]["seconds"] = round(time.time() - t_case, 1)
+            rows.append(run_case(family, label, program, cat, log, timer, args.rounds, spec))
         except Exception as exc:
             log(f"ERROR {label}: {type(exc).__name__}: {exc}")
             log(traceback.format_exc(limit=3))
             rows.append({"family": family, "case": label, "error": f"{type(exc).__name__}: {exc}"})
+        rows[-1]["seconds"] = round(time.time() - t_case, 1)
         torch.cuda.empty_cache()
-        summary = summarize(rows)
-        (out / "expert_gpu.json").write_text(json.dumps({"rows": rows, "summary": summary, "not_started": skipped,
-                                                         "seconds": time.time() - started}, indent=2))
+        dump()
+    if args.compare and Path(args.compare).exists():
+        moves = compare(rows, Path(args.compare), log)
+        (out / "expert_gpu_compare.json").write_text(json.dumps(moves, indent=1))
+    dump()
     summary = summarize(rows)
-    (out / "expert_gpu.json").write_text(json.dumps({"rows": rows, "summary": summary, "not_started": skipped,
-                                                     "seconds": time.time() - started}, indent=2))
     log("")
-    log(f"{'family':10s} {'cases':>5s} {'correct':>7s} {'x eager':>8s} {'x compile':>9s}   (geomean speedup of the expert)")
+    log(f"total {time.time() - started:.0f} s; timing: the verifier's GpuTimer, {args.rounds} interleaved rounds")
+    log(f"{'family':10s} {'cases':>5s} {'correct':>7s} {'x eager':>8s} {'x compile':>9s} {'spread':>7s} {'SOL':>5s}"
+        "   (geomean speedup of the expert; worst round spread; median fraction of speed of light)")
     for family, s in summary.items():
-        log(f"{family:10s} {s['cases']:5d} {s['correct']:7d} {s['geomean_vs_eager']:8.2f} {s['geomean_vs_compile']:9.2f}")
+        by_dtype = " ".join(f"{dt}:{g:.2f}" for dt, g in s["by_dtype"].items())
+        log(f"{family:10s} {s['cases']:5d} {s['correct']:7d} {s['geomean_vs_eager']:8.2f} {s['geomean_vs_compile']:9.2f}"
+            f" {100 * s['max_spread']:6.1f}% {100 * s['median_sol']:4.0f}%  x eager by dtype {by_dtype}")
     return 0
 
 

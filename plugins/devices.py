@@ -5,7 +5,10 @@ machine", 2026-11): a device-to-device copy moved ~4.2 TB/s (bytes read + writte
 of 8192^3 ran at ~708 TFLOP/s, an fp32 matmul without TF32 at ~51 TFLOP/s. Measured ceilings are
 what a kernel can actually reach, so utilisation against them is meaningful and a time far below
 the floor they imply is implausible. float16 uses the bf16 figure (Hopper's tensor cores run both
-at the same rate; not separately measured).
+at the same rate; not separately measured). ``float32_split`` is the rate of fp32-accurate products
+on the tensor cores (the expert's ``tf32x3`` dots, or bf16x3: three 16/19-bit products per fp32 one),
+a third of the bf16 rate: the speed-of-light floor of a float32 task uses it (roofline.py), since
+an honest tf32x3 GEMM runs faster than the float32 (CUDA-core) peak.
 
 The H100 and A100 entries are NVIDIA datasheet figures (dense, no sparsity), marked as such in
 ``source``; replace them with measurements where you have the hardware. A new GPU is one more
@@ -22,16 +25,19 @@ MiB = 1 << 20
 
 H200 = DeviceSpec(
     name="H200",
-    peak_flops={"bfloat16": 708 * TB, "float16": 708 * TB, "float32": 51 * TB},
+    peak_flops={"bfloat16": 708 * TB, "float16": 708 * TB, "float32": 51 * TB, "float32_split": 708 / 3 * TB},
     peak_bandwidth=4.2 * TB,
     l2_bytes=50 * MiB,
     source="measured on the project's H200 (NOTES.md 'The GPU machine', 2026-11): copy 4.2 TB/s, "
-    "bf16 matmul 8192^3 708 TFLOP/s, fp32 (no TF32) 51 TFLOP/s; float16 assumed = bf16; L2 from the datasheet",
+    "bf16 matmul 8192^3 708 TFLOP/s, fp32 (no TF32) 51 TFLOP/s; float16 assumed = bf16; float32_split "
+    "(the floor of fp32 tasks: three tensor-core products per fp32 one, tf32x3/bf16x3) = bf16 / 3, derived; "
+    "L2 from the datasheet",
 )
 
 H100_SXM = DeviceSpec(
     name="H100",
-    peak_flops={"bfloat16": 989.4 * TB, "float16": 989.4 * TB, "float32": 66.9 * TB, "tfloat32": 494.7 * TB},
+    peak_flops={"bfloat16": 989.4 * TB, "float16": 989.4 * TB, "float32": 66.9 * TB, "tfloat32": 494.7 * TB,
+                "float32_split": 989.4 / 3 * TB},
     peak_bandwidth=3.35 * TB,
     l2_bytes=50 * MiB,
     source="datasheet: NVIDIA H100 SXM5 80GB (dense tensor-core rates, HBM3 3.35 TB/s); not measured here",
@@ -39,7 +45,8 @@ H100_SXM = DeviceSpec(
 
 H100_PCIE = DeviceSpec(
     name="H100 PCIe",
-    peak_flops={"bfloat16": 756.5 * TB, "float16": 756.5 * TB, "float32": 51.2 * TB, "tfloat32": 378 * TB},
+    peak_flops={"bfloat16": 756.5 * TB, "float16": 756.5 * TB, "float32": 51.2 * TB, "tfloat32": 378 * TB,
+                "float32_split": 756.5 / 3 * TB},
     peak_bandwidth=2.0 * TB,
     l2_bytes=50 * MiB,
     source="datasheet: NVIDIA H100 PCIe 80GB (dense tensor-core rates, HBM2e 2.0 TB/s); not measured here",
@@ -47,7 +54,8 @@ H100_PCIE = DeviceSpec(
 
 A100 = DeviceSpec(
     name="A100",
-    peak_flops={"bfloat16": 312 * TB, "float16": 312 * TB, "float32": 19.5 * TB, "tfloat32": 156 * TB},
+    peak_flops={"bfloat16": 312 * TB, "float16": 312 * TB, "float32": 19.5 * TB, "tfloat32": 156 * TB,
+                "float32_split": 312 / 3 * TB},
     peak_bandwidth=2.039 * TB,
     l2_bytes=40 * MiB,
     source="datasheet: NVIDIA A100 SXM4 80GB (dense tensor-core rates, HBM2e 2.039 TB/s); not measured here",

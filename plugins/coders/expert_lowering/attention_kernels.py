@@ -7,11 +7,26 @@ import math
 
 from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
 from plugins.coders.expert_lowering.conv_kernels import _epilogue
+from plugins.coders.expert_lowering.tiling import precision_kwarg
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.plan import Group, Plan
 from plugins.coders.expert_lowering.pointwise import round_to
 
 MAX_HEAD_DIM = 256
+
+
+# Python helper of the generated module: the launch's tiles. On a GPU, key blocks shrink and the
+# pipeline gets shallower as a row of K/V grows, so K, V (and tf32x3's split copies) stay within
+# sm_90's 227 KB of shared memory (benchmarks/sm90_compile_check.py measures it per head dim).
+TILES_HELPER = '''def _attention_tiles(lq, lk, e, ev, itemsize, is_cuda):
+    """(BM, BN, BE, BEV, num_stages) of the attention kernel's launch."""
+    be, bev = max(16, triton.next_power_of_2(e)), max(16, triton.next_power_of_2(ev))
+    if not is_cuda:  # the interpreter pays per program: few, large tiles
+        return min(128, max(16, triton.next_power_of_2(lq))), min(256, max(16, triton.next_power_of_2(lk))), be, bev, 1
+    row = max(be, bev) * itemsize  # bytes of one key's (or value's) row
+    bn = 64 if row <= 256 else 32 if row <= 512 else 16
+    return 64, bn, be, bev, 3 if row <= 256 else 2
+'''
 
 
 def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
@@ -32,7 +47,9 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     outs = group.outputs
     name = f"_attention_{index}"
     dtype = plan.program.dtype
-    precision = ', input_precision="ieee"' if dtype == "float32" else ""
+    # tiling.py's precision rule (fp32: tf32x3 on the GPU), for head dims up to 128; wider fp32 heads
+    # keep the exact CUDA-core dot (tf32x3 holds split copies of 64 x 256 fp32 tiles in registers)
+    precision = precision_kwarg(dtype) if max(e, ev) <= 128 else ', input_precision="ieee"' if dtype == "float32" else ""
     params = ["q_ptr", "k_ptr", "v_ptr"] + [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
     params += ["BH", "H", "LQ", "LK", "E", "EV"] + [f"s{t}{d}" for t in "qkv" for d in range(4)]
     for r in ext:
@@ -101,11 +118,10 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
              f"*{q}.stride()", f"*{k_}.stride()", f"*{v}.stride()"]
     call += [f"*{value_name(r, n_in)}.stride()" for r in ext] + [f"ON_CPU=not {q}.is_cuda"]
     launch = [
-        f"_be = max(16, triton.next_power_of_2({q}.shape[3]))",
-        f"_bev = max(16, triton.next_power_of_2({v}.shape[3]))",
-        f"_bm = 64 if {q}.is_cuda else min(128, max(16, triton.next_power_of_2({q}.shape[2])))",
-        f"_bn = 64 if {q}.is_cuda else min(256, max(16, triton.next_power_of_2({k_}.shape[2])))",
+        f"_bm, _bn, _be, _bev, _ns = _attention_tiles({q}.shape[2], {k_}.shape[2], {q}.shape[3], {v}.shape[3], "
+        f"{q}.element_size(), {q}.is_cuda)",
         f"{name}[(max(1, triton.cdiv({q}.shape[2], _bm)), max(1, {q}.shape[0] * {q}.shape[1]))]"
-        f"({', '.join(call)}, BM=_bm, BN=_bn, BE=_be, BEV=_bev)",
+        f"({', '.join(call)}, BM=_bm, BN=_bn, BE=_be, BEV=_bev, num_stages=_ns)",
     ]
+    helpers.add("_attention_tiles")
     return Kernel(name, k.text(), launch, helpers)

@@ -9,15 +9,25 @@ conv: rows are output positions (n, od, oh, ow), columns output channels of one 
 reduction runs over (c, kd, kh, kw) of that group; padding is a masked load. The transposed conv
 gathers the input position that scatters into each output position, where ``(o + P - k*D)``
 divides by the stride. Pooling: one program per block of output elements, the window unrolled.
+
+Two faster forms of the ungrouped 2-D convolution (``conv2d``, groups=1), the ResNet shapes:
+
+* a 1x1, stride-1, unpadded conv whose output plane is a multiple of 8 elements is a batched GEMM
+  on the NCHW tensors themselves, ``out[n] = W @ x[n]`` (M = out channels, N = H*W, K = channels):
+  both operands are read along their contiguous dim, so the loads vectorise and pipeline;
+* any other conv2d is an implicit GEMM over channels-last copies of the input and the weight
+  (``_channels_last``: one tiled transpose kernel each, coalesced on both sides): the reduction
+  runs over (kh, kw, channel block), so each step's A tile is one contiguous run of channels per
+  output row, its padding mask one bit per row, and the weight tile is contiguous too.
 """
 
 from __future__ import annotations
 
 from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
 from plugins.coders.expert_lowering.errors import Unsupported
-from plugins.coders.expert_lowering.matmul_kernels import GPU_CONFIGS
 from plugins.coders.expert_lowering.plan import Group, Plan
 from plugins.coders.expert_lowering.pointwise import round_to
+from plugins.coders.expert_lowering.tiling import autotune_source, precision_kwarg
 
 CONV_PARAMS = {"out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias"}
 CONV_T_PARAMS = CONV_PARAMS | {"output_padding"}
@@ -96,6 +106,12 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     bias = plan.tensor(i, "bias") if node.params.get("bias", True) else None
     if weight is None:
         raise Unsupported(f"{node.op} without a weight tensor")
+    if not transposed and rank == 4 and groups == 1:
+        nb_, c_, h_, w_ = plan.shapes[x_value]
+        if ks[1:] == (1, 1) and st[1:] == (1, 1) and pad[1:] == (0, 0) and (h_ * w_) % 8 == 0 and nb_ <= 65535:
+            return _conv1x1_kernel(plan, group, index, x, weight, bias)
+        if nb_ <= 65535:
+            return _conv2d_nhwc_kernel(plan, group, index, x, weight, bias, ks[1:], st[1:], pad[1:], dil[1:])
     epilogue = [v for v in group.nodes if v != i]
     ext = [r for r in group.reads if r != x_value or any(r in plan.node(v).args for v in epilogue)]
     outs = group.outputs
@@ -123,7 +139,7 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     params += ["ON_CPU: tl.constexpr"] + [f"{p}{up}: tl.constexpr" for p in "KSPD" for up in "DHW"]
     params += ["GROUPS: tl.constexpr", "HAS_BIAS: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr",
                "BK: tl.constexpr", "GROUP_M: tl.constexpr"]
-    precision = ', input_precision="ieee"' if dtype == "float32" else ""
+    precision = precision_kwarg(dtype)
     k = Lines()
     k("@triton.jit", f"def {name}({', '.join(params)}):")
     k.indent = 1
@@ -207,12 +223,252 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(_OCG{i}, _bn)), {groups})]({joined}, "
         "BM=_bm, BN=_bn, BK=_bk, GROUP_M=8)",
     ]
-    configs = ", ".join(
-        f"triton.Config({{'BM': {bm}, 'BN': {bn}, 'BK': {bk}, 'GROUP_M': {gm}}}, num_warps={w}, num_stages={s})"
-        for bm, bn, bk, gm, w, s in GPU_CONFIGS
+    tuned = autotune_source(name, dtype, ["NB", "C", "ID", "IH", "IW", "OC"])
+    return Kernel(name, k.text() + tuned, launch, helpers)
+
+
+CHANNELS_LAST_HELPER = '''@triton.jit
+def _nchw_to_nhwc(x_ptr, y_ptr, C, HW, W, sx0, sx1, sx2, sx3, FLAT: tl.constexpr, BP: tl.constexpr,
+                  BC: tl.constexpr):
+    # y[n, p, c] (contiguous) <- x[n, c, p]: loads run along p, stores along c (Triton moves the tile
+    # through shared memory between the two layouts)
+    n = tl.program_id(2).to(tl.int64)
+    pp = tl.program_id(0) * BP + tl.arange(0, BP)
+    cc = tl.program_id(1) * BC + tl.arange(0, BC)
+    mask = (pp < HW)[:, None] & (cc < C)[None, :]
+    if FLAT:
+        src = x_ptr + n * sx0 + cc[None, :] * sx1 + pp[:, None]
+    else:
+        src = x_ptr + n * sx0 + cc[None, :] * sx1 + ((pp // W) * sx2 + (pp % W) * sx3)[:, None]
+    v = tl.load(src, mask=mask)
+    tl.store(y_ptr + n * HW * C + pp[:, None] * C + cc[None, :], v, mask=mask)
+
+
+def _channels_last(x):
+    """A contiguous (N, H, W, C) copy of the (N, C, H, W) tensor ``x`` (any strides), by one kernel."""
+    n, c, h, w = x.shape
+    y = torch.empty((n, h, w, c), device=x.device, dtype=x.dtype)
+    if y.numel() == 0:
+        return y
+    flat = x.stride(3) == 1 and (h == 1 or x.stride(2) == w)
+    if x.is_cuda:
+        bp, bc = 64, 64
+    else:  # the interpreter pays per program: few, large tiles
+        bp, bc = min(4096, max(16, triton.next_power_of_2(h * w))), min(256, max(16, triton.next_power_of_2(c)))
+    grid = (triton.cdiv(h * w, bp), triton.cdiv(c, bc), n)
+    _nchw_to_nhwc[grid](x, y, c, h * w, w, *x.stride(), FLAT=flat, BP=bp, BC=bc)
+    return y
+
+
+def _plane_rows(x):
+    """``x`` (N, C, H, W) if each (n, c) plane is one contiguous run of H*W elements, else such a copy."""
+    n, c, h, w = x.shape
+    if x.stride(3) == 1 and (h == 1 or x.stride(2) == w):
+        return x
+    y = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    if y.numel() == 0:
+        return y
+    block = 1024 if x.is_cuda else 16384
+    _strided_copy[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), 1, n, c, h, w, 0, 0, *x.stride(), BLOCK=block)
+    return y
+'''
+
+
+def _grouped_tiles(k: Lines) -> None:
+    """pm, pn of this program in GROUP_M-grouped order over an M x N grid of BM x BN tiles."""
+    k(
+        "num_m = tl.cdiv(M, BM)",
+        "num_n = tl.cdiv(N, BN)",
+        "group_size = GROUP_M * num_n",
+        "first_m = (pid // group_size) * GROUP_M",
+        "rows_in_group = tl.minimum(num_m - first_m, GROUP_M)",
+        "pm = first_m + (pid % group_size) % rows_in_group",
+        "pn = (pid % group_size) // rows_in_group",
+        "rm = pm * BM + tl.arange(0, BM)",
+        "rn = pn * BN + tl.arange(0, BN)",
+        "mask_m = rm < M",
+        "mask_n = rn < N",
+        "rk = tl.arange(0, BK)",
+        "acc = tl.zeros((BM, BN), dtype=tl.float32)",
     )
-    tuned = (f"\n{name}_tuned = triton.autotune(configs=[{configs}], key=['NB', 'C', 'ID', 'IH', 'IW', 'OC'])({name}) "
-             f"if torch.cuda.is_available() else None\n")
+
+
+def _dot_lines(precision: str, indent: str = "    ") -> list[str]:
+    return [
+        f"{indent}if ON_CPU:",  # the interpreter's dot mishandles bf16: exact fp32 products there
+        f"{indent}    acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=\"ieee\")",
+        f"{indent}else:",
+        f"{indent}    acc = tl.dot(a, b, acc{precision})",
+    ]
+
+
+def _conv_epilogue_and_store(plan: Plan, group: Group, k: Lines, x_value: int, out_idx: list[str],
+                             store_offset: str) -> tuple[set[str], list[int]]:
+    dtype = plan.program.dtype
+    helpers: set[str] = {"_pad5"}
+    rounded, needed = round_to(dtype, "acc")
+    helpers.update(needed)
+    k(f"v{group.anchor} = {rounded}")
+    ext = _epilogue(plan, group, k, helpers, x_value, out_idx)
+    for o in group.outputs:
+        k(f"tl.store(v{o}_ptr + {store_offset}, v{o}.to(DT), mask=mask)")
+    return helpers, ext
+
+
+def _conv1x1_kernel(plan: Plan, group: Group, index: int, x: str, weight: str, bias: str | None) -> Kernel:
+    """1x1 stride-1 unpadded conv2d as ``out[n] = W @ x[n]`` on the NCHW tensors (module docstring)."""
+    n_in = len(plan.program.inputs)
+    i = group.anchor
+    x_value = plan.node(i).args[0]
+    epilogue = [v for v in group.nodes if v != i]
+    ext = [r for r in group.reads if r != x_value or any(r in plan.node(v).args for v in epilogue)]
+    outs = group.outputs
+    name = f"_conv_{index}"
+    params = ["x_ptr", "w_ptr", "bias_ptr"] + [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
+    params += ["M", "N", "K", "BATCH", "OW", "sxn", "sxc", "swo", "swc"]
+    for r in ext:
+        params += [f"v{r}_s{d}" for d in range(4)]
+    params += ["ON_CPU: tl.constexpr", "HAS_BIAS: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr",
+               "BK: tl.constexpr", "GROUP_M: tl.constexpr"]
+    k = Lines()
+    k("@triton.jit", f"def {name}({', '.join(params)}):")
+    k.indent = 1
+    k("# out[b, m, n] = sum_k w[m, k] * x[b, k, n]: m an output channel, n a pixel, k an input channel",
+      f"DT = v{outs[0]}_ptr.dtype.element_ty",
+      "pid = tl.program_id(0)",
+      "bid = tl.program_id(1).to(tl.int64)")
+    _grouped_tiles(k)
+    k(
+        "x_base = x_ptr + bid * sxn",
+        "for k0 in range(0, K, BK):",
+        "    kk = k0 + rk",
+        "    a = tl.load(w_ptr + rm[:, None] * swo + kk[None, :] * swc, mask=mask_m[:, None] & (kk[None, :] < K), "
+        "other=0.0)",
+        "    b = tl.load(x_base + kk[:, None] * sxc + rn[None, :], mask=(kk[:, None] < K) & mask_n[None, :], other=0.0)",
+        *_dot_lines(precision_kwarg(plan.program.dtype)),
+        "mask = mask_m[:, None] & mask_n[None, :]",
+        "if HAS_BIAS:",
+        "    acc = acc + tl.load(bias_ptr + rm, mask=mask_m, other=0.0).to(tl.float32)[:, None]",
+        "nb = bid",
+        "oc = rm",
+        "oh = rn // OW",
+        "ow = rn % OW",
+    )
+    helpers, _ = _conv_epilogue_and_store(plan, group, k, x_value, ["nb", "oc[:, None]", "oh[None, :]", "ow[None, :]"],
+                                          "bid * M * N + rm[:, None] * N + rn[None, :]")
+    helpers |= {"_channels_last", "_strided_copy"}
+    call = [f"_xr{i}", weight, bias or f"_xr{i}"] + [value_name(r, n_in) for r in ext] + \
+        [value_name(o, n_in) for o in outs]
+    call += [f"s{i}[1]", f"s{i}[2] * s{i}[3]", f"_xr{i}.shape[1]", f"s{i}[0]", f"s{i}[3]",
+             f"_xr{i}.stride(0)", f"_xr{i}.stride(1)", f"{weight}.stride(0)", f"{weight}.stride(1)"]
+    call += [f"*{value_name(r, n_in)}.stride()" for r in ext]
+    call += [f"ON_CPU=not {x}.is_cuda", f"HAS_BIAS={bias is not None}"]
+    joined = ", ".join(call)
+    launch = [
+        f"_xr{i} = _plane_rows({x})",
+        f"if {x}.is_cuda:",
+        f"    {name}_tuned[lambda META: (max(1, triton.cdiv(s{i}[1], META['BM']) * triton.cdiv(s{i}[2] * s{i}[3], "
+        f"META['BN'])), max(1, s{i}[0]))]({joined})",
+        "else:",
+        f"    _bm, _bn, _bk = (min(c, max(16, triton.next_power_of_2(d))) for c, d in zip((256, 1024, 128), "
+        f"(s{i}[1], s{i}[2] * s{i}[3], _xr{i}.shape[1])))",
+        f"    {name}[(max(1, triton.cdiv(s{i}[1], _bm) * triton.cdiv(s{i}[2] * s{i}[3], _bn)), max(1, s{i}[0]))]"
+        f"({joined}, BM=_bm, BN=_bn, BK=_bk, GROUP_M=8)",
+    ]
+    nb_, oc_, oh_, ow_ = plan.shapes[i]
+    tuned = autotune_source(name, plan.program.dtype, ["M", "N", "K", "BATCH"], (oc_, oh_ * ow_, nb_))
+    return Kernel(name, k.text() + tuned, launch, helpers)
+
+
+def _conv2d_nhwc_kernel(plan: Plan, group: Group, index: int, x: str, weight: str, bias: str | None,
+                        ks: tuple[int, ...], st: tuple[int, ...], pad: tuple[int, ...], dil: tuple[int, ...]) -> Kernel:
+    """Ungrouped conv2d as an implicit GEMM over channels-last copies (module docstring)."""
+    n_in = len(plan.program.inputs)
+    i = group.anchor
+    x_value = plan.node(i).args[0]
+    epilogue = [v for v in group.nodes if v != i]
+    ext = [r for r in group.reads if r != x_value or any(r in plan.node(v).args for v in epilogue)]
+    outs = group.outputs
+    name = f"_conv_{index}"
+    params = ["x_ptr", "w_ptr", "bias_ptr"] + [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
+    params += ["M", "N", "C", "IH", "IW", "OH", "OW", "sxn", "sxh", "sxw", "swo", "swh", "sww"]
+    for r in ext:
+        params += [f"v{r}_s{d}" for d in range(4)]
+    params += ["ON_CPU: tl.constexpr"] + [f"{p}{up}: tl.constexpr" for p in "KSPD" for up in "HW"]
+    params += ["HAS_BIAS: tl.constexpr", "PIXV: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr",
+               "BK: tl.constexpr", "GROUP_M: tl.constexpr"]
+    k = Lines()
+    k("@triton.jit", f"def {name}({', '.join(params)}):")
+    k.indent = 1
+    k("# rows: output pixels (n, oh, ow); columns: output channels; reduction: (kh, kw, channel block)",
+      f"DT = v{outs[0]}_ptr.dtype.element_ty",
+      "pid = tl.program_id(0)")
+    _grouped_tiles(k)
+    k(
+        "ow = rm % OW",
+        "oh = (rm // OW) % OH",
+        "nb = (rm // (OW * OH)).to(tl.int64)",
+        "oc = rn",
+        "x_rows = x_ptr + nb * sxn",
+        "ih0 = oh * SH - PH",
+        "iw0 = ow * SW - PW",
+        "CB = tl.cdiv(C, BK)",
+        "for t in range(0, KH * KW * CB):",
+        "    kpos = t // CB",
+        "    c = (t - kpos * CB) * BK + rk",
+        "    kh = kpos // KW",
+        "    kw = kpos - kh * KW",
+        "    ih = ih0 + kh * DH",
+        "    iw = iw0 + kw * DW",
+        "    ok = mask_m & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+        "    c_ok = c < C",
+        "    a = tl.load((x_rows + ih * sxh + iw * sxw)[:, None] + c[None, :], mask=ok[:, None] & c_ok[None, :], "
+        "other=0.0)",
+        "    b = tl.load(w_ptr + kh * swh + kw * sww + rn[None, :] * swo + c[:, None], "
+        "mask=c_ok[:, None] & mask_n[None, :], other=0.0)",
+        *_dot_lines(precision_kwarg(plan.program.dtype)),
+        "mask = mask_m[:, None] & mask_n[None, :]",
+        "if HAS_BIAS:",
+        "    acc = acc + tl.load(bias_ptr + oc, mask=mask_n, other=0.0).to(tl.float32)[None, :]",
+    )
+    k(
+        # the output offset of a row, nb*N*OH*OW + oh*OW + ow, told to the compiler as aligned runs of
+        # PIXV elements, PIXV the largest of 8, 4, 2 dividing OH*OW (true: a run never crosses an image),
+        # so the NCHW store vectorises along the rows
+        "row_off = nb * (N * OH * OW) + rm % (OH * OW)",
+        "col_off = oc * (OH * OW)",
+        "if PIXV > 1:",
+        "    row_off = tl.max_contiguous(tl.multiple_of(row_off, PIXV), PIXV)",
+        "    col_off = tl.multiple_of(col_off, PIXV)",
+    )
+    helpers, _ = _conv_epilogue_and_store(
+        plan, group, k, x_value, _out_index(4, "[:, None]", "[None, :]"),
+        "row_off[:, None] + col_off[None, :]")
+    helpers |= {"_channels_last", "_strided_copy"}
+    call = [f"_xt{i}", f"_wt{i}", bias or f"_xt{i}"] + [value_name(r, n_in) for r in ext] + \
+        [value_name(o, n_in) for o in outs]
+    call += [f"_M{i}", f"s{i}[1]", f"{x}.shape[1]", f"{x}.shape[2]", f"{x}.shape[3]", f"s{i}[2]", f"s{i}[3]",
+             f"*_xt{i}.stride()[:3]", f"*_wt{i}.stride()[:3]"]
+    call += [f"*{value_name(r, n_in)}.stride()" for r in ext]
+    call += [f"ON_CPU=not {x}.is_cuda"]
+    call += [f"{p}{up}={v}" for p, values in zip("KSPD", (ks, st, pad, dil)) for up, v in zip("HW", values)]
+    call += [f"HAS_BIAS={bias is not None}", f"PIXV=next(v for v in (8, 4, 2, 1) if (s{i}[2] * s{i}[3]) % v == 0)"]
+    joined = ", ".join(call)
+    launch = [
+        f"_xt{i} = _channels_last({x})",
+        f"_wt{i} = _channels_last({weight})",
+        f"_M{i} = s{i}[0] * s{i}[2] * s{i}[3]",
+        f"if {x}.is_cuda:",
+        f"    {name}_tuned[lambda META: (max(1, triton.cdiv(_M{i}, META['BM']) * triton.cdiv(s{i}[1], META['BN'])),)]"
+        f"({joined})",
+        "else:",
+        f"    _bm, _bn, _bk = (min(c, max(16, triton.next_power_of_2(d))) for c, d in zip((2048, 128, 128), "
+        f"(_M{i}, s{i}[1], {x}.shape[1])))",
+        f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(s{i}[1], _bn)),)]({joined}, BM=_bm, BN=_bn, BK=_bk, "
+        "GROUP_M=8)",
+    ]
+    nb_, oc_, oh_, ow_ = plan.shapes[i]
+    tuned = autotune_source(name, plan.program.dtype, ["M", "N", "C", "IH", "IW"], (nb_ * oh_ * ow_, oc_, 1))
     return Kernel(name, k.text() + tuned, launch, helpers)
 
 

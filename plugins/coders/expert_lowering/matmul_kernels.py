@@ -2,8 +2,10 @@
 
 Every operand is read through its strides (a transposed or offset view needs no copy); the bias
 and any elementwise ops after the product (activations, a residual add) run on the accumulator
-tile before the single store. fp32 products use IEEE fp32 dot (PyTorch's default, no TF32).
-On a GPU the tile sizes are autotuned; in the interpreter they are fixed and small.
+tile before the single store. Dot precision on a GPU follows ``tiling.py``'s rule (fp32: tf32x3,
+fp16/bf16: native); the interpreter computes exact fp32 products. On a GPU the tile sizes are
+autotuned over the three of the dtype's configs that fit the shape best (``tiling.pick_configs``); in the interpreter they are
+fixed and large.
 """
 
 from __future__ import annotations
@@ -12,15 +14,9 @@ from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.plan import Group, Plan
 
-GPU_CONFIGS = (
-    # (BM, BN, BK, GROUP_M, num_warps, num_stages)
-    (128, 128, 32, 8, 4, 4),
-    (128, 64, 32, 8, 4, 4),
-    (64, 128, 32, 8, 4, 4),
-    (128, 256, 64, 8, 8, 3),
-    (64, 64, 64, 8, 4, 3),
-    (32, 64, 32, 8, 2, 5),
-)
+from plugins.coders.expert_lowering.tiling import GEMM_CONFIGS_16, autotune_source, precision_kwarg
+
+GPU_CONFIGS = GEMM_CONFIGS_16  # kept for importers; the emitted list is tiling.gemm_configs(dtype)
 
 
 def _operands(plan: Plan, group: Group) -> tuple[list[str], dict[str, str]]:
@@ -89,7 +85,7 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     params += ["ON_CPU: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr", "BK: tl.constexpr",
                "GROUP_M: tl.constexpr"]
     dtype = plan.program.dtype
-    precision = ', input_precision="ieee"' if dtype == "float32" else ""
+    precision = precision_kwarg(dtype)
     k = Lines()
     k("@triton.jit", f"def {name}({', '.join(params)}):")
     k.indent = 1
@@ -159,10 +155,7 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(_N{i}, _bn)), max(1, _batch{i}))]({joined}, "
         "BM=_bm, BN=_bn, BK=_bk, GROUP_M=8)",
     ]
-    configs = ", ".join(
-        f"triton.Config({{'BM': {bm}, 'BN': {bn}, 'BK': {bk}, 'GROUP_M': {g}}}, num_warps={w}, num_stages={st})"
-        for bm, bn, bk, g, w, st in GPU_CONFIGS
-    )
-    tuned = (f"\n{name}_tuned = triton.autotune(configs=[{configs}], key=['M', 'N', 'K'])({name}) "
-             f"if torch.cuda.is_available() else None\n")
+    out_shape = tuple(plan.shapes[anchor_value])
+    gemm = (out_shape[-2] if len(out_shape) >= 2 else 1, out_shape[-1], out_shape[0] if len(out_shape) == 3 else 1)
+    tuned = autotune_source(name, dtype, ["M", "N", "K", "BATCH"], gemm if out_shape else None)
     return Kernel(name, k.text() + tuned, launch, helpers)

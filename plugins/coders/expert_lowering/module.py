@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Mapping
 
 from core.program import _TORCH_DTYPE, OpSpec, Program
-from plugins.coders.expert_lowering.attention_kernels import attention_kernel
+from plugins.coders.expert_lowering.attention_kernels import TILES_HELPER, attention_kernel
 from plugins.coders.expert_lowering.binding import Binding
 from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
-from plugins.coders.expert_lowering.conv_kernels import PAD5_HELPER, conv_kernel, pool_kernel
+from plugins.coders.expert_lowering.conv_kernels import CHANNELS_LAST_HELPER, PAD5_HELPER, conv_kernel, pool_kernel
 from plugins.coders.expert_lowering.elementwise_kernels import pointwise_kernel, row_kernel
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.groupnorm_kernels import group_norm_kernel
@@ -21,7 +21,8 @@ from plugins.coders.expert_lowering.pointwise import HELPERS, POINTWISE
 EMITTERS = {"pointwise": pointwise_kernel, "row": row_kernel, "view": view_kernel, "matmul": matmul_kernel,
             "conv": conv_kernel, "pool": pool_kernel, "group_norm": group_norm_kernel,
             "attention": attention_kernel}
-ALL_HELPERS = dict(HELPERS, _strided_copy=COPY_HELPER, _pad5=PAD5_HELPER)
+ALL_HELPERS = dict(HELPERS, _strided_copy=COPY_HELPER, _pad5=PAD5_HELPER, _channels_last=CHANNELS_LAST_HELPER,
+                   _attention_tiles=TILES_HELPER)
 
 _SAME_SHAPE = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "group_norm", "cumsum", "cumprod",
                "triu", "tril", COPY_OP)

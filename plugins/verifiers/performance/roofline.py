@@ -27,8 +27,10 @@ from core.contracts import DeviceSpec
 
 DEFAULT_SLACK = 1.15
 
-# Peaks a task of these dtypes may use, most precise first. A float32 task is held to the float32
-# (CUDA-core) peak: TF32 tensor cores lose too much precision for float32 tolerances.
+# Peaks a task of these dtypes may use, most precise first. A float32 task's utilisation is against the
+# float32 (CUDA-core) peak: plain TF32 loses too much precision for float32 tolerances. Its speed-of-light
+# floor is against ``float32_split`` where the device has one (tf32x3/bf16x3 split products on tensor
+# cores keep fp32 tolerances and run faster than CUDA-core fp32).
 _DTYPE_ALIASES = {"torch.float32": "float32", "float": "float32", "fp32": "float32", "torch.float16": "float16",
                   "half": "float16", "fp16": "float16", "torch.bfloat16": "bfloat16", "bf16": "bfloat16"}
 
@@ -123,7 +125,12 @@ def roofline(
     min_bytes = float(min_bytes or 0.0)
     dtype, peak_f = peak_flops_for(device, dtypes)
     peak_b = float(device.peak_bandwidth)
-    floor = speed_of_light_s(flops, min_bytes, peak_f, peak_b)
+    # The floor uses the fastest rate at which the dtype's *accuracy* is reachable: for float32 the
+    # tensor cores' split-precision products (tf32x3, bf16x3; ``<dtype>_split`` in the device's peaks)
+    # beat plain fp32, so an honest fp32 GEMM may run above the float32 peak. Utilisation stays
+    # against the dtype's own peak.
+    floor = speed_of_light_s(flops, min_bytes, max(peak_f, float(device.peak_flops.get(f"{dtype}_split", 0.0))),
+                             peak_b)
     compute_s = flops / peak_f if peak_f > 0 else 0.0
     memory_s = min_bytes / peak_b if peak_b > 0 else 0.0
     notes = []
