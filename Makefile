@@ -14,7 +14,7 @@ selfplay: install  ## self-play rounds with the expert teacher, no learning (sec
 	.venv/bin/python -m core.run experiment=selfplay
 
 test: install  ## the default test run (no slow or GPU tests)
-	.venv/bin/python -m pytest -q -m "not slow and not gpu" -n 2
+	.venv/bin/python -m pytest -q -m "not slow and not gpu" -n 2 --durations=20
 
 test-all: install  ## every test, slow ones included (GPU tests skip without a GPU)
 	.venv/bin/python -m pytest -q
