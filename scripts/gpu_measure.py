@@ -38,7 +38,8 @@ REPO = Path(__file__).resolve().parent.parent
 SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
 CALL_S = 600  # one device call
 # Subsets whose limits, install's included, fit one device call; together they cover every 1-GPU step.
-ONE_CALL = ("suites timing", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement")
+ONE_CALL = ("suites timing", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement",
+            "kbeval")
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
 PYTEST = ("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--durations=25")
 # The versions that differ between hosts. A module that is absent is reported, not an error; one that
