@@ -84,7 +84,8 @@ def test_the_reference_time_budget_shrinks_further():
     assert by_memory.fitted and by_memory.reference_s is not None
     limit = by_memory.reference_s / 16
     _, by_time = fit_source(source, mib=64, seconds=limit)
-    assert not by_time.fitted or (by_time.factor < by_memory.factor and by_time.reference_s <= limit)
+    # reference_s is reported rounded to 0.1 ms: a time just under the limit can read just over it
+    assert not by_time.fitted or (by_time.factor < by_memory.factor and by_time.reference_s <= limit + 5e-5)
 
 
 def test_a_task_that_already_fits_keeps_its_source_and_says_so():
