@@ -138,4 +138,11 @@ def fitting(training: Any, rows: list[dict[str, str]], phase: Phase) -> list[dic
         training.console.print(f"[yellow]dropped {len(rows) - len(kept)} of {len(rows)} pairs longer than "
                                f"{budget} tokens (trainer.phases.{phase.name}.max_length, default "
                                f"coder.max_prompt_tokens + coder.max_new_tokens)[/]")
+    # The budget above is prompt + completion; generation stops at max_new_tokens of completion, so a
+    # longer target is learnt but never written out in full (2026-12-01: mish's 150 tokens vs 128).
+    limit = int(optional(training.coder, "Coder", "max_new_tokens"))
+    cut = sum(len(tok(r["completion"], add_special_tokens=False)["input_ids"]) >= limit for r in kept)
+    if cut:
+        training.console.print(f"[yellow]{cut} of {len(kept)} pairs have completions of {limit} tokens or more: "
+                               f"the coder stops before their end when it generates (raise coder.max_new_tokens)[/]")
     return kept
