@@ -27,7 +27,7 @@ from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.plan import Group, Plan
 from plugins.coders.expert_lowering.pointwise import round_to
-from plugins.coders.expert_lowering.tiling import autotune_source, precision_kwarg
+from plugins.coders.expert_lowering.tiling import autotune_source, dot_lines, grouped_tile_lines
 
 CONV_PARAMS = {"out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias"}
 CONV_T_PARAMS = CONV_PARAMS | {"output_padding"}
@@ -139,7 +139,6 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     params += ["ON_CPU: tl.constexpr"] + [f"{p}{up}: tl.constexpr" for p in "KSPD" for up in "DHW"]
     params += ["GROUPS: tl.constexpr", "HAS_BIAS: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr",
                "BK: tl.constexpr", "GROUP_M: tl.constexpr"]
-    precision = precision_kwarg(dtype)
     k = Lines()
     k("@triton.jit", f"def {name}({', '.join(params)}):")
     k.indent = 1
@@ -152,15 +151,7 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "M = NB * OD * OH * OW",
         "KVOL = KD * KH * KW",
         "KTOT = CG * KVOL",
-        "num_m = tl.cdiv(M, BM)",
-        "num_n = tl.cdiv(OCG, BN)",
-        "group_size = GROUP_M * num_n",
-        "first_m = (pid // group_size) * GROUP_M",
-        "rows_in_group = tl.minimum(num_m - first_m, GROUP_M)",
-        "pm = first_m + (pid % group_size) % rows_in_group",
-        "pn = (pid % group_size) // rows_in_group",
-        "rm = pm * BM + tl.arange(0, BM)",
-        "rj = pn * BN + tl.arange(0, BN)",
+        *grouped_tile_lines("OCG", "rj"),
         "mask_m = rm < M",
         "mask_n = rj < OCG",
         "ow = rm % OW",
@@ -184,10 +175,7 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "    b_mask = (kk[:, None] < KTOT) & mask_n[None, :]",
         f"    b = tl.load(w_ptr + {w_offset} + kz[:, None] * sw2 + kh[:, None] * sw3 + kw[:, None] * sw4, "
         "mask=b_mask, other=0.0)",
-        "    if ON_CPU:",
-        "        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=\"ieee\")",
-        "    else:",
-        f"        acc = tl.dot(a, b, acc{precision})",
+        *dot_lines(dtype),
         "mask = mask_m[:, None] & mask_n[None, :]",
         "if HAS_BIAS:",
         "    acc = acc + tl.load(bias_ptr + oc, mask=mask_n, other=0.0).to(tl.float32)[None, :]",
@@ -276,30 +264,11 @@ def _plane_rows(x):
 
 def _grouped_tiles(k: Lines) -> None:
     """pm, pn of this program in GROUP_M-grouped order over an M x N grid of BM x BN tiles."""
-    k(
-        "num_m = tl.cdiv(M, BM)",
-        "num_n = tl.cdiv(N, BN)",
-        "group_size = GROUP_M * num_n",
-        "first_m = (pid // group_size) * GROUP_M",
-        "rows_in_group = tl.minimum(num_m - first_m, GROUP_M)",
-        "pm = first_m + (pid % group_size) % rows_in_group",
-        "pn = (pid % group_size) // rows_in_group",
-        "rm = pm * BM + tl.arange(0, BM)",
-        "rn = pn * BN + tl.arange(0, BN)",
-        "mask_m = rm < M",
-        "mask_n = rn < N",
-        "rk = tl.arange(0, BK)",
-        "acc = tl.zeros((BM, BN), dtype=tl.float32)",
-    )
-
-
-def _dot_lines(precision: str, indent: str = "    ") -> list[str]:
-    return [
-        f"{indent}if ON_CPU:",  # the interpreter's dot mishandles bf16: exact fp32 products there
-        f"{indent}    acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=\"ieee\")",
-        f"{indent}else:",
-        f"{indent}    acc = tl.dot(a, b, acc{precision})",
-    ]
+    k(*grouped_tile_lines(),
+      "mask_m = rm < M",
+      "mask_n = rn < N",
+      "rk = tl.arange(0, BK)",
+      "acc = tl.zeros((BM, BN), dtype=tl.float32)")
 
 
 def _conv_epilogue_and_store(plan: Plan, group: Group, k: Lines, x_value: int, out_idx: list[str],
@@ -315,16 +284,20 @@ def _conv_epilogue_and_store(plan: Plan, group: Group, k: Lines, x_value: int, o
     return helpers, ext
 
 
-def _conv1x1_kernel(plan: Plan, group: Group, index: int, x: str, weight: str, bias: str | None) -> Kernel:
-    """1x1 stride-1 unpadded conv2d as ``out[n] = W @ x[n]`` on the NCHW tensors (module docstring)."""
-    n_in = len(plan.program.inputs)
+def _gemm_conv_head(plan: Plan, group: Group, index: int) -> tuple[int, int, int, list[int], list[int], str, list[str]]:
+    """What both GEMM forms of conv2d start from: the input count, the anchor, its input value, the
+    epilogue's extra reads, the outputs, the kernel's name and its pointer parameters."""
     i = group.anchor
     x_value = plan.node(i).args[0]
     epilogue = [v for v in group.nodes if v != i]
     ext = [r for r in group.reads if r != x_value or any(r in plan.node(v).args for v in epilogue)]
-    outs = group.outputs
-    name = f"_conv_{index}"
-    params = ["x_ptr", "w_ptr", "bias_ptr"] + [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
+    params = ["x_ptr", "w_ptr", "bias_ptr"] + [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in group.outputs]
+    return len(plan.program.inputs), i, x_value, ext, group.outputs, f"_conv_{index}", params
+
+
+def _conv1x1_kernel(plan: Plan, group: Group, index: int, x: str, weight: str, bias: str | None) -> Kernel:
+    """1x1 stride-1 unpadded conv2d as ``out[n] = W @ x[n]`` on the NCHW tensors (module docstring)."""
+    n_in, i, x_value, ext, outs, name, params = _gemm_conv_head(plan, group, index)
     params += ["M", "N", "K", "BATCH", "OW", "sxn", "sxc", "swo", "swc"]
     for r in ext:
         params += [f"v{r}_s{d}" for d in range(4)]
@@ -345,7 +318,7 @@ def _conv1x1_kernel(plan: Plan, group: Group, index: int, x: str, weight: str, b
         "    a = tl.load(w_ptr + rm[:, None] * swo + kk[None, :] * swc, mask=mask_m[:, None] & (kk[None, :] < K), "
         "other=0.0)",
         "    b = tl.load(x_base + kk[:, None] * sxc + rn[None, :], mask=(kk[:, None] < K) & mask_n[None, :], other=0.0)",
-        *_dot_lines(precision_kwarg(plan.program.dtype)),
+        *dot_lines(plan.program.dtype),
         "mask = mask_m[:, None] & mask_n[None, :]",
         "if HAS_BIAS:",
         "    acc = acc + tl.load(bias_ptr + rm, mask=mask_m, other=0.0).to(tl.float32)[:, None]",
@@ -383,14 +356,7 @@ def _conv1x1_kernel(plan: Plan, group: Group, index: int, x: str, weight: str, b
 def _conv2d_nhwc_kernel(plan: Plan, group: Group, index: int, x: str, weight: str, bias: str | None,
                         ks: tuple[int, ...], st: tuple[int, ...], pad: tuple[int, ...], dil: tuple[int, ...]) -> Kernel:
     """Ungrouped conv2d as an implicit GEMM over channels-last copies (module docstring)."""
-    n_in = len(plan.program.inputs)
-    i = group.anchor
-    x_value = plan.node(i).args[0]
-    epilogue = [v for v in group.nodes if v != i]
-    ext = [r for r in group.reads if r != x_value or any(r in plan.node(v).args for v in epilogue)]
-    outs = group.outputs
-    name = f"_conv_{index}"
-    params = ["x_ptr", "w_ptr", "bias_ptr"] + [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
+    n_in, i, x_value, ext, outs, name, params = _gemm_conv_head(plan, group, index)
     params += ["M", "N", "C", "IH", "IW", "OH", "OW", "sxn", "sxh", "sxw", "swo", "swh", "sww"]
     for r in ext:
         params += [f"v{r}_s{d}" for d in range(4)]
@@ -426,7 +392,7 @@ def _conv2d_nhwc_kernel(plan: Plan, group: Group, index: int, x: str, weight: st
         "other=0.0)",
         "    b = tl.load(w_ptr + kh * swh + kw * sww + rn[None, :] * swo + c[:, None], "
         "mask=c_ok[:, None] & mask_n[None, :], other=0.0)",
-        *_dot_lines(precision_kwarg(plan.program.dtype)),
+        *dot_lines(plan.program.dtype),
         "mask = mask_m[:, None] & mask_n[None, :]",
         "if HAS_BIAS:",
         "    acc = acc + tl.load(bias_ptr + oc, mask=mask_n, other=0.0).to(tl.float32)[None, :]",

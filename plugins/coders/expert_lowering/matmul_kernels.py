@@ -14,7 +14,7 @@ from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.plan import Group, Plan
 
-from plugins.coders.expert_lowering.tiling import GEMM_CONFIGS_16, autotune_source, precision_kwarg
+from plugins.coders.expert_lowering.tiling import GEMM_CONFIGS_16, autotune_source, dot_lines, grouped_tile_lines
 
 GPU_CONFIGS = GEMM_CONFIGS_16  # kept for importers; the emitted list is tiling.gemm_configs(dtype)
 
@@ -85,7 +85,6 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     params += ["ON_CPU: tl.constexpr", "BM: tl.constexpr", "BN: tl.constexpr", "BK: tl.constexpr",
                "GROUP_M: tl.constexpr"]
     dtype = plan.program.dtype
-    precision = precision_kwarg(dtype)
     k = Lines()
     k("@triton.jit", f"def {name}({', '.join(params)}):")
     k.indent = 1
@@ -93,16 +92,7 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         f"DT = v{outs[0]}_ptr.dtype.element_ty",
         "pid = tl.program_id(0)",
         "bid = tl.program_id(1).to(tl.int64)",
-        # Grouped ordering: consecutive programs share rows of A (better L2 reuse on a GPU).
-        "num_m = tl.cdiv(M, BM)",
-        "num_n = tl.cdiv(N, BN)",
-        "group_size = GROUP_M * num_n",
-        "first_m = (pid // group_size) * GROUP_M",
-        "rows_in_group = tl.minimum(num_m - first_m, GROUP_M)",
-        "pm = first_m + (pid % group_size) % rows_in_group",
-        "pn = (pid % group_size) // rows_in_group",
-        "rm = pm * BM + tl.arange(0, BM)",
-        "rn = pn * BN + tl.arange(0, BN)",
+        *grouped_tile_lines(),
         "rk = tl.arange(0, BK)",
         "m_limit = tl.where(bid < BATCH, M, 0)",
         "mask_m = rm < m_limit",
@@ -114,11 +104,7 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "    kk = k0 + rk",
         "    a = tl.load(a_base + rm[:, None] * sa1 + kk[None, :] * sa2, mask=mask_m[:, None] & (kk[None, :] < K), other=0.0)",
         "    b = tl.load(b_base + kk[:, None] * sb1 + rn[None, :] * sb2, mask=(kk[:, None] < K) & mask_n[None, :], other=0.0)",
-        # The interpreter's dot mishandles bfloat16 operands; there, widen them first (exact).
-        "    if ON_CPU:",
-        "        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=\"ieee\")",
-        "    else:",
-        f"        acc = tl.dot(a, b, acc{precision})",
+        *dot_lines(dtype),
         "mask = mask_m[:, None] & mask_n[None, :]",
     )
     if has_bias:

@@ -99,3 +99,30 @@ def autotune_source(name: str, dtype: str, key: list[str], shape: tuple[int, int
         for bm, bn, bk, g, w, s in pick_configs(dtype, shape))
     return (f"\n{name}_tuned = triton.autotune(configs=[{configs}], key={key!r})({name}) "
             f"if torch.cuda.is_available() else None\n")
+
+
+def grouped_tile_lines(n: str = "N", cols: str = "rn") -> tuple[str, ...]:
+    """Kernel lines giving ``pm, pn, rm`` and the columns ``cols``: this program's BM x BN tile of an
+    M x ``n`` grid in GROUP_M-grouped order (consecutive programs share rows of A: better L2 reuse)."""
+    return (
+        "num_m = tl.cdiv(M, BM)",
+        f"num_n = tl.cdiv({n}, BN)",
+        "group_size = GROUP_M * num_n",
+        "first_m = (pid // group_size) * GROUP_M",
+        "rows_in_group = tl.minimum(num_m - first_m, GROUP_M)",
+        "pm = first_m + (pid % group_size) % rows_in_group",
+        "pn = (pid % group_size) // rows_in_group",
+        "rm = pm * BM + tl.arange(0, BM)",
+        f"{cols} = pn * BN + tl.arange(0, BN)",
+    )
+
+
+def dot_lines(dtype: str, indent: str = "    ") -> list[str]:
+    """``acc += a @ b`` at ``indent``: the precision rule's dot on a GPU; in the interpreter, whose dot
+    mishandles bfloat16, exact fp32 products of widened operands."""
+    return [
+        f"{indent}if ON_CPU:",
+        f"{indent}    acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=\"{interpreter_dot_precision(dtype)}\")",
+        f"{indent}else:",
+        f"{indent}    acc = tl.dot(a, b, acc{precision_kwarg(dtype)})",
+    ]
