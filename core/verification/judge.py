@@ -62,6 +62,29 @@ MIN_TRIALS = 5
 DEFAULT_FLOAT64_MAX_ELEMENTS = 1 << 25
 
 
+class VerifierConfigError(ValueError):
+    """The verifier was configured with something that does not exist or cannot run here."""
+
+
+# The task of the pool warm-up (Verifier.warm_up): every backend's warm_up_candidate solves it.
+WARM_UP_TASK = """\
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(256, 1000)]
+
+
+def get_init_inputs():
+    return []
+"""
+
 
 def out_of_gpu_memory(answer: dict[str, Any]) -> bool:
     """A worker's failed answer whose error is PyTorch's or CUDA's allocation failure."""
@@ -98,29 +121,6 @@ def resolve_compare_on_device(wanted: bool | None, device: str, compile_only: st
     if why_not and wanted:
         raise VerifierConfigError(f"compare_on_device=True: {why_not}")
     return not why_not
-
-class VerifierConfigError(ValueError):
-    """The verifier was configured with something that does not exist or cannot run here."""
-
-
-# The task of the pool warm-up (Verifier.warm_up): every backend's warm_up_candidate solves it.
-WARM_UP_TASK = """\
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(256, 1000)]
-
-
-def get_init_inputs():
-    return []
-"""
 
 
 class Verifier:

@@ -31,8 +31,6 @@ TESTING_ENV = "KERNELZERO_SANDBOX_TESTING"  # "1": also answer ``exec_test`` (te
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
-
-
 # Cached-but-free GPU memory above this is handed back after each GPU request (below it, keeping the
 # blocks saves small tasks their cudaMalloc calls).
 CACHED_GPU_BYTES_KEPT = 1 << 30
@@ -63,6 +61,7 @@ def exact_fp32_reference() -> None:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+
 
 class WorkerMain:
     """One worker process: its set-up, what every role answers, and the dispatch to its role."""
