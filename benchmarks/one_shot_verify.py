@@ -5,8 +5,9 @@ checks, timing), as a KernelBench user pays it. Issue 19's target is 10 s or les
     python -m benchmarks.one_shot_verify --kernelbench .kb --device cuda --out one_shot.json
     python -m benchmarks.one_shot_verify --device cpu --pairs redteam_vector_add --against 47f1a74 --rounds 3
 
-Each pair runs twice: ``cold`` with empty Triton and torch-extension caches (a fresh machine), then
-``warm`` with the caches the first run left (a user's second call). The pairs are KernelBench's own
+Each pair runs twice (``first``, ``second``: the host's page cache warm for the second). Both calls
+compile afresh: the verifier's workers keep Triton's and torch-extension caches in their own scratch
+directories, which go with them, so a caller's cache settings never reach them. The pairs are KernelBench's own
 example solutions, unchanged: the Triton one and the ``load_inline`` CUDA one, each against
 KernelBench's example reference. The table prints last; the JSON has every verdict.
 
@@ -38,11 +39,9 @@ PAIRS = {
 TARGET_S = 10.0
 
 
-def one_call(kb: Path, reference: Path, candidate: Path, backend: str, device: str, caches: Path,
-             timeout_s: float, checks: str | None, tree: Path = REPO) -> dict:
-    env = {**os.environ, "TRITON_CACHE_DIR": str(caches / "triton"),
-           "TORCH_EXTENSIONS_DIR": str(caches / "torch_extensions"),
-           "PYTHONPATH": os.pathsep.join(x for x in (str(tree), os.environ.get("PYTHONPATH")) if x)}
+def one_call(kb: Path, reference: Path, candidate: Path, backend: str, device: str, timeout_s: float,
+             checks: str | None, tree: Path = REPO) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (str(tree), os.environ.get("PYTHONPATH")) if x)}
     argv = [sys.executable, "-m", "core.verify", "--reference", str(kb / reference), "--candidate",
             str(kb / candidate), "--backend", backend, "--device", device, "--json",
             *(["--checks", checks] if checks else [])]
@@ -76,22 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.against:
         return against(args)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="kz-one-shot-") as tmp:
-        for name in args.pairs.split(","):
-            ref, cand, backend = PAIRS[name]
-            caches = Path(tmp) / name  # empty for the cold call, filled by it for the warm one
-            for run in ("cold", "warm"):
-                row = {"pair": name, "backend": backend, "run": run, "checks": args.checks or "all",
-                       **one_call(args.kernelbench, ref, cand, backend, args.device, caches, args.timeout, args.checks)}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+    for name in args.pairs.split(","):
+        ref, cand, backend = PAIRS[name]
+        for run in ("first", "second"):
+            row = {"pair": name, "backend": backend, "run": run, "checks": args.checks or "all",
+                   **one_call(args.kernelbench, ref, cand, backend, args.device, args.timeout, args.checks)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"device": args.device, "target_s": TARGET_S, "checks": args.checks, "rows": rows},
                                    indent=1))
-    print(f"\n{'pair':30} {'backend':12} {'run':5} {'wall s':>7} {'verdict s':>9}  status")
+    print(f"\n{'pair':30} {'backend':12} {'run':6} {'wall s':>7} {'verdict s':>9}  status")
     for r in rows:
         verdict_s = r.get("verdict_s")
-        print(f"{r['pair']:30} {r['backend']:12} {r['run']:5} {r['wall_s']:7.2f} "
+        print(f"{r['pair']:30} {r['backend']:12} {r['run']:6} {r['wall_s']:7.2f} "
               f"{'-' if verdict_s is None else f'{verdict_s:.2f}':>9}  {r['status']} {(r.get('reason') or '')[:60]}")
     within = [r for r in rows if r.get("accepted") and r["wall_s"] <= TARGET_S]
     print(f"one-shot: {len(within)}/{len(rows)} calls accepted within {TARGET_S:.0f} s")
@@ -112,8 +109,8 @@ def against(args: argparse.Namespace) -> int:
                 for _ in range(args.rounds):
                     for label, tree in ((args.against, ref_tree), ("this tree", REPO)):
                         paths = [p if not p.is_absolute() else tree / p.relative_to(REPO) for p in (ref, cand)]
-                        row = one_call(args.kernelbench, paths[0], paths[1], backend, args.device, Path(tmp) / "c",
-                                       args.timeout, args.checks, tree)
+                        row = one_call(args.kernelbench, paths[0], paths[1], backend, args.device, args.timeout,
+                                       args.checks, tree)
                         walls.setdefault(name, {}).setdefault(label, []).append(row["wall_s"])
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(ref_tree)], cwd=REPO, capture_output=True)
