@@ -140,3 +140,16 @@ def test_open_starts_the_cpu_verifier_that_evaluate_then_uses():
         assert check._verifier is started  # the pool opened beside the GPU verifier's is the one that judged
     finally:
         check.close()
+
+
+def test_a_cpu_verifier_that_cannot_open_fails_closed_at_evaluate_not_at_start(monkeypatch):
+    check = InterpreterRaceCheck(workers=1)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no interpreter workers here")
+
+    monkeypatch.setattr("core.verification.judge.Verifier", broken)
+    check.open({"tolerances": {}})  # the GPU verifier's start is not stopped
+    task, source = red("honest_vector_add")
+    result = check.evaluate(gpu_evidence(task, source))
+    assert not result.passed and result.unchecked and "no interpreter workers here" in result.detail

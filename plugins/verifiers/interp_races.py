@@ -68,8 +68,12 @@ class InterpreterRaceCheck:
 
     def open(self, settings: dict[str, Any]) -> None:
         """Start the CPU verifier's workers now (they boot beside the GPU verifier's own): a one-shot
-        verification does not wait for them at its race stage."""
-        self._cpu_verifier(settings.get("tolerances"))
+        verification does not wait for them at its race stage. A CPU verifier that cannot start here
+        does not stop the GPU verifier: ``evaluate`` tries again and, failing, could not run."""
+        try:
+            self._cpu_verifier(settings.get("tolerances"))
+        except Exception:  # noqa: BLE001  (reported by evaluate, which fails closed)
+            pass
 
     def close(self) -> None:
         """Close the CPU verifier's workers (the GPU verifier calls this from its own close)."""
