@@ -13,6 +13,7 @@ their distill phase), so their budget goes to self-play. Analysis: :mod:`core.lo
 
     python scripts/run_experiments.py --only selfplay --seeds 0 1 2
     python scripts/run_experiments.py --only density curriculum --seeds 0 1 2 --steps 24 --model runs/x/models/distill
+    python scripts/run_experiments.py --jobs 12 ...   # on a many-core host: runs side by side
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +63,12 @@ def run_one(preset: str | None, seed: int, out: Path, overrides: list[str]) -> P
     return run_dir
 
 
+def run_all(work: list[tuple[str | None, int, list[str]]], out: Path, jobs: int) -> list[Path]:
+    """``run_one`` for each (preset, seed, overrides), ``jobs`` at a time; directories in the order given."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(lambda w: run_one(w[0], w[1], out, w[2]), work))
+
+
 def arm_overrides(args: argparse.Namespace) -> list[str]:
     """Overrides of the density and curriculum runs: the step budget, the shared start model, the extras."""
     extra = [f"trainer.phases.correctness.steps={args.steps}", "trainer.phases.more_sft.steps=0"]
@@ -79,6 +87,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--window", type=int, default=4, help="steps averaged for the threshold test")
     parser.add_argument("--model", default=None, help="density/curriculum runs start from this distilled model")
     parser.add_argument("--selfplay-overrides", nargs="*", default=[], help="Hydra overrides of the selfplay runs only")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (each is its own process)")
     parser.add_argument("extra", nargs="*", help="Hydra overrides of the density/curriculum runs (after --)")
     args = parser.parse_args(argv)
     if len(args.seeds) < 2:
@@ -91,13 +100,16 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     summary: dict = {"seeds": args.seeds, "steps": args.steps, "command": sys.argv}
     if SELFPLAY in args.only:
-        dirs = [run_one(None, s, args.out, list(args.selfplay_overrides)) for s in args.seeds]
+        dirs = run_all([(None, s, list(args.selfplay_overrides)) for s in args.seeds], args.out, args.jobs)
         summary[SELFPLAY] = selfplay_summary(dirs)
+    # Both experiments' arms go in one batch of runs, so --jobs can cover all of them at once.
+    presets = [p for name, arm in (("density", DENSITY), ("curriculum", CURRICULUM)) if name in args.only for p in arm]
+    work = [(p, s, arm_overrides(args)) for p in presets for s in args.seeds]
+    arm_dirs = dict(zip([(p, s) for p, s, _ in work], run_all(work, args.out, args.jobs)))
     if "density" in args.only:
-        arms = {p: [run_one(p, s, args.out, arm_overrides(args)) for s in args.seeds] for p in DENSITY}
-        summary["density"] = density_summary(arms)
+        summary["density"] = density_summary({p: [arm_dirs[p, s] for s in args.seeds] for p in DENSITY})
     if "curriculum" in args.only:
-        arms = {p: [run_one(p, s, args.out, arm_overrides(args)) for s in args.seeds] for p in CURRICULUM}
+        arms = {p: [arm_dirs[p, s] for s in args.seeds] for p in CURRICULUM}
         summary["curriculum"] = curriculum_summary(arms, args.threshold, args.window, args.steps)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     (args.out / "summary.md").write_text(markdown_table(summary))

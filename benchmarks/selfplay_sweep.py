@@ -1,0 +1,142 @@
+"""Compare recipes of the default self-play job side by side: each variant x seed is one ``python -m core.run``.
+
+A variant is a name and Hydra overrides on top of the default job (``make run``). Runs go in parallel
+(``--jobs``), each in its own process and output directory, with a wall-clock limit; a finished run
+(its ``result.json``, written last) is not rerun. The table gives, per variant, the held-out
+pass rate after the SFT warm start, after GRPO and of the control arm (mean of the seeds), the RL gain
+over SFT with its two-stage bootstrap 95% interval, and each run's wall clock. Runs that failed or ran
+out of time are listed, not averaged.
+
+    python -m benchmarks.selfplay_sweep --seeds 0 1 --jobs 6 \
+        --variant default= \
+        --variant small_sft="trainer.phases.distill.tasks=48 trainer.phases.distill.steps=200"
+
+Variants can also come from a JSON file (``--variants FILE``: ``{"name": ["override", ...]}``).
+Every run is forced to ``device=cpu`` unless the variant names a device, so a sweep on a GPU host
+measures the CPU job on its cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from core.loop.experiments import selfplay_summary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    name, sep, overrides = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"a variant is NAME=OVERRIDES (overrides may be empty), not {text!r}")
+    return name, shlex.split(overrides)
+
+
+def finished(run_dir: Path) -> bool:
+    return (run_dir / "result.json").exists()  # written last, after the control arm
+
+
+def run_one(name: str, overrides: list[str], seed: int, out: Path, limit_s: float) -> dict:
+    run_dir = out / f"{name}-seed{seed}"
+    record = {"variant": name, "seed": seed, "dir": str(run_dir)}
+    if finished(run_dir):
+        return {**record, "status": "done earlier", "seconds": None}
+    device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
+    cmd = [sys.executable, "-m", "core.run", f"seed={seed}", f"hydra.run.dir={run_dir}", *device, *overrides]
+    t0 = time.perf_counter()
+    log = out / f"{name}-seed{seed}.log"
+    with log.open("w") as fh:
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=limit_s, check=False,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            status = f"over {limit_s:.0f} s"
+    seconds = time.perf_counter() - t0
+    print(f"[{name} seed {seed}] {status} in {seconds:.0f} s", flush=True)
+    return {**record, "status": status if finished(run_dir) or status != "ok" else "no result", "seconds": seconds}
+
+
+def summarise(variants: dict[str, list[str]], records: list[dict]) -> list[dict]:
+    rows = []
+    for name, overrides in variants.items():
+        mine = [r for r in records if r["variant"] == name]
+        done = [r for r in mine if r["status"] in ("ok", "done earlier")]
+        row = {"variant": name, "overrides": overrides, "seeds": [r["seed"] for r in done],
+               "failed": {r["seed"]: r["status"] for r in mine if r not in done},
+               "seconds": [None if r["seconds"] is None else round(r["seconds"]) for r in done]}
+        if done:
+            summary = selfplay_summary([Path(r["dir"]) for r in done])
+            row["stages"] = {k: v["per_seed"] for k, v in summary["stages"].items()}
+            row["gains"] = summary["gains"]
+        rows.append(row)
+    return rows
+
+
+def _mean(values: list[float]) -> str:
+    return f"{sum(values) / len(values):.3f}" if values else "-"
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| variant | seeds | after SFT | after GRPO | control | RL - SFT, points [95% CI] | control - SFT | wall s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        stages, gains = row.get("stages", {}), row.get("gains", {})
+
+        def gain(key: str) -> str:
+            if key not in gains:
+                return "-"
+            ci = gains[key]["ci"]
+            return f"{100 * ci['estimate']:+.1f} [{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]"
+
+        failed = "".join(f" (seed {s}: {why})" for s, why in row["failed"].items())
+        lines.append(f"| {row['variant']} | {len(row['seeds'])}{failed} | {_mean(stages.get('sft', []))} | "
+                     f"{_mean(stages.get('rl', []))} | {_mean(stages.get('control', []))} | {gain('rl-sft')} | "
+                     f"{gain('control-sft')} | {row['seconds']} |")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", action="append", type=parse_variant, default=[], metavar="NAME=OVERRIDES")
+    parser.add_argument("--variants", type=Path, help="JSON file: {name: [override, ...]}")
+    parser.add_argument("--common", nargs="*", default=[], help="overrides of every run, before the variant's own")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 3))
+    parser.add_argument("--limit-s", type=float, default=1800.0, help="wall-clock limit of one run")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "selfplay-sweep")
+    args = parser.parse_args(argv)
+    variants = dict(args.variant)
+    if args.variants:
+        variants.update({k: list(v) for k, v in json.loads(args.variants.read_text()).items()})
+    if not variants:
+        parser.error("name at least one --variant or a --variants file")
+    args.variant_map = variants
+    return args
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = parse(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    # Seeds outermost: with fewer job slots than runs, every variant gets its first seed before any its second.
+    work = [(name, [*args.common, *overrides], seed) for seed in args.seeds for name, overrides in args.variant_map.items()]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        records = list(pool.map(lambda w: run_one(*w, args.out, args.limit_s), work))
+    rows = summarise(args.variant_map, records)
+    (args.out / "sweep.json").write_text(json.dumps({"command": sys.argv, "rows": rows, "runs": records}, indent=2))
+    table = markdown(rows)
+    (args.out / "sweep.md").write_text(table + "\n")
+    print(table)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
