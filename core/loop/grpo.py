@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from transformers import TrainerCallback
 
 from core.contracts import optional
+from core.loop.grpo_loss import grpo_trainer_class, replay_pairs, tokenized_replay
 from core.loop.metrics import aggregate, solve_rates, step_metrics
 from core.loop.phase_common import PhaseProgress, StateCallback, common_args, finish_phase, quiet, resume_checkpoint
 from core.loop.refinement import training_env
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     """Train ``training.coder`` by GRPO on streamed tasks for ``phase.steps`` steps."""
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     mix_kwargs = phase.reward if phase.reward is not None else OmegaConf.to_container(training.cfg.reward, resolve=True)
     mix = RewardMix(**{k: v for k, v in dict(mix_kwargs).items() if k != "name"})
@@ -63,7 +64,13 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     args = GRPOConfig(**common_args(training, phase), **grpo_kwargs)
     bar = PhaseProgress(training, phase)
     step_cb = StepCallback(training, phase, env or shared, stream, bar)
-    trainer = GRPOTrainer(model=coder.hf_model, reward_funcs=(env or shared).reward_functions(), args=args,
+    replay = []
+    if phase.replay_weight > 0:
+        sft_phases = [p.name for p in s.phases if p.kind == "sft" and p.control_for is None]
+        replay = tokenized_replay(coder.hf_tokenizer, replay_pairs(training.out, sft_phases))
+    trainer_class = grpo_trainer_class(phase.negative_advantage_scale, replay, phase.replay_weight,
+                                       phase.replay_batch, seed=training.seed)
+    trainer = trainer_class(model=coder.hf_model, reward_funcs=(env or shared).reward_functions(), args=args,
                           train_dataset=stream.dataset(), processing_class=coder.hf_tokenizer,
                           callbacks=[StateCallback(training, phase), step_cb, bar], rollout_func=env)
     checkpoint = resume_checkpoint(training, phase)

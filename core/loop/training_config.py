@@ -42,6 +42,11 @@ class Phase:
     # sft only: pairs from the current model's rejected attempts (prompt + attempt + verdict feedback ->
     # the teacher's fix, core.loop.feedback_sft) for multi-turn refinement (coder.turns > 1)
     feedback: bool = False
+    # grpo only (core.loop.grpo_loss): negative advantages x this; replay_weight x the SFT loss of
+    # replay_batch verified pairs of the run's SFT phases, added to every step's loss
+    negative_advantage_scale: float = 1.0
+    replay_weight: float = 0.0
+    replay_batch: int = 8
 
     def __post_init__(self) -> None:
         if self.kind not in PHASE_KINDS:
