@@ -412,7 +412,9 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("sanitizer", 150, "88 s (2026-11-30 b, call 4)",
          "benchmarks/sanitizer_cost.py: what a compute-sanitizer verdict costs", _sanitizer, sanitizer_figure,
          results=(("sanitizer_cost.json", "sanitizer_cost.json"),)),
-    Step("training", 1500, "not yet run; estimated 20-25 min of one H200: longer than one 600 s device call",
+    Step("training", 1500, "partly run 2026-12-01 (fifth session, beside six CPU runs, 16 tasks x 4 GRPO samples): "
+         "teacher 256 verdicts 180 s, SFT 800 steps 98 s, each held-out evaluation 17-67 s, ~35 s per GRPO step; "
+         "cut at 545 s in GRPO step 6: longer than one 600 s device call",
          "the default job (make run) at GPU scale: 8 layers, 512 wide; SFT warm start 800 steps, GRPO 60 steps "
          "x 4 tasks x 8 samples, then its control arm (the same wall clock on more SFT)", _training,
          held_out_figure, results=(("training/embedded_gpu/result.json", "training_result.json"),), tail=30,

@@ -1,0 +1,45 @@
+"""benchmarks/selfplay_sweep.py: variants parse, runs that fail or overrun are listed and never averaged."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.selfplay_sweep import finished, markdown, parse_variant, run_one, summarise
+
+
+
+def test_a_variant_is_a_name_and_shell_split_overrides():
+    assert parse_variant("a=x=1 'y=2 3'") == ("a", ["x=1", "y=2 3"])
+    assert parse_variant("base=") == ("base", [])
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_variant("no-equals-sign")
+
+
+def test_an_overrunning_run_is_reported_not_averaged(tmp_path):
+    record = run_one("slow", ["trainer.phases.distill.steps=1"], 0, tmp_path, limit_s=0.2)
+    assert record["status"] == "over 0 s" and not finished(tmp_path / "slow-seed0")
+    rows = summarise({"slow": []}, [record])
+    assert rows[0]["seeds"] == [] and rows[0]["failed"] == {0: "over 0 s"} and "stages" not in rows[0]
+    assert "(seed 0: over 0 s)" in markdown(rows)
+
+
+def test_finished_runs_are_summarised_with_their_gain(tmp_path):
+    # two finished runs' train_state.json in the shape core.loop.training writes (outcomes per held-out task)
+    records = []
+    for seed, (sft, rl) in enumerate([([1, 0, 0, 1], [1, 1, 0, 1]), ([0, 0, 1, 1], [0, 1, 1, 1])]):
+        run_dir = tmp_path / f"v-seed{seed}"
+        run_dir.mkdir()
+        state = {"eval_before": {"outcomes": [0, 0, 0, 0]}, "eval_phases": {"distill": {"outcomes": sft}},
+                 "eval_after": {"outcomes": rl}}
+        (run_dir / "train_state.json").write_text(json.dumps(state))
+        (run_dir / "result.json").write_text("{}")
+        records.append({"variant": "v", "seed": seed, "dir": str(run_dir), "status": "ok", "seconds": 1.0})
+    assert run_one("v", [], 0, tmp_path, 1.0)["status"] == "done earlier"  # not rerun
+    row = summarise({"v": []}, records)[0]
+    assert row["stages"]["sft"] == [0.5, 0.5] and row["stages"]["rl"] == [0.75, 0.75]
+    assert row["gains"]["rl-sft"]["ci"]["estimate"] == pytest.approx(0.25)
+    assert "+25.0" in markdown([row])
