@@ -85,22 +85,23 @@ def _mean(values: list[float]) -> str:
     return f"{sum(values) / len(values):.3f}" if values else "-"
 
 
+def _gain(gains: dict, key: str) -> str:
+    if key not in gains:
+        return "-"
+    ci = gains[key]["ci"]
+    return f"{100 * ci['estimate']:+.1f} [{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]"
+
+
 def markdown(rows: list[dict]) -> str:
     lines = ["| variant | seeds | after SFT | after GRPO | control | RL - SFT, points [95% CI] | control - SFT | wall s |",
              "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         stages, gains = row.get("stages", {}), row.get("gains", {})
 
-        def gain(key: str) -> str:
-            if key not in gains:
-                return "-"
-            ci = gains[key]["ci"]
-            return f"{100 * ci['estimate']:+.1f} [{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]"
-
         failed = "".join(f" (seed {s}: {why})" for s, why in row["failed"].items())
         lines.append(f"| {row['variant']} | {len(row['seeds'])}{failed} | {_mean(stages.get('sft', []))} | "
-                     f"{_mean(stages.get('rl', []))} | {_mean(stages.get('control', []))} | {gain('rl-sft')} | "
-                     f"{gain('control-sft')} | {row['seconds']} |")
+                     f"{_mean(stages.get('rl', []))} | {_mean(stages.get('control', []))} | {_gain(gains, 'rl-sft')} | "
+                     f"{_gain(gains, 'control-sft')} | {row['seconds']} |")
     return "\n".join(lines)
 
 

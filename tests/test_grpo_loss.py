@@ -6,7 +6,8 @@ import json
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.loop.grpo_loss import grpo_trainer_class, replay_loss, replay_pairs, tokenized_replay
 from core.loop.training_config import TrainingError

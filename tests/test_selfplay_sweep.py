@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import pytest
 
 from benchmarks.selfplay_sweep import finished, markdown, parse_variant, run_one, summarise
-
 
 
 def test_a_variant_is_a_name_and_shell_split_overrides():
