@@ -73,8 +73,18 @@ def arm_overrides(args: argparse.Namespace) -> list[str]:
     """Overrides of the density and curriculum runs: the step budget, the shared start model, the extras."""
     extra = [f"trainer.phases.correctness.steps={args.steps}", "trainer.phases.more_sft.steps=0"]
     if args.model:
-        extra += [f"coder.model={args.model}", "trainer.phases.distill.steps=0"]
+        extra += [f"coder.model={args.model}", "trainer.phases.distill.steps=0", *replay_of(Path(args.model))]
     return extra + list(args.extra)
+
+
+def replay_of(model: Path) -> list[str]:
+    """A run that starts from ``<run>/models/distill`` replays ``<run>``'s verified pairs (the GRPO loss of
+    conf/trainer/embedded.yaml), or none when that run left none."""
+    pairs = model.parent.parent / "distill_pairs.jsonl"
+    if pairs.exists():
+        return [f"trainer.phases.correctness.replay_dataset={pairs.resolve()}"]
+    print(f"note: {pairs} does not exist: the runs from {model} replay no pairs (replay_weight=0)", flush=True)
+    return ["trainer.phases.correctness.replay_weight=0"]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

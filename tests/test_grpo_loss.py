@@ -49,6 +49,11 @@ def test_replay_pairs_come_from_the_named_sft_phases_only(tmp_path):
     assert replay_pairs(tmp_path, ["distill"]) == PAIRS[:3]
     assert replay_pairs(tmp_path, ["distill", "absent"]) == PAIRS[:3]
     assert replay_pairs(tmp_path, []) == []
+    other = tmp_path / "other_run_pairs.jsonl"
+    other.write_text(json.dumps(PAIRS[4]) + "\n")
+    assert replay_pairs(tmp_path, ["distill"], dataset=other) == [PAIRS[4]]  # instead of the run's own
+    with pytest.raises(TrainingError, match="does not exist"):
+        replay_pairs(tmp_path, ["distill"], dataset=tmp_path / "absent.jsonl")
 
 
 def test_replay_loss_is_the_completion_only_nll(tiny):

@@ -67,7 +67,7 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     replay = []
     if phase.replay_weight > 0:
         sft_phases = [p.name for p in s.phases if p.kind == "sft" and p.control_for is None]
-        replay = tokenized_replay(coder.hf_tokenizer, replay_pairs(training.out, sft_phases))
+        replay = tokenized_replay(coder.hf_tokenizer, replay_pairs(training.out, sft_phases, phase.replay_dataset))
     trainer_class = grpo_trainer_class(phase.negative_advantage_scale, replay, phase.replay_weight,
                                        phase.replay_batch, seed=training.seed)
     trainer = trainer_class(model=coder.hf_model, reward_funcs=(env or shared).reward_functions(), args=args,

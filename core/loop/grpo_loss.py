@@ -9,7 +9,8 @@
   ``replay_batch`` pairs drawn from the warm start's verified teacher pairs (the pretraining mix of
   InstructGPT's PPO-ptx), so what distillation taught is rehearsed while self-play learns new tasks.
 
-``replay_pairs`` reads those pairs from the run directory, where the SFT phase cached them.
+``replay_pairs`` reads those pairs from the run directory, where the SFT phase cached them, or from
+``replay_dataset`` (a run that starts from another run's model replays that run's pairs).
 """
 
 from __future__ import annotations
@@ -25,11 +26,15 @@ import torch
 from core.loop.training_config import TrainingError
 
 
-def replay_pairs(out: Path, phase_names: Sequence[str]) -> list[dict[str, str]]:
-    """The verified ``{"prompt", "completion"}`` pairs the run's SFT phases cached (``<phase>_pairs.jsonl``)."""
+def replay_pairs(out: Path, phase_names: Sequence[str], dataset: str | Path | None = None) -> list[dict[str, str]]:
+    """The verified ``{"prompt", "completion"}`` pairs to replay: those the run's SFT phases cached
+    (``<phase>_pairs.jsonl``), or ``dataset``'s (such a file of another run, e.g. the run whose model
+    this one starts from)."""
+    paths = [Path(dataset)] if dataset else [out / f"{name}_pairs.jsonl" for name in phase_names]
+    if dataset and not paths[0].exists():
+        raise TrainingError(f"replay_dataset {dataset} does not exist")
     rows: list[dict[str, str]] = []
-    for name in phase_names:
-        path = out / f"{name}_pairs.jsonl"
+    for path in paths:
         if path.exists():
             rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows if "prompt" in r and "completion" in r]
@@ -72,7 +77,8 @@ def grpo_trainer_class(negative_advantage_scale: float = 1.0, replay: Sequence[t
         raise TrainingError(f"replay_weight must be >= 0, got {replay_weight}")
     if replay_weight > 0 and not replay:
         raise TrainingError("replay_weight > 0 needs verified SFT pairs to replay; the run has none cached "
-                            "(run an SFT phase before this one, or set replay_weight: 0)")
+                            "(run an SFT phase before this one, give replay_dataset: a <phase>_pairs.jsonl, "
+                            "or set replay_weight: 0)")
     if negative_advantage_scale == 1.0 and replay_weight == 0.0:
         return GRPOTrainer
     rows, rng = list(replay), random.Random(seed)

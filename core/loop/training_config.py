@@ -47,6 +47,7 @@ class Phase:
     negative_advantage_scale: float = 1.0
     replay_weight: float = 0.0
     replay_batch: int = 8
+    replay_dataset: str | None = None  # pairs to replay instead of this run's SFT phases' (<phase>_pairs.jsonl)
 
     def __post_init__(self) -> None:
         if self.kind not in PHASE_KINDS:
