@@ -12,6 +12,11 @@ out of time are listed, not averaged.
         --variant small_sft="trainer.phases.distill.tasks=48 trainer.phases.distill.steps=200"
 
 Variants can also come from a JSON file (``--variants FILE``: ``{"name": ["override", ...]}``).
+
+``--warm-starts DIR`` screens the GRPO recipe alone: seed S starts from ``DIR/seedS/models/distill`` (a
+finished run's SFT model, e.g. a copy of ``runs/x``) and skips the SFT phase; ``DIR/seedS/distill_pairs.jsonl``
+becomes the run's own cached distill pairs, which GRPO replays and the control arm (``--control``) trains
+on, as in a whole run. That model's held-out pass rate is the "after SFT" column.
 Every run is forced to ``device=cpu`` unless the variant names a device, so a sweep on a GPU host
 measures the CPU job on its cores.
 """
@@ -22,9 +27,11 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -44,11 +51,34 @@ def finished(run_dir: Path) -> bool:
     return (run_dir / "result.json").exists()  # written last, after the control arm
 
 
-def run_one(name: str, overrides: list[str], seed: int, out: Path, limit_s: float) -> dict:
+def warm_start(warm_starts: Path, seed: int) -> tuple[Path, Path]:
+    """Seed ``seed``'s SFT model and its verified pairs in ``warm_starts``."""
+    seed_dir = (warm_starts / f"seed{seed}").resolve()
+    model, pairs = seed_dir / "models" / "distill", seed_dir / "distill_pairs.jsonl"
+    for path in (model, pairs):
+        if not path.exists():
+            raise FileNotFoundError(f"--warm-starts: {path} does not exist")
+    return model, pairs
+
+
+def start_warm(run_dir: Path, warm_starts: Path, seed: int, controls: Sequence[str]) -> list[str]:
+    """Lay out ``run_dir`` as a run whose distill phase is done: its pairs cached for replay and for the
+    control arms (the pairs a whole run's controls copy from its distill phase); the overrides to use."""
+    model, pairs = warm_start(warm_starts, seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("distill", *controls):
+        shutil.copyfile(pairs, run_dir / f"{name}_pairs.jsonl")
+    return [f"coder.model={model}", "trainer.phases.distill.steps=0"]
+
+
+def run_one(name: str, overrides: list[str], seed: int, out: Path, limit_s: float,
+            warm_starts: Path | None = None, controls: Sequence[str] = ("more_sft",)) -> dict:
     run_dir = out / f"{name}-seed{seed}"
     record = {"variant": name, "seed": seed, "dir": str(run_dir)}
     if finished(run_dir):
         return {**record, "status": "done earlier", "seconds": None}
+    if warm_starts is not None:
+        overrides = [*start_warm(run_dir, warm_starts, seed, controls), *overrides]
     device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
     cmd = [sys.executable, "-m", "core.run", f"seed={seed}", f"hydra.run.dir={run_dir}", *device, *overrides]
     t0 = time.perf_counter()
@@ -65,7 +95,7 @@ def run_one(name: str, overrides: list[str], seed: int, out: Path, limit_s: floa
     return {**record, "status": status if finished(run_dir) or status != "ok" else "no result", "seconds": seconds}
 
 
-def summarise(variants: dict[str, list[str]], records: list[dict]) -> list[dict]:
+def summarise(variants: dict[str, list[str]], records: list[dict], warm_start: bool = False) -> list[dict]:
     rows = []
     for name, overrides in variants.items():
         mine = [r for r in records if r["variant"] == name]
@@ -74,7 +104,7 @@ def summarise(variants: dict[str, list[str]], records: list[dict]) -> list[dict]
                "failed": {r["seed"]: r["status"] for r in mine if r not in done},
                "seconds": [None if r["seconds"] is None else round(r["seconds"]) for r in done]}
         if done:
-            summary = selfplay_summary([Path(r["dir"]) for r in done])
+            summary = selfplay_summary([Path(r["dir"]) for r in done], warm_start)
             row["stages"] = {k: v["per_seed"] for k, v in summary["stages"].items()}
             row["gains"] = summary["gains"]
         rows.append(row)
@@ -114,6 +144,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 3))
     parser.add_argument("--limit-s", type=float, default=1800.0, help="wall-clock limit of one run")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "selfplay-sweep")
+    parser.add_argument("--warm-starts", type=Path, default=None,
+                        help="DIR/seedS/{models/distill,distill_pairs.jsonl}: start each seed's GRPO there, no SFT")
+    parser.add_argument("--control", nargs="*", default=["more_sft"],
+                        help="with --warm-starts: the control phases that train on the warm start's pairs")
     args = parser.parse_args(argv)
     variants = dict(args.variant)
     if args.variants:
@@ -129,9 +163,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args.out.mkdir(parents=True, exist_ok=True)
     # Seeds outermost: with fewer job slots than runs, every variant gets its first seed before any its second.
     work = [(name, [*args.common, *overrides], seed) for seed in args.seeds for name, overrides in args.variant_map.items()]
+    if args.warm_starts is not None:
+        for seed in args.seeds:
+            warm_start(args.warm_starts, seed)  # every seed's warm start exists before any run starts
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        records = list(pool.map(lambda w: run_one(*w, args.out, args.limit_s), work))
-    rows = summarise(args.variant_map, records)
+        records = list(pool.map(lambda w: run_one(*w, args.out, args.limit_s, args.warm_starts, args.control), work))
+    rows = summarise(args.variant_map, records, warm_start=args.warm_starts is not None)
     (args.out / "sweep.json").write_text(json.dumps({"command": sys.argv, "rows": rows, "runs": records}, indent=2))
     table = markdown(rows)
     (args.out / "sweep.md").write_text(table + "\n")

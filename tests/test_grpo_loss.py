@@ -1,4 +1,4 @@
-"""core.loop.grpo_loss: negative-advantage scaling and replay of verified SFT pairs in the GRPO loss."""
+"""core.loop.grpo_loss: negative-advantage scaling, replay of verified SFT pairs and self-imitation in the GRPO loss."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.loop.grpo_loss import grpo_trainer_class, replay_loss, replay_pairs, tokenized_replay
+from core.loop.grpo_loss import accepted_rows, grpo_trainer_class, replay_loss, replay_pairs, tokenized_replay
 from core.loop.training_config import TrainingError
 from plugins.coders.llm.embedded import EmbeddedSpec, build_embedded
 
@@ -128,3 +128,77 @@ def monkeypatch_advantages():
         yield lambda **kw: (seen, grpo_trainer_class(**kw))
     finally:
         GRPOTrainer.compute_loss = original
+
+
+def _generation_batch(rows: list[tuple[list[int], list[int]]], pad: int = 0) -> dict[str, torch.Tensor]:
+    """TRL's generation output for ``rows``: prompts left-padded, completions right-padded, with masks."""
+    p_len, c_len = max(len(p) for p, _ in rows), max(len(c) for _, c in rows)
+    out = {k: torch.full((len(rows), n), pad) for k, n in
+           (("prompt_ids", p_len), ("prompt_mask", p_len), ("completion_ids", c_len), ("completion_mask", c_len))}
+    for i, (prompt, completion) in enumerate(rows):
+        out["prompt_ids"][i, p_len - len(prompt):] = torch.tensor(prompt)
+        out["prompt_mask"][i, p_len - len(prompt):] = 1
+        out["completion_ids"][i, :len(completion)] = torch.tensor(completion)
+        out["completion_mask"][i, :len(completion)] = 1
+    return out
+
+
+token_rows = st.lists(st.tuples(st.lists(st.integers(1, 50), min_size=1, max_size=6),
+                                st.lists(st.integers(1, 50), min_size=1, max_size=6)), min_size=1, max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(token_rows, st.data())
+def test_accepted_rows_are_the_accepted_sequences_without_padding(rows, data):
+    accepted = data.draw(st.lists(st.booleans(), min_size=len(rows), max_size=len(rows)))
+    got = accepted_rows(_generation_batch(rows), accepted)
+    assert got == [(p, c) for (p, c), ok in zip(rows, accepted) if ok]
+
+
+def test_self_imitation_needs_a_replay_weight():
+    with pytest.raises(TrainingError, match="self_imitation"):
+        grpo_trainer_class(accepted=lambda: [], replay_weight=0.0)
+    grpo_trainer_class(accepted=lambda: [], replay_weight=1.0)  # no teacher pairs needed: the pool fills itself
+
+
+@pytest.fixture
+def fake_generation():
+    """TRL's generation step replaced by one that returns the batches queued in ``batches``."""
+    from trl import GRPOTrainer
+
+    batches: list[dict[str, torch.Tensor]] = []
+    original = GRPOTrainer._generate_and_score_completions
+    GRPOTrainer._generate_and_score_completions = lambda self, inputs: batches.pop(0)
+    try:
+        yield batches
+    finally:
+        GRPOTrainer._generate_and_score_completions = original
+
+
+def test_accepted_completions_join_the_replay_pool_once(fake_generation, monkeypatch_advantages, tiny):
+    model, tokenizer = tiny
+    teacher = tokenized_replay(tokenizer, PAIRS[:2])
+    own = tokenized_replay(tokenizer, PAIRS[2:5])
+    verdicts: list[list[bool]] = []
+    _, cls = monkeypatch_advantages(replay=teacher, replay_weight=1.0, replay_batch=64,
+                                    accepted=lambda: verdicts[-1])
+    trainer = _bare(cls, tokenizer)
+    pad = tokenizer.pad_token_id or 0
+    for batch, ok in (([own[0], own[1], own[0]], [True, False, True]),  # own[0] twice: added once
+                      ([own[0], own[2]], [True, True])):               # own[0] again: still once
+        fake_generation.append(_generation_batch(batch, pad))
+        verdicts.append(ok)
+        trainer._generate_and_score_completions([])
+    assert cls.self_imitated == 2
+    inputs = {"advantages": torch.tensor([0.0])}
+    # replay_batch covers the whole pool: the replay term is the loss of the teacher pairs + own[0] + own[2]
+    expected = replay_loss(model, [*teacher, own[0], own[2]], pad)
+    assert float(trainer.compute_loss(model, inputs)) == pytest.approx(float(expected), rel=1e-4)
+
+
+def test_a_verdict_count_that_does_not_match_the_batch_fails_loudly(fake_generation, monkeypatch_advantages, tiny):
+    _, tokenizer = tiny
+    _, cls = monkeypatch_advantages(replay_weight=1.0, accepted=lambda: [True])
+    fake_generation.append(_generation_batch(tokenized_replay(tokenizer, PAIRS[:2])))
+    with pytest.raises(TrainingError, match="1 verdicts for a batch of 2"):
+        _bare(cls, tokenizer)._generate_and_score_completions([])

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.selfplay_sweep import finished, markdown, parse_variant, run_one, summarise
+from benchmarks.selfplay_sweep import finished, markdown, parse_variant, run_one, start_warm, summarise
 
 
 def test_a_variant_is_a_name_and_shell_split_overrides():
@@ -41,3 +41,34 @@ def test_finished_runs_are_summarised_with_their_gain(tmp_path):
     assert row["stages"]["sft"] == [0.5, 0.5] and row["stages"]["rl"] == [0.75, 0.75]
     assert row["gains"]["rl-sft"]["ci"]["estimate"] == pytest.approx(0.25)
     assert "+25.0" in markdown([row])
+
+
+def _warm_starts(root, seeds):
+    for seed in seeds:
+        (root / f"seed{seed}" / "models" / "distill").mkdir(parents=True)
+        (root / f"seed{seed}" / "distill_pairs.jsonl").write_text(json.dumps({"prompt": "p", "completion": str(seed)}))
+    return root
+
+
+def test_a_warm_start_run_caches_the_seeds_pairs_for_replay_and_control(tmp_path):
+    warm = _warm_starts(tmp_path / "warm", [0, 3])
+    overrides = start_warm(tmp_path / "v-seed3", warm, 3, ["more_sft"])
+    assert overrides == [f"coder.model={(warm / 'seed3' / 'models' / 'distill').resolve()}",
+                         "trainer.phases.distill.steps=0"]
+    for phase in ("distill", "more_sft"):  # GRPO replays distill's pairs; the control trains on them
+        assert json.loads((tmp_path / "v-seed3" / f"{phase}_pairs.jsonl").read_text())["completion"] == "3"
+    with pytest.raises(FileNotFoundError, match="seed1"):
+        start_warm(tmp_path / "v-seed1", warm, 1, ["more_sft"])
+
+
+def test_a_warm_start_runs_sft_stage_is_its_first_evaluation(tmp_path):
+    run_dir = tmp_path / "v-seed0"
+    run_dir.mkdir()
+    state = {"eval_before": {"outcomes": [1, 0, 1, 0]}, "eval_after": {"outcomes": [1, 1, 1, 0]},
+             "eval_controls": {"more_sft": {"outcomes": [1, 0, 0, 0]}}}
+    (run_dir / "train_state.json").write_text(json.dumps(state))
+    record = {"variant": "v", "seed": 0, "dir": str(run_dir), "status": "ok", "seconds": 1.0}
+    assert "sft" not in summarise({"v": []}, [record])[0]["stages"]  # a whole run without its SFT evaluation
+    row = summarise({"v": []}, [record], warm_start=True)[0]
+    assert row["stages"]["sft"] == [0.5] and row["gains"]["rl-sft"]["per_seed"] == [0.25]
+    assert row["gains"]["control-sft"]["per_seed"] == [-0.25]

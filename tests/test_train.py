@@ -217,3 +217,31 @@ def test_killed_run_resumes_from_last_checkpoint(tmp_path):
     assert state["global_step"] == 6
     # the proposer continued from its saved state: one feedback per step across both processes
     assert state["proposer"]["feedbacks"] == 6
+
+
+class AcceptEverything(StaticVerifier):
+    """Accepts every completion, so a self-imitating phase has successes to replay."""
+
+    def verify_many(self, pairs):
+        verdicts = super().verify_many(pairs)
+        for v in verdicts:
+            v.compiled = v.correct = v.accepted = True
+            v.accuracy = 1.0
+        return verdicts
+
+
+def test_self_imitation_replays_the_phases_accepted_completions(tmp_path, capsys):
+    import re
+
+    from core import plugins
+
+    old = plugins._pm
+    try:
+        run(str(tmp_path), ["trainer.phases.correctness.self_imitation=true", "trainer.phases.more_sft.steps=0"],
+            verifier=AcceptEverything())
+    finally:
+        plugins.set_plugin_manager(old)
+    line = re.search(r"self-imitation replayed (\d+) accepted\s+completions beside (\d+) teacher", capsys.readouterr().out)
+    assert line, "the phase reports what it self-imitated"
+    # 3 steps x 2 tasks x 2 samples, all accepted; identical completions of one prompt join once
+    assert 1 <= int(line.group(1)) <= 12 and int(line.group(2)) > 0

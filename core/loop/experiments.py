@@ -43,12 +43,17 @@ def steps_to_threshold(rows: Sequence[dict[str, Any]], threshold: float, window:
     return None
 
 
-def stage_outcomes(run_dir: Path) -> dict[str, list[int]]:
-    """Per-task held-out outcomes of one run: ``before``, ``sft`` (after the first phase), ``rl``, ``control``."""
+def stage_outcomes(run_dir: Path, warm_start: bool = False) -> dict[str, list[int]]:
+    """Per-task held-out outcomes of one run: ``before``, ``sft`` (after the first phase), ``rl``, ``control``.
+
+    ``warm_start``: the run started from an SFT model and skipped its own SFT phase, so its ``before``
+    evaluation is the ``sft`` stage."""
     progress = json.loads((run_dir / "train_state.json").read_text())
     out = {"before": progress["eval_before"]["outcomes"], "rl": progress["eval_after"]["outcomes"]}
     between = progress.get("eval_phases", {})
-    if between:
+    if warm_start:
+        out["sft"] = out["before"]
+    elif between:
         out["sft"] = next(iter(between.values()))["outcomes"]
     controls = progress.get("eval_controls", {})
     if controls:
@@ -56,9 +61,9 @@ def stage_outcomes(run_dir: Path) -> dict[str, list[int]]:
     return out
 
 
-def selfplay_summary(run_dirs: Sequence[Path]) -> dict[str, Any]:
+def selfplay_summary(run_dirs: Sequence[Path], warm_start: bool = False) -> dict[str, Any]:
     """Pass rates per stage and the gains over SFT, with intervals over seeds and held-out tasks."""
-    runs = [stage_outcomes(d) for d in run_dirs]
+    runs = [stage_outcomes(d, warm_start) for d in run_dirs]
     stages = [s for s in ("before", "sft", "rl", "control") if all(s in r for r in runs)]
     result: dict[str, Any] = {"seeds": len(runs), "tasks": [len(r["rl"]) for r in runs], "stages": {}, "gains": {}}
     for stage in stages:

@@ -68,8 +68,12 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     if phase.replay_weight > 0:
         sft_phases = [p.name for p in s.phases if p.kind == "sft" and p.control_for is None]
         replay = tokenized_replay(coder.hf_tokenizer, replay_pairs(training.out, sft_phases, phase.replay_dataset))
+    if phase.self_imitation and env is not None:
+        raise TrainingError(f"phase {phase.name!r}: self_imitation replays single-turn completions; "
+                            "it does not support multi-turn episodes (coder.turns > 1)")
     trainer_class = grpo_trainer_class(phase.negative_advantage_scale, replay, phase.replay_weight,
-                                       phase.replay_batch, seed=training.seed)
+                                       phase.replay_batch, seed=training.seed,
+                                       accepted=shared.last_accepted if phase.self_imitation else None)
     trainer = trainer_class(model=coder.hf_model, reward_funcs=(env or shared).reward_functions(), args=args,
                           train_dataset=stream.dataset(), processing_class=coder.hf_tokenizer,
                           callbacks=[StateCallback(training, phase), step_cb, bar], rollout_func=env)
@@ -77,6 +81,9 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     quiet(trainer)
     trainer.train(resume_from_checkpoint=checkpoint)
     step_cb.flush_round()
+    if phase.self_imitation:
+        training.console.print(f"{phase.name}: self-imitation replayed {trainer_class.self_imitated} accepted "
+                               f"completions beside {len(replay)} teacher pairs")
     training.progress["step_offset"] = int(training.progress.get("step_offset", 0)) + phase.steps
     training.console.print(f"{phase.name}: {(env or shared).verifications} verifications, {stream.streamed} tasks streamed, "
                            f"{stream.skipped} skipped (held out or too long)")

@@ -8,6 +8,10 @@
 - ``replay_weight`` / ``replay_batch``: each step also adds ``replay_weight`` x the SFT loss of
   ``replay_batch`` pairs drawn from the warm start's verified teacher pairs (the pretraining mix of
   InstructGPT's PPO-ptx), so what distillation taught is rehearsed while self-play learns new tasks.
+- ``self_imitation``: every completion the verifier accepts during the phase joins that replay pool
+  (once per distinct prompt and completion), so the kernels self-play found for tasks no teacher
+  answered are rehearsed as well (self-imitation learning, Oh et al. 2018: replay of the agent's own
+  past successes).
 
 ``replay_pairs`` reads those pairs from the run directory, where the SFT phase cached them, or from
 ``replay_dataset`` (a run that starts from another run's model replays that run's pairs).
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,30 +70,66 @@ def replay_loss(model: Any, rows: Sequence[tuple[list[int], list[int]]], pad_id:
     return model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
 
 
+def accepted_rows(output: dict[str, Any], accepted: Sequence[bool]) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, completion ids) of the accepted rows of one TRL generation batch, padding removed
+    (TRL's completion ids keep the EOS that ended the completion, as ``tokenized_replay``'s do)."""
+    rows = []
+    for i, ok in enumerate(accepted):
+        if ok:
+            prompt = output["prompt_ids"][i][output["prompt_mask"][i].bool()].tolist()
+            completion = output["completion_ids"][i][output["completion_mask"][i].bool()].tolist()
+            rows.append((prompt, completion))
+    return rows
+
+
 def grpo_trainer_class(negative_advantage_scale: float = 1.0, replay: Sequence[tuple[list[int], list[int]]] = (),
-                       replay_weight: float = 0.0, replay_batch: int = 8, seed: int = 0) -> type:
-    """TRL's ``GRPOTrainer``, or a subclass with the two additions above when either is on."""
+                       replay_weight: float = 0.0, replay_batch: int = 8, seed: int = 0,
+                       accepted: Callable[[], Sequence[bool]] | None = None) -> type:
+    """TRL's ``GRPOTrainer``, or a subclass with the additions above when any is on.
+
+    :param accepted: self-imitation: called after each generation batch is scored, the verifier's
+        acceptance of each of its completions, in TRL's order.
+    """
     from trl import GRPOTrainer
 
     if not 0.0 <= negative_advantage_scale <= 1.0:
         raise TrainingError(f"negative_advantage_scale must be in [0, 1], got {negative_advantage_scale}")
     if replay_weight < 0:
         raise TrainingError(f"replay_weight must be >= 0, got {replay_weight}")
-    if replay_weight > 0 and not replay:
+    if accepted is not None and replay_weight == 0:
+        raise TrainingError("self_imitation replays accepted completions; give the phase replay_weight > 0")
+    if replay_weight > 0 and not replay and accepted is None:
         raise TrainingError("replay_weight > 0 needs verified SFT pairs to replay; the run has none cached "
                             "(run an SFT phase before this one, give replay_dataset: a <phase>_pairs.jsonl, "
                             "or set replay_weight: 0)")
     if negative_advantage_scale == 1.0 and replay_weight == 0.0:
         return GRPOTrainer
     rows, rng = list(replay), random.Random(seed)
+    seen = {(tuple(p), tuple(c)) for p, c in rows}
 
     class KernelZeroGRPOTrainer(GRPOTrainer):
+        self_imitated = 0  # accepted completions added to the replay pool so far
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            if accepted is not None:
+                flags = list(accepted())
+                if len(flags) != len(output["completion_ids"]):
+                    raise TrainingError(f"self_imitation: {len(flags)} verdicts for a batch of "
+                                        f"{len(output['completion_ids'])} completions")
+                for prompt, completion in accepted_rows(output, flags):
+                    if (key := (tuple(prompt), tuple(completion))) not in seen:
+                        seen.add(key)
+                        rows.append((prompt, completion))
+                        type(self).self_imitated += 1
+            return output
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if negative_advantage_scale != 1.0:
                 adv = inputs["advantages"]
                 inputs = {**inputs, "advantages": torch.where(adv < 0, adv * negative_advantage_scale, adv)}
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            if replay_weight > 0:
+            if replay_weight > 0 and rows:
                 batch = rng.sample(rows, min(replay_batch, len(rows)))
                 pad = self.processing_class.pad_token_id
                 loss = loss + replay_weight * replay_loss(model, batch, 0 if pad is None else pad)

@@ -116,6 +116,10 @@ class SharedVerification:
         self._groups += (len(batch.tasks) + g - 1) // g
         self.pending_tasks.extend(batch.tasks)
 
+    def last_accepted(self) -> list[bool]:
+        """The verifier's acceptance of each completion of the last scored batch, in its order."""
+        return [bool(v.accepted) for v in self._batch.verdicts] if self._batch is not None else []
+
     def take(self) -> list[Attempt]:
         """The attempts since the last call (one step's worth), forgetting them."""
         out, self.pending, self.pending_tasks = self.pending, [], []

@@ -48,6 +48,7 @@ class Phase:
     replay_weight: float = 0.0
     replay_batch: int = 8
     replay_dataset: str | None = None  # pairs to replay instead of this run's SFT phases' (<phase>_pairs.jsonl)
+    self_imitation: bool = False  # accepted completions of the phase join the replay pool
 
     def __post_init__(self) -> None:
         if self.kind not in PHASE_KINDS:
