@@ -202,3 +202,57 @@ def test_a_verdict_count_that_does_not_match_the_batch_fails_loudly(fake_generat
     fake_generation.append(_generation_batch(tokenized_replay(tokenizer, PAIRS[:2])))
     with pytest.raises(TrainingError, match="1 verdicts for a batch of 2"):
         _bare(cls, tokenizer)._generate_and_score_completions([])
+
+
+@pytest.fixture
+def no_trl_checkpointing():
+    """TRL's own checkpoint save and optimiser load as no-ops, so only our replay state is written and read."""
+    from trl import GRPOTrainer
+
+    saved = GRPOTrainer._save_checkpoint, GRPOTrainer._load_optimizer_and_scheduler
+    GRPOTrainer._save_checkpoint = lambda self, model, trial: None
+    GRPOTrainer._load_optimizer_and_scheduler = lambda self, checkpoint: None
+    try:
+        yield
+    finally:
+        GRPOTrainer._save_checkpoint, GRPOTrainer._load_optimizer_and_scheduler = saved
+
+
+def test_a_resumed_phase_replays_what_an_uninterrupted_one_would(
+        tmp_path, monkeypatch, fake_generation, monkeypatch_advantages, no_trl_checkpointing, tiny):
+    from types import SimpleNamespace
+
+    import core.loop.grpo_loss as grpo_loss
+
+    _, tokenizer = tiny
+    teacher, own = tokenized_replay(tokenizer, PAIRS[:3]), tokenized_replay(tokenizer, PAIRS[3:])
+    drawn: list[list] = []
+    monkeypatch.setattr(grpo_loss, "replay_loss", lambda model, batch, pad: drawn.append(batch) or torch.tensor(0.0))
+
+    def trainer(with_pool: bool):
+        _, cls = monkeypatch_advantages(replay=teacher, replay_weight=1.0, replay_batch=2, seed=7,
+                                        accepted=lambda: [True] * len(own))
+        t = _bare(cls, tokenizer)
+        t.args, t.state = SimpleNamespace(should_save=True), SimpleNamespace(global_step=3)
+        t._get_output_dir = lambda trial: str(tmp_path)
+        if with_pool:
+            fake_generation.append(_generation_batch(own, tokenizer.pad_token_id or 0))
+            t._generate_and_score_completions([])
+        return t, cls
+
+    def draws(t, n):
+        del drawn[:]
+        for _ in range(n):
+            t.compute_loss(None, {"advantages": torch.tensor([0.0])})
+        return [sorted(map(str, batch)) for batch in drawn]
+
+    first, _ = trainer(with_pool=True)
+    draws(first, 2)
+    (tmp_path / "checkpoint-3").mkdir()
+    first._save_checkpoint(None, None)
+    uninterrupted = draws(first, 5)
+
+    resumed, cls = trainer(with_pool=False)
+    resumed._load_optimizer_and_scheduler(str(tmp_path / "checkpoint-3"))
+    assert cls.self_imitated == len(own)
+    assert draws(resumed, 5) == uninterrupted

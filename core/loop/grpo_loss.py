@@ -29,6 +29,8 @@ import torch
 
 from core.loop.training_config import TrainingError
 
+REPLAY_STATE = "replay_state.json"  # beside each GRPO checkpoint: the replay sampler and self-imitated rows
+
 
 def replay_pairs(out: Path, phase_names: Sequence[str], dataset: str | Path | None = None) -> list[dict[str, str]]:
     """The verified ``{"prompt", "completion"}`` pairs to replay: those the run's SFT phases cached
@@ -106,9 +108,32 @@ def grpo_trainer_class(negative_advantage_scale: float = 1.0, replay: Sequence[t
         return GRPOTrainer
     rows, rng = list(replay), random.Random(seed)
     seen = {(tuple(p), tuple(c)) for p, c in rows}
+    teacher_rows = len(rows)
 
     class KernelZeroGRPOTrainer(GRPOTrainer):
         self_imitated = 0  # accepted completions added to the replay pool so far
+
+        # A resumed phase replays what an uninterrupted one would: the sampler's state and the
+        # self-imitated rows are saved with each checkpoint (as TRL saves its entropy controller's).
+        def _save_checkpoint(self, model, trial):
+            super()._save_checkpoint(model, trial)
+            if self.args.should_save:
+                ckpt = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+                state = {"rng": rng.getstate(), "self_imitated": [[p, c] for p, c in rows[teacher_rows:]]}
+                (ckpt / REPLAY_STATE).write_text(json.dumps(state))
+
+        def _load_optimizer_and_scheduler(self, checkpoint):
+            super()._load_optimizer_and_scheduler(checkpoint)
+            path = Path(checkpoint) / REPLAY_STATE if checkpoint is not None else None
+            if path is not None and path.exists():
+                state = json.loads(path.read_text())
+                version, internal, gauss = state["rng"]
+                rng.setstate((version, tuple(internal), gauss))
+                del rows[teacher_rows:]
+                for prompt, completion in state["self_imitated"]:
+                    rows.append((prompt, completion))
+                    seen.add((tuple(prompt), tuple(completion)))
+                type(self).self_imitated = len(state["self_imitated"])
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
