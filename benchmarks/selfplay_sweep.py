@@ -28,14 +28,13 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from core.loop.experiments import selfplay_summary
+from core.loop.experiments import finished, launch, selfplay_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,10 +44,6 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"a variant is NAME=OVERRIDES (overrides may be empty), not {text!r}")
     return name, shlex.split(overrides)
-
-
-def finished(run_dir: Path) -> bool:
-    return (run_dir / "result.json").exists()  # written last, after the control arm
 
 
 def warm_start(warm_starts: Path, seed: int) -> tuple[Path, Path]:
@@ -80,16 +75,8 @@ def run_one(name: str, overrides: list[str], seed: int, out: Path, limit_s: floa
     if warm_starts is not None:
         overrides = [*start_warm(run_dir, warm_starts, seed, controls), *overrides]
     device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
-    cmd = [sys.executable, "-m", "core.run", f"seed={seed}", f"hydra.run.dir={run_dir}", *device, *overrides]
     t0 = time.perf_counter()
-    log = out / f"{name}-seed{seed}.log"
-    with log.open("w") as fh:
-        try:
-            proc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=limit_s, check=False,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
-        except subprocess.TimeoutExpired:
-            status = f"over {limit_s:.0f} s"
+    status = launch(run_dir, [f"seed={seed}", *device, *overrides], out / f"{name}-seed{seed}.log", limit_s)
     seconds = time.perf_counter() - t0
     print(f"[{name} seed {seed}] {status} in {seconds:.0f} s", flush=True)
     return {**record, "status": status if finished(run_dir) or status != "ok" else "no result", "seconds": seconds}

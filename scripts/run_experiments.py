@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +34,8 @@ from core.loop.experiments import (
     SELFPLAY,
     curriculum_summary,
     density_summary,
+    finished,
+    launch,
     markdown_table,
     plot_experiments,
     selfplay_summary,
@@ -48,17 +49,15 @@ def run_one(preset: str | None, seed: int, out: Path, overrides: list[str]) -> P
     """One ``python -m core.run`` (``experiment=<preset>`` unless None) in ``out/<name>-seed<seed>``."""
     name = preset or SELFPLAY
     run_dir = out / f"{name}-seed{seed}"
-    if (run_dir / "result.json").exists():
+    if finished(run_dir):
         return run_dir
-    cmd = [sys.executable, "-m", "core.run", *([f"experiment={preset}"] if preset else []), f"seed={seed}",
-           f"hydra.run.dir={run_dir}", *overrides]
+    args = [*([f"experiment={preset}"] if preset else []), f"seed={seed}", *overrides]
     t0 = time.perf_counter()
-    print(f"[{name} seed {seed}] {' '.join(cmd[3:])}", flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    print(f"[{name} seed {seed}] {' '.join(args)}", flush=True)
     log = out / f"{name}-seed{seed}.log"
-    log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise SystemExit(f"{name} seed {seed} failed (exit {proc.returncode}); log: {log}\n" + proc.stderr[-2000:])
+    status = launch(run_dir, args, log)
+    if status != "ok":
+        raise SystemExit(f"{name} seed {seed} failed ({status}); log: {log}\n" + log.read_text()[-2000:])
     print(f"[{name} seed {seed}] done in {time.perf_counter() - t0:.0f}s", flush=True)
     return run_dir
 

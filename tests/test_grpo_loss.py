@@ -157,8 +157,8 @@ def test_accepted_rows_are_the_accepted_sequences_without_padding(rows, data):
 
 def test_self_imitation_needs_a_replay_weight():
     with pytest.raises(TrainingError, match="self_imitation"):
-        grpo_trainer_class(accepted=lambda: [], replay_weight=0.0)
-    grpo_trainer_class(accepted=lambda: [], replay_weight=1.0)  # no teacher pairs needed: the pool fills itself
+        grpo_trainer_class(accepted=list, replay_weight=0.0)
+    grpo_trainer_class(accepted=list, replay_weight=1.0)  # no teacher pairs needed: the pool fills itself
 
 
 @pytest.fixture
@@ -222,7 +222,7 @@ def test_a_resumed_phase_replays_what_an_uninterrupted_one_would(
         tmp_path, monkeypatch, fake_generation, monkeypatch_advantages, no_trl_checkpointing, tiny):
     from types import SimpleNamespace
 
-    import core.loop.grpo_loss as grpo_loss
+    from core.loop import grpo_loss
 
     _, tokenizer = tiny
     teacher, own = tokenized_replay(tokenizer, PAIRS[:3]), tokenized_replay(tokenizer, PAIRS[3:])

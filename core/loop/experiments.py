@@ -1,7 +1,8 @@
 """The published-claim experiments, read from finished run directories: per-seed values, intervals, table, figure.
 
 ``scripts/run_experiments.py`` runs every arm with several seeds (one ``python -m core.run`` per
-run); this module only reads what those runs wrote (``metrics.jsonl``, ``train_state.json``) and
+run, started by :func:`launch`, which ``benchmarks/selfplay_sweep.py`` uses too); the rest of this
+module only reads what those runs wrote (``metrics.jsonl``, ``train_state.json``) and
 compares arms with the two-stage bootstrap of :mod:`core.loop.stats` (seeds, then items):
 
 - **selfplay** (the default run, ``make run``): held-out pass rate after SFT, after GRPO, and of
@@ -17,6 +18,9 @@ compares arms with the two-stage bootstrap of :mod:`core.loop.stats` (seeds, the
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import mean
@@ -27,6 +31,25 @@ from core.loop.stats import Interval, difference_ci, mean_ci, ratio_ci
 DENSITY = ("density_random", "density_mcts")
 CURRICULUM = ("curriculum_fixed", "curriculum_adaptive")
 SELFPLAY = "selfplay"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def finished(run_dir: Path) -> bool:
+    """A run is finished once its ``result.json`` exists (written last, after any control arm)."""
+    return (run_dir / "result.json").exists()
+
+
+def launch(run_dir: Path, overrides: Sequence[str], log: Path, limit_s: float | None = None) -> str:
+    """Run ``python -m core.run hydra.run.dir=<run_dir> <overrides>`` in its own process, stdout and
+    stderr to ``log``; the status: ``ok``, ``exit N`` or ``over S s`` (killed at ``limit_s``)."""
+    cmd = [sys.executable, "-m", "core.run", f"hydra.run.dir={run_dir}", *overrides]
+    with log.open("w") as fh:
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=limit_s, check=False,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        except subprocess.TimeoutExpired:
+            return f"over {limit_s:.0f} s"
+    return "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
 
 
 def metric_rows(run_dir: Path) -> list[dict[str, Any]]:
