@@ -309,11 +309,14 @@ def _training(ctx: Context) -> list[Command]:
     # larger model and 4x the samples per GRPO step. Sized for <= 25 min of one H200 from estimates, not
     # measurements (never run): teacher 256 verdicts + 4 evaluations of 64 (~3 min at the ~6 verdicts/s of
     # the 1-GPU pool), SFT 800 steps of batch 16 (~2 min), GRPO 60 steps x 32 samples (~9 min: 1920
-    # verdicts plus generation), the control the same 9 min.
+    # verdicts plus generation), the control the same 9 min. Sampling at T 1.0: at the default's T 0.6 this
+    # model's 8 samples of a task were nearly always identical after SFT (58 distinct of 256, information
+    # density 0.00 in 6 of 8 steps; measured alone on one H200, docs/training.md "GPU recipe"), which leaves
+    # GRPO no advantages. T 1.0 itself is not yet measured at this scale.
     root = ctx.work / "training"
     cache = (("KERNELZERO_CACHE", str(root / "cache")),)
     return [
-        ctx.py("-m", "core.run", *_TRAIN_MODEL, "trainer.torch_threads=null", "trainer.eval_tasks=64",
+        ctx.py("-m", "core.run", *_TRAIN_MODEL, "coder.temperature=1.0", "trainer.torch_threads=null", "trainer.eval_tasks=64",
                "trainer.tasks_per_step=4", "trainer.num_generations=8", "trainer.phases.distill.steps=800",
                "trainer.phases.distill.tasks=256", "trainer.phases.distill.batch_size=16",
                "trainer.phases.distill.learning_rate=5e-4", "trainer.phases.more_sft.batch_size=16",
@@ -414,7 +417,8 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          results=(("sanitizer_cost.json", "sanitizer_cost.json"),)),
     Step("training", 1500, "partly run 2026-12-01 (fifth session, beside six CPU runs, 16 tasks x 4 GRPO samples): "
          "teacher 256 verdicts 180 s, SFT 800 steps 98 s, each held-out evaluation 17-67 s, ~35 s per GRPO step; "
-         "cut at 545 s in GRPO step 6: longer than one 600 s device call",
+         "cut at 545 s in GRPO step 6: longer than one 600 s device call. Sixth session, alone, at T 0.6 and 128 "
+         "teacher tasks: ~8.6 s per GRPO step, groups degenerate (hence T 1.0 here)",
          "the default job (make run) at GPU scale: 8 layers, 512 wide; SFT warm start 800 steps, GRPO 60 steps "
          "x 4 tasks x 8 samples, then its control arm (the same wall clock on more SFT)", _training,
          held_out_figure, results=(("training/embedded_gpu/result.json", "training_result.json"),), tail=30,
