@@ -189,7 +189,7 @@ def test_accepted_completions_join_the_replay_pool_once(fake_generation, monkeyp
         fake_generation.append(_generation_batch(batch, pad))
         verdicts.append(ok)
         trainer._generate_and_score_completions([])
-    assert cls.self_imitated == 2
+    assert cls.self_imitated() == 2
     inputs = {"advantages": torch.tensor([0.0])}
     # replay_batch covers the whole pool: the replay term is the loss of the teacher pairs + own[0] + own[2]
     expected = replay_loss(model, [*teacher, own[0], own[2]], pad)
@@ -254,5 +254,5 @@ def test_a_resumed_phase_replays_what_an_uninterrupted_one_would(
 
     resumed, cls = trainer(with_pool=False)
     resumed._load_optimizer_and_scheduler(str(tmp_path / "checkpoint-3"))
-    assert cls.self_imitated == len(own)
+    assert cls.self_imitated() == len(own)
     assert draws(resumed, 5) == uninterrupted

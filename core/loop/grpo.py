@@ -82,7 +82,7 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     trainer.train(resume_from_checkpoint=checkpoint)
     step_cb.flush_round()
     if phase.self_imitation:
-        training.console.print(f"{phase.name}: self-imitation replayed {trainer_class.self_imitated} accepted "
+        training.console.print(f"{phase.name}: self-imitation replayed {trainer_class.self_imitated()} accepted "
                                f"completions beside {len(replay)} teacher pairs")
     training.progress["step_offset"] = int(training.progress.get("step_offset", 0)) + phase.steps
     training.console.print(f"{phase.name}: {(env or shared).verifications} verifications, {stream.streamed} tasks streamed, "

@@ -111,7 +111,10 @@ def grpo_trainer_class(negative_advantage_scale: float = 1.0, replay: Sequence[t
     teacher_rows = len(rows)
 
     class KernelZeroGRPOTrainer(GRPOTrainer):
-        self_imitated = 0  # accepted completions added to the replay pool so far
+        @staticmethod
+        def self_imitated() -> int:
+            """Accepted completions in the replay pool (everything after the teacher's pairs)."""
+            return len(rows) - teacher_rows
 
         # A resumed phase replays what an uninterrupted one would: the sampler's state and the
         # self-imitated rows are saved with each checkpoint (as TRL saves its entropy controller's).
@@ -129,11 +132,9 @@ def grpo_trainer_class(negative_advantage_scale: float = 1.0, replay: Sequence[t
                 state = json.loads(path.read_text())
                 version, internal, gauss = state["rng"]
                 rng.setstate((version, tuple(internal), gauss))
-                del rows[teacher_rows:]
-                for prompt, completion in state["self_imitated"]:
-                    rows.append((prompt, completion))
-                    seen.add((tuple(prompt), tuple(completion)))
-                type(self).self_imitated = len(state["self_imitated"])
+                rows[teacher_rows:] = [(prompt, completion) for prompt, completion in state["self_imitated"]]
+                seen.clear()
+                seen.update((tuple(p), tuple(c)) for p, c in rows)
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
@@ -146,7 +147,6 @@ def grpo_trainer_class(negative_advantage_scale: float = 1.0, replay: Sequence[t
                     if (key := (tuple(prompt), tuple(completion))) not in seen:
                         seen.add(key)
                         rows.append((prompt, completion))
-                        type(self).self_imitated += 1
             return output
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
