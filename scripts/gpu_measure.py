@@ -39,7 +39,8 @@ SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
 CALL_S = 600  # one device call
 # Subsets whose limits, install's included, fit one device call; together they cover every 1-GPU step.
 ONE_CALL = ("suites timing", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement",
-            "kbeval")
+            "kbeval", "training_sft")
+MIN_STEP_S = 15  # with --call-s, a step is skipped rather than started with less than this left
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
 PYTEST = ("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--durations=25")
 # The versions that differ between hosts. A module that is absent is reported, not an error; one that
@@ -61,6 +62,7 @@ class Command:
 
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
+    background: bool = False  # started without waiting for it; its step waits for all of them at the end
 
     def shell(self) -> str:
         prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in self.env)
@@ -82,8 +84,8 @@ class Context:
     def gpus_text(self) -> str:
         return "$NGPU" if self.listing else str(self.gpus)
 
-    def py(self, *args: str | Path, env: tuple[tuple[str, str], ...] = ()) -> Command:
-        return Command((self.python, *map(str, args)), env)
+    def py(self, *args: str | Path, env: tuple[tuple[str, str], ...] = (), background: bool = False) -> Command:
+        return Command((self.python, *map(str, args)), env, background)
 
     def one_gpu(self) -> tuple[tuple[str, str], ...]:
         # single-GPU steps take the first visible GPU, as the old lanes pinned GPU 0
@@ -303,26 +305,65 @@ def _sanitizer(ctx: Context) -> list[Command]:
                    "--out", ctx.work / "sanitizer_cost.json", env=ctx.one_gpu())]
 
 
-def _training(ctx: Context) -> list[Command]:
-    # The CPU default's recipe (conf/trainer/embedded.yaml: SFT warm start, GRPO self-play with the proposer
-    # and the adaptive curriculum, then the control arm: GRPO's wall clock spent on more SFT) with the
-    # larger model and 4x the samples per GRPO step. Sized for <= 25 min of one H200 from estimates, not
-    # measurements (never run): teacher 256 verdicts + 4 evaluations of 64 (~3 min at the ~6 verdicts/s of
-    # the 1-GPU pool), SFT 800 steps of batch 16 (~2 min), GRPO 60 steps x 32 samples (~9 min: 1920
-    # verdicts plus generation), the control the same 9 min. Sampling at T 1.0: at the default's T 0.6 this
-    # model's 8 samples of a task were nearly always identical after SFT (58 distinct of 256, information
-    # density 0.00 in 6 of 8 steps; measured alone on one H200, docs/training.md "GPU recipe"), which leaves
-    # GRPO no advantages. T 1.0 itself is not yet measured at this scale.
+# What every GPU-scale training run shares: verdicts on the GPU (the fast check set, as on CPU), one torch
+# thread per process (up to 15 runs share the host's 16 cores), checkpoints every 4 steps (a run cut at a
+# device call's end resumes in the next from at most 4 steps back), and sampling at T 1.0: at the default's
+# T 0.6 this model's 8 samples of a task were nearly always identical after SFT (58 distinct of 256,
+# information density 0.00 in 6 of 8 steps; measured alone on one H200, docs/training.md "GPU recipe"),
+# which leaves GRPO no advantages.
+_GPU_RUN = ("device=cuda", "verifier=fast", "coder.temperature=1.0", "trainer.torch_threads=1", "trainer.save_steps=4")
+_TRAIN_SEEDS = ("0", "1", "2")
+_SFT = ("trainer.phases.distill.steps=800", "trainer.phases.distill.tasks=256", "trainer.phases.distill.batch_size=16",
+        "trainer.phases.distill.learning_rate=5e-4")
+_GRPO_STEPS = 20  # per seed, then its control arm: the same wall clock on more SFT
+_EXPERIMENT_STEPS = 12  # per density/curriculum run
+
+
+def _training_dirs(ctx: Context) -> tuple[Path, tuple[tuple[str, str], ...]]:
     root = ctx.work / "training"
-    cache = (("KERNELZERO_CACHE", str(root / "cache")),)
+    return root, (("KERNELZERO_CACHE", str(root / "cache")),)
+
+
+def _training_sft(ctx: Context) -> list[Command]:
+    # The default job's SFT warm start (make run's first phase) with the larger model, one per seed, side by
+    # side on the one GPU: build the model and tokenizer, verify the teacher's answers to 256 tasks, 800 SFT
+    # steps, the held-out pass rate (64 tasks) before and after. A warm start finished in an earlier call
+    # of a chain (--work) is not rerun.
+    root, cache = _training_dirs(ctx)
+    runs = [(seed, root / "warm" / f"seed{seed}") for seed in _TRAIN_SEEDS]
+    return [ctx.py("-m", "core.run", f"seed={seed}", *_TRAIN_MODEL, *_GPU_RUN, "trainer.eval_tasks=64", *_SFT,
+                   "trainer.phases.correctness.steps=0", "trainer.phases.more_sft.steps=0", f"hydra.run.dir={run}",
+                   env=cache, background=True)
+            for seed, run in runs if ctx.listing or not (run / "result.json").exists()]
+
+
+def _training(ctx: Context) -> list[Command]:
+    # From training_sft's warm starts, side by side: (1) the rest of the default job per seed, GRPO
+    # self-play with the proposer and the adaptive curriculum (4 tasks x 8 samples a step), then its control
+    # arm (GRPO's wall clock spent on more SFT on the same 256 pairs), held-out pass rate after each;
+    # (2) issue 20's two experiments from seed 0's warm start, 3 seeds per arm: information density, MCTS vs
+    # random proposer, and steps to a pass-rate threshold, adaptive vs fixed curriculum. Finished runs are
+    # not rerun and cut ones resume from their last checkpoint, so a chain of calls (--work) completes it.
+    root, cache = _training_dirs(ctx)
+    warm = root / "warm"
+    selfplay = [*_GPU_RUN, "trainer.eval_tasks=64", f"trainer.phases.correctness.steps={_GRPO_STEPS}",
+                "trainer.phases.more_sft.batch_size=16", "trainer.phases.more_sft.learning_rate=5e-4"]
     return [
-        ctx.py("-m", "core.run", *_TRAIN_MODEL, "coder.temperature=1.0", "trainer.torch_threads=null", "trainer.eval_tasks=64",
-               "trainer.tasks_per_step=4", "trainer.num_generations=8", "trainer.phases.distill.steps=800",
-               "trainer.phases.distill.tasks=256", "trainer.phases.distill.batch_size=16",
-               "trainer.phases.distill.learning_rate=5e-4", "trainer.phases.more_sft.batch_size=16",
-               "trainer.phases.more_sft.learning_rate=5e-4", "trainer.phases.correctness.steps=60",
-               f"hydra.run.dir={root / 'embedded_gpu'}", env=cache),
+        ctx.py("-m", "benchmarks.selfplay_sweep", "--warm-starts", warm, "--seeds", *_TRAIN_SEEDS, "--jobs", "3",
+               "--limit-s", "7200", "--out", root / "selfplay", "--variant", "gpu=" + " ".join(selfplay),
+               env=cache, background=True),
+        ctx.py("scripts/run_experiments.py", "--only", "density", "curriculum", "--seeds", *_TRAIN_SEEDS,
+               "--steps", str(_EXPERIMENT_STEPS), "--jobs", "12", "--model", warm / "seed0" / "models" / "distill",
+               "--out", root / "experiments", "--", *_GPU_RUN, env=cache, background=True),
     ]
+
+
+def training_figure(log: str) -> str:
+    """RL - SFT and control - SFT of the self-play table (benchmarks/selfplay_sweep's row), from the step's log."""
+    rows = [line.split("|") for line in _lines(log) if line.startswith("| gpu |")]
+    if not rows or len(rows[-1]) < 8:
+        return held_out_figure(log)
+    return f"RL - SFT {rows[-1][6].strip()}, control - SFT {rows[-1][7].strip()} points"
 
 
 def _refinement(ctx: Context) -> list[Command]:
@@ -415,14 +456,19 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("sanitizer", 150, "88 s (2026-11-30 b, call 4)",
          "benchmarks/sanitizer_cost.py: what a compute-sanitizer verdict costs", _sanitizer, sanitizer_figure,
          results=(("sanitizer_cost.json", "sanitizer_cost.json"),)),
-    Step("training", 1500, "partly run 2026-12-01 (fifth session, beside six CPU runs, 16 tasks x 4 GRPO samples): "
-         "teacher 256 verdicts 180 s, SFT 800 steps 98 s, each held-out evaluation 17-67 s, ~35 s per GRPO step; "
-         "cut at 545 s in GRPO step 6: longer than one 600 s device call. Sixth session, alone, at T 0.6 and 128 "
-         "teacher tasks: ~8.6 s per GRPO step, groups degenerate (hence T 1.0 here)",
-         "the default job (make run) at GPU scale: 8 layers, 512 wide; SFT warm start 800 steps, GRPO 60 steps "
-         "x 4 tasks x 8 samples, then its control arm (the same wall clock on more SFT)", _training,
-         held_out_figure, results=(("training/embedded_gpu/result.json", "training_result.json"),), tail=30,
-         chain=True),
+    Step("training_sft", 420, "not yet run as three side by side; one alone (sixth session, 128 tasks, 400 steps): "
+         "build 45 s, teacher 69 s, SFT 47 s, each evaluation of 32 tasks 46 s",
+         "the default job's SFT warm start at GPU scale (8 layers, 512 wide, ~27M parameters), seeds 0-2 side by "
+         "side: 256 teacher pairs, 800 SFT steps, held-out pass rate of 64 tasks", _training_sft, held_out_figure,
+         tail=20),
+    Step("training", 1200, "not yet run; alone one GRPO step took ~8.6 s (sixth session, T 0.6); 15 runs share the "
+         "GPU and 16 cores here. Longer than one device call: chain calls with --work",
+         "from training_sft's warm starts, side by side: GRPO 20 steps x 4 tasks x 8 samples and its control arm "
+         "per seed; issue 20's density (MCTS vs random) and curriculum (adaptive vs fixed) experiments, 3 seeds "
+         "per arm, 12 steps each", _training, training_figure,
+         results=(("training/selfplay/sweep.md", "training_selfplay.md"),
+                  ("training/experiments/summary.md", "training_experiments.md"),
+                  ("training/experiments/experiments.png", "training_experiments.png")), tail=40),
     Step("refinement", 480, "not yet run; estimated 5-8 min (on CPU the run took 11 min, the benchmark 7 min)",
          "the embedded default distilled on the GPU, then benchmarks/refinement.py: held-out pass@1 after turn "
          "1..3 from verdict feedback, before and after SFT on feedback pairs", _refinement, refinement_figure,
@@ -478,16 +524,20 @@ def _stop(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_command(cmd: Command, env: dict[str, str], log, deadline: float) -> int | None:
-    """The command's exit status, or None when it ran past the deadline and was stopped."""
-    log.write(f"$ {cmd.shell()}\n")
+def start_command(cmd: Command, env: dict[str, str], log) -> subprocess.Popen | int:
+    """The started process, or 127 when it could not start."""
+    log.write(f"$ {cmd.shell()}" + (" &" if cmd.background else "") + "\n")
     log.flush()
     try:
-        proc = subprocess.Popen(cmd.argv, cwd=REPO, env={**env, **dict(cmd.env)}, stdin=subprocess.DEVNULL,
+        return subprocess.Popen(cmd.argv, cwd=REPO, env={**env, **dict(cmd.env)}, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         log.write(f"could not start: {exc}\n")
         return 127
+
+
+def wait_command(proc: subprocess.Popen, log, deadline: float) -> int | None:
+    """The process's exit status, or None when it ran past the deadline and was stopped."""
     try:
         return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -497,6 +547,12 @@ def run_command(cmd: Command, env: dict[str, str], log, deadline: float) -> int 
     except BaseException:
         _stop(proc)
         raise
+
+
+def run_command(cmd: Command, env: dict[str, str], log, deadline: float) -> int | None:
+    """The command's exit status, or None when it ran past the deadline and was stopped."""
+    proc = start_command(cmd, env, log)
+    return proc if isinstance(proc, int) else wait_command(proc, log, deadline)
 
 
 def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: Callable[[str], None]) -> Outcome:
@@ -517,18 +573,31 @@ def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: C
             tools = ", ".join(f"{t} {shutil.which(t) or 'missing'}" for t in ("compute-sanitizer", "ncu", "nvcc"))
             log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {socket.gethostname()}, "
                       f"{ctx.gpus} GPU(s); {tools}\n")
-        for cmd in step.commands(ctx):
-            say(f"== {step.name} (limit {limit_s} s): {cmd.shell()}")
-            rc = run_command(cmd, env, log, deadline)
-            log.flush()
-            if rc is None:
-                status = "timeout"
-                break
-            if rc != 0:
-                log.write(f"== exit status {rc}\n")
-                status = "failed"
-                if step.chain:
+        background: list[subprocess.Popen | int] = []
+        try:
+            for cmd in step.commands(ctx):
+                say(f"== {step.name} (limit {limit_s} s): {cmd.shell()}" + (" &" if cmd.background else ""))
+                if cmd.background:
+                    background.append(start_command(cmd, env, log))
+                    continue
+                rc = run_command(cmd, env, log, deadline)
+                log.flush()
+                if rc is None:
+                    status = "timeout"
                     break
+                if rc != 0:
+                    log.write(f"== exit status {rc}\n")
+                    status = "failed"
+                    if step.chain:
+                        break
+        finally:  # the commands started in the background, waited for (or stopped) whatever happened above
+            for proc in background:
+                rc = proc if isinstance(proc, int) else wait_command(proc, log, deadline if status == "ok" else 0.0)
+                if rc is None and status == "ok":
+                    status = "timeout"
+                elif rc and status == "ok":
+                    log.write(f"== exit status {rc}\n")
+                    status = "failed"
     seconds = time.monotonic() - t0
     text = log_path.read_text(errors="replace")
     figure = step.figure(text)
@@ -561,7 +630,7 @@ def _listing(limits: dict[str, int]) -> str:
     for step in STEPS.values():
         text.append(f"{step.name:<12} limit {limits[step.name]:>5} s   typical: {step.typical}")
         text.append(f"    {step.what}" + (f"; needs {step.gpus} GPUs" if step.gpus > 1 else ""))
-        text += [f"    $ {c.shell()}" for c in step.commands(ctx)]
+        text += [f"    $ {c.shell()}" + (" &" if c.background else "") for c in step.commands(ctx)]
     fits = [f"'{calls}' ({sum(limits[n] for n in ('install', *calls.split()))} s)" for calls in ONE_CALL]
     text.append(f"within one {CALL_S} s device call: " + ", ".join(fits))
     return "\n".join(text)
@@ -584,6 +653,12 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
                         help="a step's time limit (repeatable)")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "gpu_out"),
                         help="where results go (default: $OUT, else ./gpu_out)")
+    parser.add_argument("--call-s", type=int, default=None, metavar="SECONDS",
+                        help="stop every step by this many seconds after the start: each step's limit is cut to "
+                             "what is left (a chain of device calls: leave the call's end for the transfers)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="the steps' work folder, kept (default: a fresh temporary one). Steps that resume "
+                             "(training_sft, training) continue there in a later call on the same machine")
     parser.add_argument("--kb", type=Path, default=REPO / ".kb", help="KernelBench checkout (default: .kb)")
     parser.add_argument("--kb-configs", default="kb_scope,memcheck", help="our check sets in kernelbench")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to assume (default: counted by nvidia-smi -L)")
@@ -629,11 +704,13 @@ def main(argv: list[str] | None = None) -> int:
             if note and not reason:
                 print(f"# {note}")
             if not reason:
-                print("\n".join(f"$ {c.shell()}" for c in step.commands(ctx)))
+                print("\n".join(f"$ {c.shell()}" + (" &" if c.background else "") for c in step.commands(ctx)))
         return 0
 
     args.out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="kz-steps."))
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
+    work = args.work.resolve() if args.work is not None else Path(tempfile.mkdtemp(prefix="kz-steps."))
     ctx = Context(args.python, work, gpus, args.kb, args.kb_configs)
     env = steps_env()
     with open(args.out / "measure.log", "w") as mlog:
@@ -642,13 +719,21 @@ def main(argv: list[str] | None = None) -> int:
             mlog.write(line + "\n")
             mlog.flush()
 
+        started = time.monotonic()
         say(f"== gpu_measure: {' '.join(names)} on {socket.gethostname()}, {gpus} GPU(s); {budget}")
         outcomes: list[Outcome] = []
         for name in names:
             if outcomes and outcomes[0].status != "ok":
                 outcomes.append(Outcome(name, "skipped", figure="install did not finish (see install.log)"))
                 continue
-            outcome = run_step(STEPS[name], ctx, limits[name], env, say)
+            limit = limits[name]
+            if args.call_s is not None:
+                left = int(started + args.call_s - time.monotonic())
+                if left < MIN_STEP_S:
+                    outcomes.append(Outcome(name, "skipped", figure=f"{left} s left of --call-s {args.call_s}"))
+                    continue
+                limit = min(limit, left)
+            outcome = run_step(STEPS[name], ctx, limit, env, say)
             outcomes.append(outcome)
             log_path = work / f"{name}.log"
             if log_path.exists():

@@ -181,3 +181,57 @@ def test_the_suggested_calls_fit_one_device_call_and_cover_every_one_gpu_step():
         covered.update(names)
     one_gpu = {n for n, s in m.STEPS.items() if s.gpus <= 1 and s.limit_s <= m.CALL_S}
     assert covered == one_gpu  # training runs for hours: it has no place in a 600 s call
+
+
+def test_background_commands_run_side_by_side_and_a_kept_work_folder_resumes(tmp_path):
+    # training_sft starts one warm-start run per seed in the background. Each stand-in run leaves a mark and
+    # waits for the other seeds' marks: it finishes only if the runs really overlap (no timing involved).
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    fake = _fake_python(tmp_path, rf"""
+*core.run*) seed=$(echo "$*" | sed -n 's/.*seed=\([0-9]*\).*/\1/p'); touch {marks}/$seed
+  n=0; while [ $(ls {marks} | wc -l) -lt $(cat {tmp_path}/expect) ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n+1)); done
+  [ $n -lt 200 ] || exit 3; echo "held-out pass rate 0.000 -> 0.500 (seed $seed)" ;;""")
+    (tmp_path / "expect").write_text("3")
+    work = tmp_path / "work"
+    first = _run("--python", str(fake), "--gpus", "1", "--out", str(tmp_path / "out"), "--work", str(work),
+                 "training_sft")
+    assert first.returncode == 0, first.stdout
+    assert _table(first.stdout)["training_sft"][0] == "ok"
+    assert sorted(p.name for p in marks.iterdir()) == ["0", "1", "2"]
+    # a later call on the same work folder reruns only the warm starts that have no result yet
+    (work / "training" / "warm" / "seed1").mkdir(parents=True)
+    (work / "training" / "warm" / "seed1" / "result.json").write_text("{}")
+    for mark in marks.iterdir():
+        mark.unlink()
+    (tmp_path / "expect").write_text("2")
+    (tmp_path / "calls").unlink()
+    second = _run("--python", str(fake), "--gpus", "1", "--out", str(tmp_path / "out2"), "--work", str(work),
+                  "training_sft")
+    assert second.returncode == 0, second.stdout
+    runs = [c for c in (tmp_path / "calls").read_text().splitlines() if "core.run" in c]
+    assert [re.search(r"seed=(\d)", c).group(1) for c in runs] == ["0", "2"]
+    assert all(f"hydra.run.dir={work.resolve()}/training/warm/seed" in c for c in runs)
+
+
+def test_a_background_command_that_fails_fails_its_step(tmp_path):
+    fake = _fake_python(tmp_path, r"""
+*"seed=1"*) exit 4 ;;
+*core.run*) echo "held-out pass rate 0.000 -> 0.500" ;;""")
+    run = _run("--python", str(fake), "--gpus", "1", "--out", str(tmp_path / "out"), "training_sft")
+    assert run.returncode == 1
+    assert _table(run.stdout)["training_sft"][0] == "failed"
+    with tarfile.open(tmp_path / "out" / "steps.tgz") as tar:
+        assert "== exit status 4" in tar.extractfile("./training_sft.log").read().decode()
+
+
+def test_call_s_cuts_the_steps_limits_to_what_is_left_of_the_call(tmp_path):
+    fake = _fake_python(tmp_path, r"""
+*sanitizer_cost*) exec sleep 30 ;;""")
+    t0 = time.monotonic()
+    run = _run("--python", str(fake), "--gpus", "1", "--out", str(tmp_path / "out"), "--call-s", "18",
+               "sanitizer", "timing")
+    assert time.monotonic() - t0 < 28, run.stdout  # stopped at what was left of 18 s, not at its own 150 s
+    rows = _table(run.stdout)
+    assert rows["sanitizer"][0] == "timeout"
+    assert rows["timing"][0] == "skipped" and "--call-s 18" in rows["timing"][1]
