@@ -306,12 +306,15 @@ def _sanitizer(ctx: Context) -> list[Command]:
 
 
 # What every GPU-scale training run shares: verdicts on the GPU (the fast check set, as on CPU), one torch
-# thread per process (up to 15 runs share the host's 16 cores), checkpoints every 4 steps (a run cut at a
-# device call's end resumes in the next from at most 4 steps back), and sampling at T 1.0: at the default's
+# thread per process (up to 15 runs share the host's 16 cores), and sampling at T 1.0: at the default's
 # T 0.6 this model's 8 samples of a task were nearly always identical after SFT (58 distinct of 256,
 # information density 0.00 in 6 of 8 steps; measured alone on one H200, docs/training.md "GPU recipe"),
-# which leaves GRPO no advantages.
-_GPU_RUN = ("device=cuda", "verifier=fast", "coder.temperature=1.0", "trainer.torch_threads=1", "trainer.save_steps=4")
+# which leaves GRPO no advantages; at T 1.0 density was 0.25-0.75 a step (2026-12-02).
+_GPU_RUN = ("device=cuda", "verifier=fast", "coder.temperature=1.0", "trainer.torch_threads=1")
+# GRPO runs save every 4 steps, so one cut at a device call's end resumes in the next from at most 4 steps
+# back. SFT's steps take ~0.1 s: saving a 27M-parameter model and its optimiser every 4 of them is what
+# made the first warm starts overrun their call (632-724 of 800 steps in 420 s); they save every 200.
+_GRPO_SAVES, _SFT_SAVES = "trainer.save_steps=4", "trainer.save_steps=200"
 _TRAIN_SEEDS = ("0", "1", "2")
 _SFT = ("trainer.phases.distill.steps=800", "trainer.phases.distill.tasks=256", "trainer.phases.distill.batch_size=16",
         "trainer.phases.distill.learning_rate=5e-4")
@@ -331,7 +334,7 @@ def _training_sft(ctx: Context) -> list[Command]:
     # of a chain (--work) is not rerun.
     root, cache = _training_dirs(ctx)
     runs = [(seed, root / "warm" / f"seed{seed}") for seed in _TRAIN_SEEDS]
-    return [ctx.py("-m", "core.run", f"seed={seed}", *_TRAIN_MODEL, *_GPU_RUN, "trainer.eval_tasks=64", *_SFT,
+    return [ctx.py("-m", "core.run", f"seed={seed}", *_TRAIN_MODEL, *_GPU_RUN, _SFT_SAVES, "trainer.eval_tasks=64", *_SFT,
                    "trainer.phases.correctness.steps=0", "trainer.phases.more_sft.steps=0", f"hydra.run.dir={run}",
                    env=cache, background=True)
             for seed, run in runs if ctx.listing or not (run / "result.json").exists()]
@@ -346,7 +349,7 @@ def _training(ctx: Context) -> list[Command]:
     # not rerun and cut ones resume from their last checkpoint, so a chain of calls (--work) completes it.
     root, cache = _training_dirs(ctx)
     warm = root / "warm"
-    selfplay = [*_GPU_RUN, "trainer.eval_tasks=64", f"trainer.phases.correctness.steps={_GRPO_STEPS}",
+    selfplay = [*_GPU_RUN, _GRPO_SAVES, "trainer.eval_tasks=64", f"trainer.phases.correctness.steps={_GRPO_STEPS}",
                 "trainer.phases.more_sft.batch_size=16", "trainer.phases.more_sft.learning_rate=5e-4"]
     return [
         ctx.py("-m", "benchmarks.selfplay_sweep", "--warm-starts", warm, "--seeds", *_TRAIN_SEEDS, "--jobs", "3",
@@ -354,7 +357,7 @@ def _training(ctx: Context) -> list[Command]:
                env=cache, background=True),
         ctx.py("scripts/run_experiments.py", "--only", "density", "curriculum", "--seeds", *_TRAIN_SEEDS,
                "--steps", str(_EXPERIMENT_STEPS), "--jobs", "12", "--model", warm / "seed0" / "models" / "distill",
-               "--out", root / "experiments", "--", *_GPU_RUN, env=cache, background=True),
+               "--out", root / "experiments", "--", *_GPU_RUN, _GRPO_SAVES, env=cache, background=True),
     ]
 
 
@@ -456,16 +459,17 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("sanitizer", 150, "88 s (2026-11-30 b, call 4)",
          "benchmarks/sanitizer_cost.py: what a compute-sanitizer verdict costs", _sanitizer, sanitizer_figure,
          results=(("sanitizer_cost.json", "sanitizer_cost.json"),)),
-    Step("training_sft", 420, "not yet run as three side by side; one alone (sixth session, 128 tasks, 400 steps): "
-         "build 45 s, teacher 69 s, SFT 47 s, each evaluation of 32 tasks 46 s",
+    Step("training_sft", 420, "2026-12-02, three side by side with checkpoints every 4 steps: build, 256 teacher "
+         "verdicts (248-252 accepted) and 632-724 of 800 SFT steps in 420 s, the rest and both evaluations in 155 s "
+         "of a second call (each evaluation of 64 tasks 25-58 s)",
          "the default job's SFT warm start at GPU scale (8 layers, 512 wide, ~27M parameters), seeds 0-2 side by "
          "side: 256 teacher pairs, 800 SFT steps, held-out pass rate of 64 tasks", _training_sft, held_out_figure,
          tail=20),
-    Step("training", 1200, "not yet run; alone one GRPO step took ~8.6 s (sixth session, T 0.6); 15 runs share the "
-         "GPU and 16 cores here. Longer than one device call: chain calls with --work",
+    Step("training", 1200, "2026-12-02: 754 s over two chained calls (393 s cut, then 360 s), 15 runs side by side: "
+         "the experiments' 12 runs 337-363 s each, GRPO ~10 s a step (20 steps in 204-218 s)",
          "from training_sft's warm starts, side by side: GRPO 20 steps x 4 tasks x 8 samples and its control arm "
          "per seed; issue 20's density (MCTS vs random) and curriculum (adaptive vs fixed) experiments, 3 seeds "
-         "per arm, 12 steps each", _training, training_figure,
+         "per arm, 12 steps each. Longer than one device call: chain calls with --work", _training, training_figure,
          results=(("training/selfplay/sweep.md", "training_selfplay.md"),
                   ("training/experiments/summary.md", "training_experiments.md"),
                   ("training/experiments/experiments.png", "training_experiments.png")), tail=40),

@@ -76,7 +76,7 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
                                        accepted=shared.last_accepted if phase.self_imitation else None)
     trainer = trainer_class(model=coder.hf_model, reward_funcs=(env or shared).reward_functions(), args=args,
                           train_dataset=stream.dataset(), processing_class=coder.hf_tokenizer,
-                          callbacks=[StateCallback(training, phase), step_cb, bar], rollout_func=env)
+                          callbacks=[StateCallback(training, phase, bar), step_cb, bar], rollout_func=env)
     checkpoint = resume_checkpoint(training, phase)
     quiet(trainer)
     trainer.train(resume_from_checkpoint=checkpoint)

@@ -51,6 +51,8 @@ class PhaseProgress(TrainerCallback):
     The seconds and steps go to ``training.progress`` (``seconds``, ``steps_done``,
     ``seconds_per_step``): control arms (:mod:`core.loop.control`) get the same time as the phase
     they control. With ``training.time_limit_s`` set, training stops once that much time has passed.
+    A phase resumed from a checkpoint counts the time it had spent before it (saved beside the checkpoint
+    by :class:`StateCallback`), so its control arm's budget is the whole phase's, not the resumed part's.
     """
 
     def __init__(self, training: Any, phase: Phase):
@@ -59,12 +61,15 @@ class PhaseProgress(TrainerCallback):
         self._bar: Any = None
         self._task: Any = None
         self._t0 = 0.0
-        self._steps = 0
+        self._before = 0.0  # seconds spent in the phase before the checkpoint it resumed from
 
     def on_train_begin(self, args, state, control, **kwargs):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._t0, self._steps = time.perf_counter(), 0
+        self._t0, self._before = time.perf_counter(), 0.0
+        resumed = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
+        if state.global_step > 0 and resumed.exists():
+            self._before = float(json.loads(resumed.read_text()).get("phase_seconds", 0.0))
         self._bar = Progress(TextColumn(f"{self.phase.name} ({self.phase.kind})"), BarColumn(), MofNCompleteColumn(),
                              TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
                              console=self.training.console, transient=False)
@@ -79,10 +84,10 @@ class PhaseProgress(TrainerCallback):
             self._bar.update(self._task, status=text)
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self._t0
+        """The phase's training seconds so far, those before a resume included."""
+        return self._before + time.perf_counter() - self._t0
 
     def on_step_end(self, args, state, control, **kwargs):
-        self._steps += 1
         if self._bar is not None:
             self._bar.update(self._task, completed=state.global_step)
         limit = getattr(self.training, "time_limit_s", None)
@@ -94,8 +99,8 @@ class PhaseProgress(TrainerCallback):
             self._bar.stop()
             self._bar = None
         p, name = self.training.progress, self.phase.name
-        p.setdefault("seconds", {})[name] = p.get("seconds", {}).get(name, 0.0) + self.elapsed()
-        p.setdefault("steps_done", {})[name] = p.get("steps_done", {}).get(name, 0) + self._steps
+        p.setdefault("seconds", {})[name] = self.elapsed()
+        p.setdefault("steps_done", {})[name] = state.global_step
         if p["steps_done"][name]:
             p.setdefault("seconds_per_step", {})[name] = p["seconds"][name] / p["steps_done"][name]
 
@@ -128,10 +133,11 @@ def resume_checkpoint(training: Any, phase: Phase) -> str | None:
 
 
 class StateCallback(TrainerCallback):
-    """Writes proposer and curriculum state beside every checkpoint TRL saves."""
+    """Writes proposer and curriculum state beside every checkpoint TRL saves, and the phase's clock
+    (``clock``: its :class:`PhaseProgress`) so that a resumed phase knows the time it had spent."""
 
-    def __init__(self, training: Any, phase: Phase):
-        self.training, self.phase = training, phase
+    def __init__(self, training: Any, phase: Phase, clock: PhaseProgress | None = None):
+        self.training, self.phase, self.clock = training, phase, clock
 
     def on_save(self, args, state, control, **kwargs):
         ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
@@ -142,6 +148,8 @@ class StateCallback(TrainerCallback):
                 "last_step": int(t.progress.get("step_offset", 0)) + state.global_step - 1
                 if self.phase.kind == "grpo" else (t.metrics.rows[-1]["step"] if t.metrics.rows else -1),
                 "proposer": t.proposer.state_dict(), "curriculum": t.curriculum.state_dict()}
+        if self.clock is not None:
+            data["phase_seconds"] = self.clock.elapsed()
         tmp = ckpt / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(data, default=str))
         tmp.replace(ckpt / STATE_FILE)

@@ -42,9 +42,10 @@ def run_sft(training: Any, phase: Phase, exclude: set[str]) -> None:
     args = SFTConfig(**common_args(training, phase), per_device_train_batch_size=phase.batch_size,
                      max_length=sft_budget(training.coder, phase), completion_only_loss=True, packing=False,
                      **dict(training.settings.sft_kwargs))
+    clock = PhaseProgress(training, phase)
     trainer = SFTTrainer(model=training.coder.hf_model, args=args, train_dataset=dataset,
                          processing_class=training.coder.hf_tokenizer,
-                         callbacks=[StateCallback(training, phase), PhaseProgress(training, phase)])
+                         callbacks=[StateCallback(training, phase, clock), clock])
     quiet(trainer)
     trainer.train(resume_from_checkpoint=resume_checkpoint(training, phase))
     rows = [r for r in trainer.state.log_history if "loss" in r]
