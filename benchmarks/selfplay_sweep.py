@@ -16,7 +16,8 @@ Variants can also come from a JSON file (``--variants FILE``: ``{"name": ["overr
 ``--warm-starts DIR`` screens the GRPO recipe alone: seed S starts from ``DIR/seedS/models/distill`` (a
 finished run's SFT model, e.g. a copy of ``runs/x``) and skips the SFT phase; ``DIR/seedS/distill_pairs.jsonl``
 becomes the run's own cached distill pairs, which GRPO replays and the control arm (``--control``) trains
-on, as in a whole run. That model's held-out pass rate is the "after SFT" column.
+on, as in a whole run; ``DIR/seedS/train_state.json``, when kept, gives the SFT pace the control schedules
+its learning rate by (``pace_s``). That model's held-out pass rate is the "after SFT" column.
 Every run is forced to ``device=cpu`` unless the variant names a device, so a sweep on a GPU host
 measures the CPU job on its cores.
 """
@@ -63,7 +64,20 @@ def start_warm(run_dir: Path, warm_starts: Path, seed: int, controls: Sequence[s
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in ("distill", *controls):
         shutil.copyfile(pairs, run_dir / f"{name}_pairs.jsonl")
-    return [f"coder.model={model}", "trainer.phases.distill.steps=0"]
+    overrides = [f"coder.model={model}", "trainer.phases.distill.steps=0"]
+    pace = warm_pace(warm_starts, seed)
+    if pace is not None:  # the controls' schedule spans their budget, as in a whole run
+        overrides += [f"trainer.phases.{name}.pace_s={pace:.6g}" for name in controls]
+    return overrides
+
+
+def warm_pace(warm_starts: Path, seed: int) -> float | None:
+    """Seconds per SFT step of the run that made seed ``seed``'s warm start (its ``train_state.json``), if kept."""
+    state = warm_starts / f"seed{seed}" / "train_state.json"
+    if not state.exists():
+        return None
+    pace = json.loads(state.read_text()).get("seconds_per_step", {}).get("distill")
+    return float(pace) if pace else None
 
 
 def run_one(name: str, overrides: list[str], seed: int, out: Path, limit_s: float,

@@ -109,3 +109,28 @@ def test_progress_stops_training_at_the_time_limit():
     bar.on_train_end(args, state, control)
     assert control.should_training_stop
     assert training.progress["steps_done"]["c"] == 1 and training.progress["seconds"]["c"] >= 0.0
+
+
+def test_a_run_without_an_sft_phase_schedules_its_control_by_pace_s(control_run, tmp_path):
+    # a run that starts from another run's SFT model (a warm start) has no SFT phase whose pace the control
+    # could schedule by; pace_s gives it one, so its learning-rate schedule spans the budget: with a pace
+    # far slower than real, one step is scheduled (and, without pace_s, up to the 4000-step cap)
+    from core import plugins
+
+    first, _, _ = control_run
+    for phase in ("distill", "more_sft"):  # as benchmarks/selfplay_sweep lays out a warm start
+        (tmp_path / f"{phase}_pairs.jsonl").write_text((first / "distill_pairs.jsonl").read_text())
+    old = plugins._pm
+    try:
+        run(str(tmp_path), [f"coder.model={first / 'models' / 'distill'}", "trainer.phases.distill.steps=0",
+                            "trainer.phases.correctness.steps=2", "trainer.phases.more_sft.pace_s=1000"])
+    finally:
+        plugins.set_plugin_manager(old)
+    progress = json.loads((tmp_path / "train_state.json").read_text())
+    assert "distill" not in progress.get("seconds_per_step", {})
+    assert progress["eval_controls"]["more_sft"]["steps"] == 1
+
+
+def test_pace_s_must_be_a_positive_number_of_seconds():
+    with pytest.raises(TrainingError, match="pace_s"):
+        Phase("c", "sft", 10, control_for="g", pace_s=0.0)

@@ -7,7 +7,8 @@ A phase with ``control_for: X`` (``trainer.phases.<name>.control_for``) is a con
 - it trains for as long as ``X``'s training loop took (wall clock, :class:`core.loop.phase_common.PhaseProgress`
   measures both), its ``steps`` being only a cap; when the phase before ``X`` was an SFT phase, the
   step count is estimated from that phase's seconds per step so the learning-rate schedule spans
-  the budget rather than stopping part way down it;
+  the budget rather than stopping part way down it; a run without such a phase (it started from another
+  run's SFT model) schedules by the control's ``pace_s``, when given;
 - an SFT control without a dataset of its own reuses the verified teacher pairs of the SFT phase it
   continues (no new teacher calls, whose time the budget would not count);
 - it is evaluated on the same held-out tasks, and reported beside ``X`` in the final table.
@@ -59,6 +60,7 @@ def run_control(training: Any, phase: Phase, runner: Callable[[Any, Phase, set[s
                             f"{target!r} in train_state.json (did {target!r} run in this output directory?)")
     before = predecessor(training.settings.phases, target)
     rate = progress.get("seconds_per_step", {}).get(before.name) if before is not None else None
+    rate = rate or phase.pace_s
     scheduled = replace(phase, steps=budget_steps(phase, budget, rate))
     if phase.kind == "sft" and not phase.dataset and before is not None and before.kind == "sft":
         pairs = training.out / f"{before.name}_pairs.jsonl"

@@ -67,9 +67,10 @@ class PhaseProgress(TrainerCallback):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._t0, self._before = time.perf_counter(), 0.0
-        resumed = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
-        if state.global_step > 0 and resumed.exists():
-            self._before = float(json.loads(resumed.read_text()).get("phase_seconds", 0.0))
+        if state.global_step > 0:  # resumed by TRL from checkpoint-<global_step>
+            resumed = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
+            if resumed.exists():
+                self._before = float(json.loads(resumed.read_text()).get("phase_seconds", 0.0))
         self._bar = Progress(TextColumn(f"{self.phase.name} ({self.phase.kind})"), BarColumn(), MofNCompleteColumn(),
                              TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
                              console=self.training.console, transient=False)

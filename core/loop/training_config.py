@@ -32,6 +32,9 @@ class Phase:
     # A control arm of the named phase: same start model and wall clock, reported beside it
     # (core.loop.control); ``steps`` is then only a cap.
     control_for: str | None = None
+    # A control arm's seconds per step, to schedule its learning rate over its budget when no SFT phase of
+    # this run measured a pace (a run that starts from another run's SFT model); None: schedule ``steps``.
+    pace_s: float | None = None
     # sft only
     tasks: int = 64  # tasks the teacher is asked to solve (in-process distillation)
     dataset: str | None = None  # a ``core.distill`` JSONL instead of in-process distillation
@@ -55,6 +58,8 @@ class Phase:
             raise TrainingError(f"phase {self.name!r}: kind must be one of {PHASE_KINDS}, got {self.kind!r}")
         if self.steps < 0:
             raise TrainingError(f"phase {self.name!r}: steps must be >= 0, got {self.steps}")
+        if self.pace_s is not None and not self.pace_s > 0:
+            raise TrainingError(f"phase {self.name!r}: pace_s must be > 0 seconds per step, got {self.pace_s}")
 
 
 @dataclass
