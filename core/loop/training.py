@@ -223,7 +223,8 @@ class Training:
         n = self.settings.eval_tasks
         if n <= 0:
             return []
-        proposer = build("proposer", self.cfg.proposer, seed=self.seed + self.settings.eval_seed_offset)
+        node = self.settings.eval_proposer or self.cfg.proposer
+        proposer = build("proposer", node, seed=self.seed + self.settings.eval_seed_offset)
         if self.settings.eval_share <= 0:
             return list(proposer.propose(n, copy_state(self.curriculum.state)))
         # Only tasks in the reserved eval bucket, which no training proposer can yield.

@@ -81,6 +81,9 @@ class TrainSettings:
     # Share of the task-fingerprint space reserved for this run's held-out evaluation: training
     # proposers never yield a task in it, the held-out tasks come only from it (core.evaluation.suites.HeldOut).
     eval_share: float = 0.2
+    # The proposer node (``name`` + kwargs, like the ``proposer`` group) that draws the held-out tasks;
+    # None: the run's own proposer. Fix it to compare runs of different proposers on the same tasks.
+    eval_proposer: dict[str, Any] | None = None
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     logging_steps: int = 1
     torch_threads: int | None = None  # intra-op threads of the training process (None: torch's default)
