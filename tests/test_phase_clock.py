@@ -23,7 +23,7 @@ class _Clock:
 
 
 def _training():
-    stateful = SimpleNamespace(state_dict=lambda: {})
+    stateful = SimpleNamespace(state_dict=dict)
     return SimpleNamespace(progress={}, console=Console(file=io.StringIO()), proposer=stateful, curriculum=stateful,
                            metrics=SimpleNamespace(rows=[]), time_limit_s=None)
 
