@@ -158,6 +158,11 @@ _GEOMEANS = """│ all   │    64 │    0 │     0.98 │    0.95 │     0 �
     ("refinement_figure", _REFINEMENT, ("trained model: pass@1 after turn 1..3: 0.641 -> 0.641 -> 0.641; "
                                         "after feedback SFT: pass@1 after turn 1..3: 0.578 -> 0.672 -> 0.672")),
     ("geomean_figure", _GEOMEANS, "geomean vs eager 1.31x/1.02x/1.10x (teacher/before/after)"),
+    ("training_figure", ("| variant | seeds | after SFT | after GRPO | control | RL - SFT, points [95% CI] | "
+                         "control - SFT | wall s |\n|---|---|---|---|---|---|---|---|\n"
+                         "| gpu | 3 | 0.818 | 0.786 | 0.807 | -3.1 [-7.3, +0.0] | -1.0 [-16.7, +12.0] | [228, 352, 359] |"),
+     "RL - SFT -3.1 [-7.3, +0.0], control - SFT -1.0 [-16.7, +12.0] points"),
+    ("training_figure", "held-out pass rate 0.000 -> 0.844", "held-out pass rate 0.000 -> 0.844"),
     ("scaling_figure", "scaling 2 vs 1: 2.20x (target >= 1.8x)", "2 vs 1 GPU: 2.20x"),
     ("scaling_figure", ("1 shard          96    69.94         82.4     96  {'accepted': 96}\n"
                         "scaling 1 vs 1: 1.00x (target >= 1.8x)"), "1 GPU: 82.4 verdicts/min (96 verdicts)"),
