@@ -459,7 +459,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("sanitizer", 150, "88 s (2026-11-30 b, call 4)",
          "benchmarks/sanitizer_cost.py: what a compute-sanitizer verdict costs", _sanitizer, sanitizer_figure,
          results=(("sanitizer_cost.json", "sanitizer_cost.json"),)),
-    Step("training_sft", 500, "2026-12-02, three side by side with checkpoints every 4 steps: build, 256 teacher "
+    Step("training_sft", 480, "2026-12-02, three side by side with checkpoints every 4 steps: build, 256 teacher "
          "verdicts (248-252 accepted) and 632-724 of 800 SFT steps in 420 s, the rest and both evaluations in 155 s "
          "of a second call (each evaluation of 64 tasks 25-58 s)",
          "the default job's SFT warm start at GPU scale (8 layers, 512 wide, ~27M parameters), seeds 0-2 side by "
