@@ -67,7 +67,8 @@ def start_warm(run_dir: Path, warm_starts: Path, seed: int, controls: Sequence[s
     overrides = [f"coder.model={model}", "trainer.phases.distill.steps=0"]
     pace = warm_pace(warm_starts, seed)
     if pace is not None:  # the controls' schedule spans their budget, as in a whole run
-        overrides += [f"trainer.phases.{name}.pace_s={pace:.6g}" for name in controls]
+        # ++: a control phase from a variant or another trainer file may not declare pace_s
+        overrides += [f"++trainer.phases.{name}.pace_s={pace:.6g}" for name in controls]
     return overrides
 
 

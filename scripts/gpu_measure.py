@@ -349,8 +349,10 @@ def _training(ctx: Context) -> list[Command]:
     # not rerun and cut ones resume from their last checkpoint, so a chain of calls (--work) completes it.
     root, cache = _training_dirs(ctx)
     warm = root / "warm"
+    # the control arm saves every 200 of its ~0.1 s steps: at every 4 (2026-12-02) it spent its wall clock saving
     selfplay = [*_GPU_RUN, _GRPO_SAVES, "trainer.eval_tasks=64", f"trainer.phases.correctness.steps={_GRPO_STEPS}",
-                "trainer.phases.more_sft.batch_size=16", "trainer.phases.more_sft.learning_rate=5e-4"]
+                "trainer.phases.more_sft.batch_size=16", "trainer.phases.more_sft.learning_rate=5e-4",
+                "trainer.phases.more_sft.save_steps=200"]
     return [
         ctx.py("-m", "benchmarks.selfplay_sweep", "--warm-starts", warm, "--seeds", *_TRAIN_SEEDS, "--jobs", "3",
                "--limit-s", "7200", "--out", root / "selfplay", "--variant", "gpu=" + " ".join(selfplay),
@@ -359,6 +361,12 @@ def _training(ctx: Context) -> list[Command]:
                "--steps", str(_EXPERIMENT_STEPS), "--jobs", "12", "--model", warm / "seed0" / "models" / "distill",
                "--out", root / "experiments", "--", *_GPU_RUN, _GRPO_SAVES, env=cache, background=True),
     ]
+
+
+def warm_starts_figure(log: str) -> str:
+    """Every warm start's held-out pass rate after SFT (the runs share one log)."""
+    found = re.findall(r"held-out eval after training: pass rate (\d\.\d+)", log)
+    return f"held-out after SFT {'/'.join(found)}" if found else held_out_figure(log)
 
 
 def training_figure(log: str) -> str:
@@ -463,7 +471,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "verdicts (248-252 accepted) and 632-724 of 800 SFT steps in 420 s, the rest and both evaluations in 155 s "
          "of a second call (each evaluation of 64 tasks 25-58 s)",
          "the default job's SFT warm start at GPU scale (8 layers, 512 wide, ~27M parameters), seeds 0-2 side by "
-         "side: 256 teacher pairs, 800 SFT steps, held-out pass rate of 64 tasks", _training_sft, held_out_figure,
+         "side: 256 teacher pairs, 800 SFT steps, held-out pass rate of 64 tasks", _training_sft, warm_starts_figure,
          tail=20),
     Step("training", 1200, "2026-12-02: 754 s over two chained calls (393 s cut, then 360 s), 15 runs side by side: "
          "the experiments' 12 runs 337-363 s each, GRPO ~10 s a step (20 steps in 204-218 s)",
@@ -553,6 +561,43 @@ def wait_command(proc: subprocess.Popen, log, deadline: float) -> int | None:
         raise
 
 
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    """SIGINT to every process group at once, one shared grace period, then SIGKILL to what is left."""
+    for sig, grace in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, 5)):
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        until = time.monotonic() + grace
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, until - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        if all(proc.poll() is not None for proc in procs):
+            break
+    for proc in procs:  # what the groups left behind
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_all(procs: list[subprocess.Popen], log, deadline: float) -> list[int | None]:
+    """Each process's exit status, None for those still running at the deadline (all stopped together)."""
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            break
+    late = [proc for proc in procs if proc.poll() is None]
+    if late:
+        stop_all(late)
+        log.write(f"\n== stopped at the step's limit ({len(late)} background command(s))\n")
+    return [None if proc in late else proc.returncode for proc in procs]
+
+
 def run_command(cmd: Command, env: dict[str, str], log, deadline: float) -> int | None:
     """The command's exit status, or None when it ran past the deadline and was stopped."""
     proc = start_command(cmd, env, log)
@@ -594,14 +639,17 @@ def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: C
                     status = "failed"
                     if step.chain:
                         break
-        finally:  # the commands started in the background, waited for (or stopped) whatever happened above
-            for proc in background:
-                rc = proc if isinstance(proc, int) else wait_command(proc, log, deadline if status == "ok" else 0.0)
-                if rc is None and status == "ok":
-                    status = "timeout"
-                elif rc and status == "ok":
-                    log.write(f"== exit status {rc}\n")
-                    status = "failed"
+            running = [p for p in background if not isinstance(p, int)]
+            codes = wait_all(running, log, deadline if status != "timeout" else 0.0)
+        except BaseException:  # an interrupt: stop every process started in the background, then re-raise
+            stop_all([p for p in background if not isinstance(p, int)])
+            raise
+        for rc in [p for p in background if isinstance(p, int)] + codes:
+            if rc is None and status == "ok":
+                status = "timeout"
+            elif rc and status == "ok":
+                log.write(f"== exit status {rc}\n")
+                status = "failed"
     seconds = time.monotonic() - t0
     text = log_path.read_text(errors="replace")
     figure = step.figure(text)
@@ -697,7 +745,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         ctx = Context(args.python, Path("$WORK"), gpus, args.kb, args.kb_configs)
         env = steps_env()
-        print(f"# WORK: a fresh temporary folder, packed into {args.out}/steps.tgz; {gpus} GPU(s); {budget}")
+        where = f"{args.work} (kept)" if args.work is not None else "a fresh temporary folder"
+        print(f"# WORK: {where}, packed into {args.out}/steps.tgz; {gpus} GPU(s); {budget}")
         print("# env: " + " ".join(f"{k}={env[k]}" for k in
                                    ("PYTHONPATH", "KERNELZERO_DISABLE_AUTOLOAD", "TRITON_DEFAULT_FP_FUSION")))
         for name in names:

@@ -39,3 +39,14 @@ def test_eval_proposer_defaults_to_none_in_every_trainer():
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
             cfg = compose("config", overrides=[f"trainer={name}"])
         assert OmegaConf.select(cfg, "trainer.eval_proposer") is None
+
+
+def test_an_eval_proposer_that_is_not_a_proposer_node_is_refused():
+    import pytest
+
+    from core.loop.training_config import TrainingError
+
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose("config", overrides=["trainer.eval_proposer=random"])
+    with pytest.raises(TrainingError, match="eval_proposer must be a proposer node"):
+        TrainSettings.from_config(cfg.trainer)

@@ -240,3 +240,28 @@ def test_call_s_cuts_the_steps_limits_to_what_is_left_of_the_call(tmp_path):
     rows = _table(run.stdout)
     assert rows["sanitizer"][0] == "timeout"
     assert rows["timing"][0] == "skipped" and "--call-s 18" in rows["timing"][1]
+
+
+def test_an_interrupt_stops_every_background_command(tmp_path):
+    import os
+    import signal
+
+    pids = tmp_path / "pids"
+    fake = _fake_python(tmp_path, rf"""
+*core.run*) echo $$ >> {pids}; exec sleep 60 ;;""")
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--python", str(fake), "--gpus", "1", "--out",
+                             str(tmp_path / "out"), "training_sft"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not pids.exists() or len(pids.read_text().split()) < 3):
+        time.sleep(0.05)
+    assert pids.exists() and len(pids.read_text().split()) == 3, proc.stdout.read1().decode() if proc.stdout else ""
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    alive = []
+    for pid in map(int, pids.read_text().split()):
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    assert not alive, f"background runs left behind: {alive}"

@@ -78,4 +78,4 @@ def test_a_warm_start_that_kept_its_run_state_gives_the_controls_its_sft_pace(tm
     warm = _warm_starts(tmp_path / "warm", [2])
     (warm / "seed2" / "train_state.json").write_text(json.dumps({"seconds_per_step": {"distill": 0.125}}))
     overrides = start_warm(tmp_path / "v-seed2", warm, 2, ["more_sft", "other"])
-    assert overrides[2:] == ["trainer.phases.more_sft.pace_s=0.125", "trainer.phases.other.pace_s=0.125"]
+    assert overrides[2:] == ["++trainer.phases.more_sft.pace_s=0.125", "++trainer.phases.other.pace_s=0.125"]

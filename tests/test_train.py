@@ -217,10 +217,9 @@ def test_killed_run_resumes_from_last_checkpoint(tmp_path):
     assert state["global_step"] == 6
     # the proposer continued from its saved state: one feedback per step across both processes
     assert state["proposer"]["feedbacks"] == 6
-    # the phase's steps and seconds are those of both processes (the control arm's budget)
+    # the phase's steps are those of both processes (its seconds: tests/test_phase_clock.py)
     progress = json.loads((out / "train_state.json").read_text())
     assert progress["steps_done"]["correctness"] == 6
-    assert progress["seconds"]["correctness"] >= state["phase_seconds"] > 0
 
 
 class AcceptEverything(StaticVerifier):

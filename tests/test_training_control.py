@@ -134,3 +134,16 @@ def test_a_run_without_an_sft_phase_schedules_its_control_by_pace_s(control_run,
 def test_pace_s_must_be_a_positive_number_of_seconds():
     with pytest.raises(TrainingError, match="pace_s"):
         Phase("c", "sft", 10, control_for="g", pace_s=0.0)
+
+
+def test_a_phase_can_checkpoint_less_often_than_the_run():
+    # a GRPO run checkpoints every few steps so a cut run resumes close by; its SFT control, whose steps
+    # take a fraction of a second, would spend its wall clock saving at that rate
+    from core.loop.phase_common import common_args
+
+    settings = TrainSettings(phases=[Phase("g", "grpo", 3)], save_steps=4)
+    training = SimpleNamespace(settings=settings, out=Path("/tmp/run"), device="cpu", seed=0)
+    assert common_args(training, Phase("g", "grpo", 3))["save_steps"] == 4
+    assert common_args(training, Phase("c", "sft", 100, control_for="g", save_steps=200))["save_steps"] == 200
+    with pytest.raises(TrainingError, match="save_steps"):
+        Phase("c", "sft", 100, save_steps=0)

@@ -32,7 +32,7 @@ def common_args(training: Any, phase: Phase) -> dict[str, Any]:
     s = training.settings
     return dict(
         output_dir=str(phase_dir(training, phase)), max_steps=phase.steps, learning_rate=phase.learning_rate,
-        logging_steps=s.logging_steps, save_strategy="steps", save_steps=s.save_steps,
+        logging_steps=s.logging_steps, save_strategy="steps", save_steps=phase.save_steps or s.save_steps,
         save_total_limit=s.save_total_limit, report_to=list(s.report_to),
         use_cpu=training.device == "cpu", seed=training.seed, ignore_data_skip=True, disable_tqdm=True,
     )
@@ -69,8 +69,12 @@ class PhaseProgress(TrainerCallback):
         self._t0, self._before = time.perf_counter(), 0.0
         if state.global_step > 0:  # resumed by TRL from checkpoint-<global_step>
             resumed = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
-            if resumed.exists():
-                self._before = float(json.loads(resumed.read_text()).get("phase_seconds", 0.0))
+            saved = json.loads(resumed.read_text()) if resumed.exists() else {}
+            if "phase_seconds" in saved:
+                self._before = float(saved["phase_seconds"])
+            else:  # a checkpoint from before the clock was saved: this phase's time counts from here
+                self.training.console.print(f"[yellow]note[/]: {resumed} holds no phase clock; {self.phase.name}'s "
+                                            "recorded time (a control arm's budget) counts from this resume only")
         self._bar = Progress(TextColumn(f"{self.phase.name} ({self.phase.kind})"), BarColumn(), MofNCompleteColumn(),
                              TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
                              console=self.training.console, transient=False)

@@ -35,6 +35,9 @@ class Phase:
     # A control arm's seconds per step, to schedule its learning rate over its budget when no SFT phase of
     # this run measured a pace (a run that starts from another run's SFT model); None: schedule ``steps``.
     pace_s: float | None = None
+    # Checkpoint every this many steps; None: the trainer's ``save_steps``. An SFT control arm saves less
+    # often than GRPO: its steps are short, and saving a model and its optimiser would eat its wall clock.
+    save_steps: int | None = None
     # sft only
     tasks: int = 64  # tasks the teacher is asked to solve (in-process distillation)
     dataset: str | None = None  # a ``core.distill`` JSONL instead of in-process distillation
@@ -58,6 +61,8 @@ class Phase:
             raise TrainingError(f"phase {self.name!r}: kind must be one of {PHASE_KINDS}, got {self.kind!r}")
         if self.steps < 0:
             raise TrainingError(f"phase {self.name!r}: steps must be >= 0, got {self.steps}")
+        if self.save_steps is not None and self.save_steps < 1:
+            raise TrainingError(f"phase {self.name!r}: save_steps must be >= 1, got {self.save_steps}")
         if self.pace_s is not None and not self.pace_s > 0:
             raise TrainingError(f"phase {self.name!r}: pace_s must be > 0 seconds per step, got {self.pace_s}")
 
@@ -108,6 +113,10 @@ class TrainSettings:
         if not phases:
             raise TrainingError("trainer.phases is empty: list at least one phase (kind: sft or grpo)")
         validate_controls(phases)
+        if settings.eval_proposer is not None and not (isinstance(settings.eval_proposer, Mapping)
+                                                       and settings.eval_proposer.get("name")):
+            raise TrainingError(f"trainer.eval_proposer must be a proposer node with a name, e.g. "
+                                f"'{{name: random, max_ops: 1}}', or null; got {settings.eval_proposer!r}")
         if settings.resume not in ("auto", "never"):
             raise TrainingError(f"trainer.resume must be 'auto' or 'never', got {settings.resume!r}")
         return settings
