@@ -518,24 +518,6 @@ def steps_env() -> dict[str, str]:
     return env
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGINT to the command's process group (pytest and the benches print what they have), then SIGKILL."""
-    for sig, grace in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    try:  # what the group left behind (pytest-xdist workers)
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def start_command(cmd: Command, env: dict[str, str], log) -> subprocess.Popen | int:
     """The started process, or 127 when it could not start."""
     log.write(f"$ {cmd.shell()}" + (" &" if cmd.background else "") + "\n")
@@ -553,16 +535,17 @@ def wait_command(proc: subprocess.Popen, log, deadline: float) -> int | None:
     try:
         return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        _stop(proc)
+        stop_all([proc])
         log.write("\n== stopped at the step's limit\n")
         return None
     except BaseException:
-        _stop(proc)
+        stop_all([proc])
         raise
 
 
 def stop_all(procs: list[subprocess.Popen]) -> None:
-    """SIGINT to every process group at once, one shared grace period, then SIGKILL to what is left."""
+    """SIGINT to every process group at once (pytest and the benches print what they have), one shared
+    grace period, then SIGKILL to what is left and to what the groups left behind (pytest-xdist workers)."""
     for sig, grace in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, 5)):
         for proc in procs:
             try:

@@ -7,8 +7,8 @@ A phase with ``control_for: X`` (``trainer.phases.<name>.control_for``) is a con
 - it trains for as long as ``X``'s training loop took (wall clock, :class:`core.loop.phase_common.PhaseProgress`
   measures both), its ``steps`` being only a cap; when a phase ran before ``X`` (for the default run:
   the SFT warm start), the step count is estimated from that phase's seconds per step so the
-  learning-rate schedule spans the budget rather than stopping part way down it; a run without such a phase (it started from another
-  run's SFT model) schedules by the control's ``pace_s``, when given;
+  learning-rate schedule spans the budget rather than stopping part way down it; a run without such
+  a phase (it started from another run's SFT model) schedules by the control's ``pace_s``, when given;
 - an SFT control without a dataset of its own reuses the verified teacher pairs of the SFT phase it
   continues (no new teacher calls, whose time the budget would not count);
 - it is evaluated on the same held-out tasks, and reported beside ``X`` in the final table.
