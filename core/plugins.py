@@ -44,6 +44,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "plugins.ops.attention",
     "plugins.proposers.random_proposer",
     "plugins.proposers.mcts",
+    "plugins.proposers.replay",
     "plugins.rewards.builtin",
     "plugins.curricula.builtin",
     "plugins.backends.triton_backend",
