@@ -156,3 +156,20 @@ def test_hydra_group_composes_the_default_runs_proposer_as_base():
     proposer = build("proposer", cfg.proposer, seed=0)
     assert isinstance(proposer, ReplayProposer) and proposer.inner.name == "random"
     assert proposer.inner.max_ops == 1
+
+
+def test_the_task_stream_counts_replays_as_repeats():
+    from itertools import islice
+
+    from core.loop.taskstream import TaskStream
+
+    class Curriculum:
+        state = TIER0
+
+    proposer = replay(replay_share=0.5, min_buffer=1)
+    stream = TaskStream(proposer, Curriculum(), prompt=lambda t: t.source, batch=4)
+    rows = stream.rows()
+    for _ in range(4):
+        batch = list(islice(rows, 4))
+        proposer.feedback({row["task_id"]: 0.5 for row in batch})
+    assert stream.streamed == 16 and stream.distinct == 16 - proposer.replayed and proposer.replayed > 0

@@ -85,8 +85,8 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
         training.console.print(f"{phase.name}: self-imitation replayed {trainer_class.self_imitated()} accepted "
                                f"completions beside {len(replay)} teacher pairs")
     training.progress["step_offset"] = int(training.progress.get("step_offset", 0)) + phase.steps
-    training.console.print(f"{phase.name}: {(env or shared).verifications} verifications, {stream.streamed} tasks streamed, "
-                           f"{stream.skipped} skipped (held out or too long)")
+    training.console.print(f"{phase.name}: {(env or shared).verifications} verifications, {stream.streamed} tasks streamed "
+                           f"({stream.distinct} distinct), {stream.skipped} skipped (held out or too long)")
     finish_phase(training, phase, trainer)
 
 

@@ -45,6 +45,12 @@ class TaskStream:
     streamed: int = 0
     skipped: int = 0
     _tasks: "OrderedDict[str, Task]" = field(default_factory=OrderedDict, init=False, repr=False)
+    _streamed_ids: set[str] = field(default_factory=set, init=False, repr=False)
+
+    @property
+    def distinct(self) -> int:
+        """How many different tasks were streamed (a replaying proposer serves some more than once)."""
+        return len(self._streamed_ids)
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """An endless stream of rows; the proposer is called lazily, one batch at a time."""
@@ -67,6 +73,7 @@ class TaskStream:
                 consecutive_skips = 0
                 self.remember(task)
                 self.streamed += 1
+                self._streamed_ids.add(task.id)
                 yield {"prompt": text, "task_id": task.id, "tier": int(task.tier)}
 
     def remember(self, task: Task) -> None:
