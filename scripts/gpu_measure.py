@@ -319,6 +319,7 @@ _TRAIN_SEEDS = ("0", "1", "2")
 _SFT = ("trainer.phases.distill.steps=800", "trainer.phases.distill.tasks=256", "trainer.phases.distill.batch_size=16",
         "trainer.phases.distill.learning_rate=5e-4")
 _GRPO_STEPS = 20  # per seed, then its control arm: the same wall clock on more SFT
+_GRPO_LONG_STEPS = 60  # the long arm: does the gain grow with steps, as on CPU (16 steps +0.5, 40 steps +3.6)?
 _EXPERIMENT_STEPS = 12  # per density/curriculum run
 
 
@@ -341,26 +342,32 @@ def _training_sft(ctx: Context) -> list[Command]:
 
 
 def _training(ctx: Context) -> list[Command]:
-    # From training_sft's warm starts, side by side: (1) the rest of the default job per seed, GRPO
-    # self-play with the proposer and the adaptive curriculum (4 tasks x 8 samples a step), then its control
-    # arm (GRPO's wall clock spent on more SFT on the same 256 pairs), held-out pass rate after each;
-    # (2) issue 20's two experiments from seed 0's warm start, 3 seeds per arm: information density, MCTS vs
-    # random proposer, and steps to a pass-rate threshold, adaptive vs fixed curriculum. Finished runs are
-    # not rerun and cut ones resume from their last checkpoint, so a chain of calls (--work) completes it.
+    # From training_sft's warm starts, side by side, the rest of the default job per seed: GRPO self-play
+    # with the proposer and the adaptive curriculum (4 tasks x 8 samples a step), then its control arm
+    # (GRPO's wall clock spent on more SFT on the same 256 pairs), held-out pass rate after each; beside it
+    # the same GRPO with prioritized task replay (proposer=replay), and GRPO for 3x the steps, neither with a
+    # control. Finished runs are not rerun
+    # and cut ones resume from their last checkpoint, so a chain of calls (--work) completes it.
     root, cache = _training_dirs(ctx)
-    warm = root / "warm"
     # the control arm saves every 200 of its ~0.1 s steps: at every 4 (2026-12-02) it spent its wall clock saving
     selfplay = [*_GPU_RUN, _GRPO_SAVES, "trainer.eval_tasks=64", f"trainer.phases.correctness.steps={_GRPO_STEPS}",
                 "trainer.phases.more_sft.batch_size=16", "trainer.phases.more_sft.learning_rate=5e-4",
                 "trainer.phases.more_sft.save_steps=200"]
-    return [
-        ctx.py("-m", "benchmarks.selfplay_sweep", "--warm-starts", warm, "--seeds", *_TRAIN_SEEDS, "--jobs", "3",
-               "--limit-s", "7200", "--out", root / "selfplay", "--variant", "gpu=" + " ".join(selfplay),
-               env=cache, background=True),
-        ctx.py("scripts/run_experiments.py", "--only", "density", "curriculum", "--seeds", *_TRAIN_SEEDS,
-               "--steps", str(_EXPERIMENT_STEPS), "--jobs", "12", "--model", warm / "seed0" / "models" / "distill",
-               "--out", root / "experiments", "--", *_GPU_RUN, _GRPO_SAVES, env=cache, background=True),
-    ]
+    replay = [*selfplay, "proposer=replay", "trainer.phases.more_sft.steps=0"]
+    long = [*selfplay, f"trainer.phases.correctness.steps={_GRPO_LONG_STEPS}", "trainer.phases.more_sft.steps=0"]
+    return [ctx.py("-m", "benchmarks.selfplay_sweep", "--warm-starts", root / "warm", "--seeds", *_TRAIN_SEEDS,
+                   "--jobs", "9", "--limit-s", "7200", "--out", root / "selfplay", "--variant", "gpu=" + " ".join(selfplay),
+                   "--variant", "gpu_replay=" + " ".join(replay), "--variant", "gpu_long=" + " ".join(long),
+                   env=cache, background=True)]
+
+
+def _training_experiments(ctx: Context) -> list[Command]:
+    # Issue 20's two experiments from seed 0's warm start, 3 seeds per arm: information density, MCTS vs
+    # random proposer, and steps to a pass-rate threshold, adaptive vs fixed curriculum.
+    root, cache = _training_dirs(ctx)
+    return [ctx.py("scripts/run_experiments.py", "--only", "density", "curriculum", "--seeds", *_TRAIN_SEEDS,
+                   "--steps", str(_EXPERIMENT_STEPS), "--jobs", "12", "--model", root / "warm" / "seed0" / "models" / "distill",
+                   "--out", root / "experiments", "--", *_GPU_RUN, _GRPO_SAVES, env=cache, background=True)]
 
 
 def warm_starts_figure(log: str) -> str:
@@ -370,11 +377,30 @@ def warm_starts_figure(log: str) -> str:
 
 
 def training_figure(log: str) -> str:
-    """RL - SFT and control - SFT of the self-play table (benchmarks/selfplay_sweep's row), from the step's log."""
-    rows = [line.split("|") for line in _lines(log) if line.startswith("| gpu |")]
-    if not rows or len(rows[-1]) < 8:
+    """RL - SFT (and control - SFT where it ran) per variant of the self-play table (benchmarks/selfplay_sweep's
+    rows), from the step's log."""
+    rows = {}
+    for line in _lines(log):
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) >= 9 and cells[1].startswith("gpu"):
+            rows[cells[1]] = cells  # the last table printed wins
+    if not rows:
         return held_out_figure(log)
-    return f"RL - SFT {rows[-1][6].strip()}, control - SFT {rows[-1][7].strip()} points"
+    figures = []
+    for name, cells in rows.items():
+        control = f", control - SFT {cells[7]}" if cells[7] not in ("", "-") else ""
+        figures.append(f"{name}: RL - SFT {cells[6]}{control} points")
+    return "; ".join(figures)
+
+
+def experiments_figure(log: str) -> str:
+    """The two ratios of scripts/run_experiments.py's summary table (mcts / random, adaptive / fixed)."""
+    found = {}
+    for line in _lines(log):
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) >= 4 and cells[2] in ("mcts / random", "adaptive / fixed"):
+            found[cells[2]] = cells[3]
+    return "; ".join(f"{arm} {value}" for arm, value in found.items()) or held_out_figure(log)
 
 
 def _refinement(ctx: Context) -> list[Command]:
@@ -473,13 +499,16 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "the default job's SFT warm start at GPU scale (8 layers, 512 wide, ~27M parameters), seeds 0-2 side by "
          "side: 256 teacher pairs, 800 SFT steps, held-out pass rate of 64 tasks", _training_sft, warm_starts_figure,
          tail=20),
-    Step("training", 1200, "2026-12-02: 754 s over two chained calls (393 s cut, then 360 s), 15 runs side by side: "
-         "the experiments' 12 runs 337-363 s each, GRPO ~10 s a step (20 steps in 204-218 s)",
+    Step("training", 1200, "2026-12-02: 754 s over two chained calls (393 s cut, then 360 s), 15 runs side by side "
+         "(the experiments' 12 among them): GRPO ~10 s a step (20 steps in 204-218 s)",
          "from training_sft's warm starts, side by side: GRPO 20 steps x 4 tasks x 8 samples and its control arm "
-         "per seed; issue 20's density (MCTS vs random) and curriculum (adaptive vs fixed) experiments, 3 seeds "
-         "per arm, 12 steps each. Longer than one device call: chain calls with --work", _training, training_figure,
-         results=(("training/selfplay/sweep.md", "training_selfplay.md"),
-                  ("training/experiments/summary.md", "training_experiments.md"),
+         "per seed; the same GRPO with prioritized task replay (proposer=replay); GRPO for 60 steps. Longer than one device "
+         "call with training_sft: chain calls with --work", _training, training_figure,
+         results=(("training/selfplay/sweep.md", "training_selfplay.md"),), tail=40),
+    Step("training_experiments", 900, "2026-12-02: its 12 runs 337-363 s each, beside the self-play runs",
+         "issue 20's density (MCTS vs random) and curriculum (adaptive vs fixed) experiments from training_sft's "
+         "seed 0 warm start, 3 seeds per arm, 12 steps each", _training_experiments, experiments_figure,
+         results=(("training/experiments/summary.md", "training_experiments.md"),
                   ("training/experiments/experiments.png", "training_experiments.png")), tail=40),
     Step("refinement", 480, "not yet run; estimated 5-8 min (on CPU the run took 11 min, the benchmark 7 min)",
          "the embedded default distilled on the GPU, then benchmarks/refinement.py: held-out pass@1 after turn "

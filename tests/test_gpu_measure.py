@@ -161,7 +161,16 @@ _GEOMEANS = """│ all   │    64 │    0 │     0.98 │    0.95 │     0 �
     ("training_figure", ("| variant | seeds | after SFT | after GRPO | control | RL - SFT, points [95% CI] | "
                          "control - SFT | wall s |\n|---|---|---|---|---|---|---|---|\n"
                          "| gpu | 3 | 0.818 | 0.786 | 0.807 | -3.1 [-7.3, +0.0] | -1.0 [-16.7, +12.0] | [228, 352, 359] |"),
-     "RL - SFT -3.1 [-7.3, +0.0], control - SFT -1.0 [-16.7, +12.0] points"),
+     "gpu: RL - SFT -3.1 [-7.3, +0.0], control - SFT -1.0 [-16.7, +12.0] points"),
+    ("training_figure", ("| variant | seeds | after SFT | after GRPO | control | RL - SFT, points [95% CI] | "
+                         "control - SFT | wall s |\n|---|---|---|---|---|---|---|---|\n"
+                         "| gpu | 3 | 0.818 | 0.786 | 0.807 | -3.1 [-7.3, +0.0] | -1.0 [-16.7, +12.0] | [228, 352, 359] |\n"
+                         "| gpu_replay | 3 | 0.818 | 0.830 | - | +1.2 [-2.0, +4.0] | - | [201, 210, 215] |"),
+     "gpu: RL - SFT -3.1 [-7.3, +0.0], control - SFT -1.0 [-16.7, +12.0] points; "
+     "gpu_replay: RL - SFT +1.2 [-2.0, +4.0] points"),
+    ("experiments_figure", ("| information density | mcts / random | 1.391 [0.759, 3.167] |  | 2.3x |\n"
+                            "| steps to pass >= 0.5 | adaptive / fixed | 1.000 [1.000, 1.000] |  | 0.6 (40% fewer) |"),
+     "mcts / random 1.391 [0.759, 3.167]; adaptive / fixed 1.000 [1.000, 1.000]"),
     ("training_figure", "held-out pass rate 0.000 -> 0.844", "held-out pass rate 0.000 -> 0.844"),
     ("scaling_figure", "scaling 2 vs 1: 2.20x (target >= 1.8x)", "2 vs 1 GPU: 2.20x"),
     ("scaling_figure", ("1 shard          96    69.94         82.4     96  {'accepted': 96}\n"
