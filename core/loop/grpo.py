@@ -22,7 +22,15 @@ from transformers import TrainerCallback
 from core.contracts import optional
 from core.loop.grpo_loss import grpo_trainer_class, replay_pairs, tokenized_replay
 from core.loop.metrics import aggregate, solve_rates, step_metrics
-from core.loop.phase_common import PhaseProgress, StateCallback, common_args, finish_phase, quiet, resume_checkpoint
+from core.loop.phase_common import (
+    FiniteGuard,
+    PhaseProgress,
+    StateCallback,
+    common_args,
+    finish_phase,
+    quiet,
+    resume_checkpoint,
+)
 from core.loop.refinement import training_env
 from core.loop.rewards import RewardMix
 from core.loop.shared_verification import SharedVerification
@@ -76,7 +84,7 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
                                        accepted=shared.last_accepted if phase.self_imitation else None)
     trainer = trainer_class(model=coder.hf_model, reward_funcs=(env or shared).reward_functions(), args=args,
                           train_dataset=stream.dataset(), processing_class=coder.hf_tokenizer,
-                          callbacks=[StateCallback(training, phase, bar), step_cb, bar], rollout_func=env)
+                          callbacks=[FiniteGuard(phase), StateCallback(training, phase, bar), step_cb, bar], rollout_func=env)
     checkpoint = resume_checkpoint(training, phase)
     quiet(trainer)
     trainer.train(resume_from_checkpoint=checkpoint)

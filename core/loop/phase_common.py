@@ -12,13 +12,14 @@ imports this one).
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-from core.loop.training_config import Phase
+from core.loop.training_config import Phase, TrainingError
 
 STATE_FILE = "kernelzero_state.json"
 
@@ -158,3 +159,40 @@ class StateCallback(TrainerCallback):
         tmp = ckpt / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(data, default=str))
         tmp.replace(ckpt / STATE_FILE)
+
+
+class FiniteGuard(TrainerCallback):
+    """Stops a phase at the first step that leaves the weights, its loss or its gradient norm not finite.
+
+    Non-finite weights do not fail by themselves: SFT goes on training and saves a model that answers
+    nothing, and the next GRPO step's sampling dies inside ``generate`` (on a GPU "device-side assert
+    triggered", which loses the CUDA context; seen on one H200, 2026-12-02). Stopped here, after the
+    optimiser's update and before that step is logged or saved, the phase fails with its name and step,
+    and the newest checkpoint on disk is one from before it.
+    """
+
+    WATCHED = ("loss", "grad_norm")
+
+    def __init__(self, phase: Phase):
+        self.phase = phase
+
+    def _stop(self, what: str, step: int) -> None:
+        raise TrainingError(
+            f"phase {self.phase.name!r}: {what} at step {step}, so the phase stopped before saving it. "
+            f"Rerunning the same command resumes from the last checkpoint before it (every save_steps); "
+            f"if it recurs there, lower trainer.phases.{self.phase.name}.learning_rate")
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        import torch
+
+        params = [p.detach() for p in model.parameters()] if model is not None else []
+        # one device sync for the whole model, not one per tensor
+        if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
+            bad = next(name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all()))
+            self._stop(f"the update left weights that are not finite ({bad}, among others)", state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in self.WATCHED:
+            value = (logs or {}).get(key)
+            if isinstance(value, (int, float)) and not math.isfinite(value):
+                self._stop(f"{key} was {value}", state.global_step)

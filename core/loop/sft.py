@@ -21,7 +21,15 @@ from core.config import build
 from core.contracts import optional
 from core.loop.attempts import attempt, copy_state, propose
 from core.loop.feedback_sft import phase_rows
-from core.loop.phase_common import PhaseProgress, StateCallback, common_args, finish_phase, quiet, resume_checkpoint
+from core.loop.phase_common import (
+    FiniteGuard,
+    PhaseProgress,
+    StateCallback,
+    common_args,
+    finish_phase,
+    quiet,
+    resume_checkpoint,
+)
 from core.loop.training_config import Phase, TrainingError
 from core.plugins import registry
 from core.task import Task
@@ -45,7 +53,7 @@ def run_sft(training: Any, phase: Phase, exclude: set[str]) -> None:
     clock = PhaseProgress(training, phase)
     trainer = SFTTrainer(model=training.coder.hf_model, args=args, train_dataset=dataset,
                          processing_class=training.coder.hf_tokenizer,
-                         callbacks=[StateCallback(training, phase, clock), clock])
+                         callbacks=[FiniteGuard(phase), StateCallback(training, phase, clock), clock])
     quiet(trainer)
     trainer.train(resume_from_checkpoint=resume_checkpoint(training, phase))
     rows = [r for r in trainer.state.log_history if "loss" in r]

@@ -1,0 +1,83 @@
+"""A phase stops with a clear error at the first non-finite loss or gradient norm, before it is saved."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from core.loop.phase_common import FiniteGuard
+from core.loop.training_config import Phase, TrainingError
+
+
+def _log(logs, step=7):
+    state = TrainerState()
+    state.global_step = step
+    FiniteGuard(Phase(name="correctness", kind="grpo", steps=16)).on_log(
+        TrainingArguments(output_dir="/tmp/unused", use_cpu=True), state, TrainerControl(), logs=logs)
+
+
+@pytest.mark.parametrize("key", ["loss", "grad_norm"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_loss_or_gradient_stops_the_phase_by_name(key, value):
+    with pytest.raises(TrainingError, match=rf"phase 'correctness': {key} was {value} at step 7, so the phase stopped"):
+        _log({key: value, "learning_rate": 1e-4})
+
+
+@given(st.dictionaries(st.sampled_from(["loss", "grad_norm", "reward", "learning_rate"]),
+                       st.floats(allow_nan=False, allow_infinity=False)))
+def test_finite_logs_pass(logs):
+    _log(logs)
+
+
+def test_other_keys_are_not_watched():
+    _log({"reward": math.nan, "kl": math.inf})  # a reward of nan is TRL's to report, not a broken model
+
+
+def test_non_finite_weights_stop_the_phase_and_finite_ones_do_not():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    state = TrainerState()
+    state.global_step = 3
+    guard = FiniteGuard(Phase(name="distill", kind="sft", steps=4))
+    args = TrainingArguments(output_dir="/tmp/unused", use_cpu=True)
+    guard.on_step_end(args, state, TrainerControl(), model=model)
+    with torch.no_grad():
+        model[1].weight[0, 2] = math.inf
+    with pytest.raises(TrainingError, match=r"phase 'distill': the update left weights that are not finite "
+                                            r"\(1.weight, among others\) at step 3"):
+        guard.on_step_end(args, state, TrainerControl(), model=model)
+
+
+TINY_SFT = ["trainer=embedded", "coder=llm", "coder.embedded.vocab_size=512", "coder.embedded.hidden_size=32",
+            "coder.embedded.num_layers=1", "coder.embedded.num_heads=2", "coder.embedded.num_kv_heads=1",
+            "coder.embedded.intermediate_size=64", "coder.corpus_tasks=8", "coder.max_new_tokens=24",
+            "trainer.eval_tasks=0", "trainer.phases.distill.steps=3", "trainer.phases.distill.tasks=3",
+            "trainer.phases.distill.batch_size=2", "trainer.phases.distill.max_length=2048", "trainer.save_steps=1",
+            "trainer.phases.correctness.steps=0", "trainer.phases.more_sft.steps=0"]
+
+
+def test_a_run_whose_update_overflows_stops_with_the_phase_and_step(tmp_path):
+    """End to end: a learning rate beyond float32 makes the first update infinite. Without the guard SFT
+    trained on and saved a model of NaNs (and GRPO's sampling then raises inside generate)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "run"
+    env = {**os.environ, "KERNELZERO_CACHE": str(tmp_path / "cache"), "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, "-m", "core.run", *TINY_SFT, "trainer.phases.distill.learning_rate=1e39",
+           f"hydra.run.dir={out}"]
+    proc = subprocess.run(cmd, check=False, cwd=Path(__file__).resolve().parent.parent, env=env, capture_output=True,
+                          text=True, timeout=600)
+    screen = proc.stdout + proc.stderr
+    assert proc.returncode != 0, screen[-3000:]
+    assert "phase 'distill': the update left weights that are not finite" in screen and "at step 1" in screen
+    checkpoints = out / "checkpoints" / "distill"
+    assert not list(checkpoints.glob("checkpoint-*")), "the non-finite step was saved"
+    assert not (out / "models" / "distill").exists()
