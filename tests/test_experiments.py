@@ -103,3 +103,41 @@ def test_steps_to_threshold_uses_a_running_window():
 def test_one_seed_is_refused():
     with pytest.raises(SystemExit):
         _script().parse(["--seeds", "0"])
+
+
+def test_launch_stops_the_whole_run_at_its_limit(tmp_path):
+    """A run over its limit is stopped with its children (a core.run's verifier workers are its children)."""
+    import os
+    import time
+
+    from core.loop.experiments import launch
+
+    pid_file = tmp_path / "child.pid"
+    script = tmp_path / "run_with_worker.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(worker.pid))\n"
+        "time.sleep(120)\n")
+    start = time.monotonic()
+    status = launch(tmp_path / "run", [], tmp_path / "run.log", limit_s=3, program=(str(script),))
+    assert status == "over 3 s" and time.monotonic() - start < 30
+    worker = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the run's worker {worker} outlived the limit")
+
+
+def test_launch_reports_the_exit_status(tmp_path):
+    from core.loop.experiments import launch
+
+    script = tmp_path / "fails.py"
+    script.write_text("import sys; print('no'); sys.exit(3)\n")
+    assert launch(tmp_path / "run", [], tmp_path / "run.log", program=(str(script),)) == "exit 3"
+    assert "no" in (tmp_path / "run.log").read_text()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -39,17 +40,45 @@ def finished(run_dir: Path) -> bool:
     return (run_dir / "result.json").exists()
 
 
-def launch(run_dir: Path, overrides: Sequence[str], log: Path, limit_s: float | None = None) -> str:
+def launch(run_dir: Path, overrides: Sequence[str], log: Path, limit_s: float | None = None,
+           program: Sequence[str] = ("-m", "core.run")) -> str:
     """Run ``python -m core.run hydra.run.dir=<run_dir> <overrides>`` in its own process, stdout and
-    stderr to ``log``; the status: ``ok``, ``exit N`` or ``over S s`` (killed at ``limit_s``)."""
-    cmd = [sys.executable, "-m", "core.run", f"hydra.run.dir={run_dir}", *overrides]
+    stderr to ``log``; the status: ``ok``, ``exit N`` or ``over S s`` (killed at ``limit_s``).
+
+    The run gets its own process group, and at ``limit_s`` (or on an interrupt) the whole group is
+    stopped: a run's verifier workers are its children, and killing ``core.run`` alone left them running.
+    """
+    cmd = [sys.executable, *program, f"hydra.run.dir={run_dir}", *overrides]
     with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=limit_s, check=False,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            returncode = proc.wait(timeout=limit_s)
         except subprocess.TimeoutExpired:
+            _stop_group(proc)
             return f"over {limit_s:.0f} s"
-    return "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+        except BaseException:
+            _stop_group(proc)
+            raise
+    return "ok" if returncode == 0 else f"exit {returncode}"
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM to the run's process group; after ``grace_s``, SIGKILL to whatever of it is left (workers
+    that outlived their leader, or a leader that ignored SIGTERM)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def metric_rows(run_dir: Path) -> list[dict[str, Any]]:
