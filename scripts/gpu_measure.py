@@ -362,11 +362,11 @@ def _training(ctx: Context) -> list[Command]:
 
 
 def _training_experiments(ctx: Context) -> list[Command]:
-    # Issue 20's two experiments from seed 0's warm start, 3 seeds per arm: information density, MCTS vs
-    # random proposer, and steps to a pass-rate threshold, adaptive vs fixed curriculum.
+    # Issue 20's two experiments from seed 0's warm start, 3 seeds per arm: information density, MCTS and
+    # task replay vs random proposer, and steps to a pass-rate threshold, adaptive vs fixed curriculum.
     root, cache = _training_dirs(ctx)
     return [ctx.py("scripts/run_experiments.py", "--only", "density", "curriculum", "--seeds", *_TRAIN_SEEDS,
-                   "--steps", str(_EXPERIMENT_STEPS), "--jobs", "12", "--model", root / "warm" / "seed0" / "models" / "distill",
+                   "--steps", str(_EXPERIMENT_STEPS), "--jobs", "15", "--model", root / "warm" / "seed0" / "models" / "distill",
                    "--out", root / "experiments", "--", *_GPU_RUN, _GRPO_SAVES, env=cache, background=True)]
 
 
@@ -506,7 +506,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "call with training_sft: chain calls with --work", _training, training_figure,
          results=(("training/selfplay/sweep.md", "training_selfplay.md"),), tail=40),
     Step("training_experiments", 900, "2026-12-02: its 12 runs 337-363 s each, beside the self-play runs",
-         "issue 20's density (MCTS vs random) and curriculum (adaptive vs fixed) experiments from training_sft's "
+         "issue 20's density (MCTS and replay vs random) and curriculum (adaptive vs fixed) experiments from training_sft's "
          "seed 0 warm start, 3 seeds per arm, 12 steps each", _training_experiments, experiments_figure,
          results=(("training/experiments/summary.md", "training_experiments.md"),
                   ("training/experiments/experiments.png", "training_experiments.png")), tail=40),

@@ -2,7 +2,8 @@
 
 - ``selfplay``: the default run (``make run``) per seed: held-out pass rate after the SFT warm
   start, after GRPO self-play, and of its control arm (the same wall clock spent on more SFT).
-- ``density``: information density with proposer=mcts against proposer=random at matched steps (claim: 2.3x).
+- ``density``: information density with proposer=mcts against proposer=random at matched steps (claim: 2.3x),
+  and with proposer=replay (prioritized task replay) against the same random arm.
 - ``curriculum``: GRPO steps to a pass-rate threshold, adaptive against fixed curriculum (claim: 40% fewer).
 
 Each run is ``python -m core.run`` in its own process (Hydra multirun would share one process, and

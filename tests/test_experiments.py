@@ -82,8 +82,12 @@ def test_density_and_curriculum_compare_arms_over_seeds(sweep):
     dirs = sorted(out.glob("selfplay-seed*"))
     assert len(dirs) == 2
     # the same runs as both arms: the machinery must give a ratio of exactly 1 with an interval around it
-    density = density_summary({"density_random": dirs, "density_mcts": dirs})
+    density = density_summary({"density_random": dirs, "density_mcts": dirs, "density_replay": dirs})
     assert density["ratio"]["estimate"] == pytest.approx(1.0) or density["arms"]["density_random"]["ci"]["estimate"] == 0
+    assert str(density["ratio_replay"]) == str(density["ratio"])  # the same arms: the same ratio (nan when 0 / 0)
+    assert [r[1] for r in table_rows({"density": density}) if "/" in r[1]] == ["mcts / random", "replay / random"]
+    # without a random arm there is nothing to divide by
+    assert "ratio" not in density_summary({"density_mcts": dirs}) and "ratio_replay" not in density_summary({"density_replay": dirs})
     assert all(len(arm["per_seed"]) == 2 for arm in density["arms"].values())
     reached = curriculum_summary({"curriculum_fixed": dirs, "curriculum_adaptive": dirs}, 0.0, 1, budget=2)
     assert reached["arms"]["curriculum_fixed"]["per_seed"] == [1, 1] and reached["ratio"]["estimate"] == 1.0

@@ -29,7 +29,7 @@ from typing import Any
 
 from core.loop.stats import Interval, difference_ci, mean_ci, ratio_ci
 
-DENSITY = ("density_random", "density_mcts")
+DENSITY = ("density_random", "density_mcts", "density_replay")
 CURRICULUM = ("curriculum_fixed", "curriculum_adaptive")
 SELFPLAY = "selfplay"
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,15 +131,18 @@ def selfplay_summary(run_dirs: Sequence[Path], warm_start: bool = False) -> dict
 
 
 def density_summary(arms: dict[str, Sequence[Path]]) -> dict[str, Any]:
-    """Mean information density per arm (items: steps), and MCTS over random with its interval."""
+    """Mean information density per arm (items: steps), and each other proposer over random with its interval
+    (``ratio``: MCTS, the published claim; ``ratio_replay``: prioritized task replay)."""
     values = {arm: [[float(r["information_density"]) for r in metric_rows(d)] for d in dirs] for arm, dirs in arms.items()}
     result: dict[str, Any] = {"arms": {}}
     for arm, per_seed in values.items():
         result["arms"][arm] = {"ci": mean_ci(per_seed).to_dict(), "per_seed": [mean(v) for v in per_seed],
                                "steps": [len(v) for v in per_seed],
                                "groups": sum(sum(r["groups"] for r in metric_rows(d)) for d in arms[arm])}
-    if all(a in values for a in DENSITY):
-        result["ratio"] = ratio_ci(values["density_mcts"], values["density_random"]).to_dict()
+    if "density_random" in values:
+        for arm, key in (("density_mcts", "ratio"), ("density_replay", "ratio_replay")):
+            if arm in values:
+                result[key] = ratio_ci(values[arm], values["density_random"]).to_dict()
     return result
 
 
@@ -187,6 +190,8 @@ def table_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             rows.append(("information density", arm, _ci(res["ci"]), _seeds(res["per_seed"]), ""))
         if "ratio" in density:
             rows.append(("information density", "mcts / random", _ci(density["ratio"]), "", "2.3x"))
+        if "ratio_replay" in density:
+            rows.append(("information density", "replay / random", _ci(density["ratio_replay"]), "", ""))
     cur = summary.get("curriculum")
     if cur:
         for arm, res in cur["arms"].items():
