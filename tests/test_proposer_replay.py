@@ -173,3 +173,12 @@ def test_the_task_stream_counts_replays_as_repeats():
         batch = list(islice(rows, 4))
         proposer.feedback({row["task_id"]: 0.5 for row in batch})
     assert stream.streamed == 16 and stream.distinct == 16 - proposer.replayed and proposer.replayed > 0
+
+
+def test_the_base_is_chosen_from_the_proposer_group_on_the_command_line():
+    from core.config import build
+    from tests.test_configs import compose_with
+
+    cfg = compose_with("proposer=replay", "proposer@proposer.base=mcts", "proposer.base.max_ops=2")
+    proposer = build("proposer", cfg.proposer, seed=0)
+    assert proposer.inner.name == "mcts" and proposer.inner.max_ops == 2
