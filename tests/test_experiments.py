@@ -145,3 +145,34 @@ def test_launch_reports_the_exit_status(tmp_path):
     script.write_text("import sys; print('no'); sys.exit(3)\n")
     assert launch(tmp_path / "run", [], tmp_path / "run.log", program=(str(script),)) == "exit 3"
     assert "no" in (tmp_path / "run.log").read_text()
+
+
+def test_compare_arms_reports_each_arms_gains_and_density_over_the_first(sweep, tmp_path, capsys):
+    import json
+    import shutil
+
+    from benchmarks.compare_arms import compare, is_warm_start, main
+
+    out, summary = sweep
+    dirs = sorted(out.glob("selfplay-seed*"))
+    rows = compare({"a": dirs, "b": dirs})
+    assert [r["arm"] for r in rows] == ["a", "b"] and rows[0]["density / first"] == "-"
+    assert rows[1]["density / first"].endswith("over a")
+    rl = summary["selfplay"]["gains"]["rl-sft"]["ci"]
+    assert rows[0]["RL - SFT, points"].startswith(f"{100 * rl['estimate']:+.1f}")
+    assert rows[0]["control"] != "-" and not is_warm_start(dirs[0])
+    # a run that started from another's SFT model: its "before" is its "after SFT"
+    warm = tmp_path / "warm"
+    shutil.copytree(dirs[0], warm)
+    state = json.loads((warm / "train_state.json").read_text())
+    state["eval_phases"] = {}
+    (warm / "train_state.json").write_text(json.dumps(state))
+    assert is_warm_start(warm)
+    (row,) = compare({"w": [warm]})
+    assert row["after SFT"] == f"{sum(state['eval_before']['outcomes']) / len(state['eval_before']['outcomes']):.3f}"
+    with pytest.raises(SystemExit, match="mixes runs"):
+        compare({"mixed": [dirs[0], warm]})
+    main(["--arm", "a", *map(str, dirs)])
+    assert capsys.readouterr().out.startswith("| arm | seeds |")
+    with pytest.raises(SystemExit):
+        main(["--arm", "a", str(tmp_path / "nothing")])
