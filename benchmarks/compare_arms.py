@@ -36,6 +36,10 @@ def _points(ci: dict[str, float]) -> str:
     return f"{100 * ci['estimate']:+.1f} [{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]"
 
 
+def _per_seed(stages: dict[str, Any], stage: str) -> str:
+    return " ".join(f"{v:.3f}" for v in stages[stage]["per_seed"]) if stage in stages else "-"
+
+
 def compare(arms: dict[str, list[Path]]) -> list[dict[str, str]]:
     """One row of figures per arm."""
     rows, reference = [], None
@@ -48,11 +52,8 @@ def compare(arms: dict[str, list[Path]]) -> list[dict[str, str]]:
         accept = [mean(float(r["accept_rate"]) for r in grpo_rows(d)) for d in dirs]
         stages, gains = summary["stages"], summary["gains"]
 
-        def seeds(stage: str) -> str:
-            return " ".join(f"{v:.3f}" for v in stages[stage]["per_seed"]) if stage in stages else "-"
-
-        row = {"arm": name, "seeds": str(len(dirs)), "after SFT": seeds("sft"), "after GRPO": seeds("rl"),
-               "control": seeds("control"),
+        row = {"arm": name, "seeds": str(len(dirs)), "after SFT": _per_seed(stages, "sft"),
+               "after GRPO": _per_seed(stages, "rl"), "control": _per_seed(stages, "control"),
                "RL - SFT, points": _points(gains["rl-sft"]["ci"]) if "rl-sft" in gains else "-",
                "control - SFT": _points(gains["control-sft"]["ci"]) if "control-sft" in gains else "-",
                "density": str(mean_ci(density)), "accept rate": " ".join(f"{a:.2f}" for a in accept)}
