@@ -19,7 +19,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from core.loop.experiments import metric_rows, selfplay_summary
+from core.loop.experiments import gain_points, metric_rows, selfplay_summary
 from core.loop.stats import mean_ci, ratio_ci
 
 
@@ -30,10 +30,6 @@ def is_warm_start(run_dir: Path) -> bool:
 
 def grpo_rows(run_dir: Path) -> list[dict[str, Any]]:
     return [r for r in metric_rows(run_dir) if "information_density" in r]
-
-
-def _points(ci: dict[str, float]) -> str:
-    return f"{100 * ci['estimate']:+.1f} [{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]"
 
 
 def _per_seed(stages: dict[str, Any], stage: str) -> str:
@@ -48,14 +44,14 @@ def compare(arms: dict[str, list[Path]]) -> list[dict[str, str]]:
         if len(warm) != 1:
             raise SystemExit(f"arm {name!r} mixes runs with and without their own SFT phase")
         summary = selfplay_summary(dirs, warm_start=warm.pop())
-        density = [[float(r["information_density"]) for r in grpo_rows(d)] for d in dirs]
-        accept = [mean(float(r["accept_rate"]) for r in grpo_rows(d)) for d in dirs]
+        steps = [grpo_rows(d) for d in dirs]
+        density = [[float(r["information_density"]) for r in run] for run in steps]
+        accept = [mean(float(r["accept_rate"]) for r in run) for run in steps]
         stages, gains = summary["stages"], summary["gains"]
 
         row = {"arm": name, "seeds": str(len(dirs)), "after SFT": _per_seed(stages, "sft"),
                "after GRPO": _per_seed(stages, "rl"), "control": _per_seed(stages, "control"),
-               "RL - SFT, points": _points(gains["rl-sft"]["ci"]) if "rl-sft" in gains else "-",
-               "control - SFT": _points(gains["control-sft"]["ci"]) if "control-sft" in gains else "-",
+               "RL - SFT, points": gain_points(gains, "rl-sft"), "control - SFT": gain_points(gains, "control-sft"),
                "density": str(mean_ci(density)), "accept rate": " ".join(f"{a:.2f}" for a in accept)}
         if reference is None:
             reference, row["density / first"] = (name, density), "-"

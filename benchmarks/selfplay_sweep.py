@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from core.loop.experiments import finished, launch, selfplay_summary
+from core.loop.experiments import finished, gain_points, launch, selfplay_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,13 +117,6 @@ def _mean(values: list[float]) -> str:
     return f"{sum(values) / len(values):.3f}" if values else "-"
 
 
-def _gain(gains: dict, key: str) -> str:
-    if key not in gains:
-        return "-"
-    ci = gains[key]["ci"]
-    return f"{100 * ci['estimate']:+.1f} [{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]"
-
-
 def markdown(rows: list[dict]) -> str:
     lines = ["| variant | seeds | after SFT | after GRPO | control | RL - SFT, points [95% CI] | control - SFT | wall s |",
              "|---|---|---|---|---|---|---|---|"]
@@ -132,8 +125,8 @@ def markdown(rows: list[dict]) -> str:
 
         failed = "".join(f" (seed {s}: {why})" for s, why in row["failed"].items())
         lines.append(f"| {row['variant']} | {len(row['seeds'])}{failed} | {_mean(stages.get('sft', []))} | "
-                     f"{_mean(stages.get('rl', []))} | {_mean(stages.get('control', []))} | {_gain(gains, 'rl-sft')} | "
-                     f"{_gain(gains, 'control-sft')} | {row['seconds']} |")
+                     f"{_mean(stages.get('rl', []))} | {_mean(stages.get('control', []))} | {gain_points(gains, 'rl-sft')} | "
+                     f"{gain_points(gains, 'control-sft')} | {row['seconds']} |")
     return "\n".join(lines)
 
 

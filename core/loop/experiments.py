@@ -165,6 +165,16 @@ def _ci(d: dict[str, float]) -> str:
     return str(Interval(d["estimate"], d["low"], d["high"], d.get("confidence", 0.95)))
 
 
+def points(ci: dict[str, float]) -> str:
+    """A difference of pass rates in percentage points with its interval: ``+1.6 [-3.1, +6.2]``."""
+    return f"{100 * ci['estimate']:+.1f} [{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]"
+
+
+def gain_points(gains: dict[str, Any], key: str) -> str:
+    """:func:`points` of ``selfplay_summary(...)["gains"][key]`` (``rl-sft``, ...), ``-`` when absent."""
+    return points(gains[key]["ci"]) if key in gains else "-"
+
+
 def _seeds(values: Sequence[Any], fmt: str = "{:.3f}") -> str:
     return " ".join("-" if v is None else fmt.format(v) for v in values)
 
@@ -180,9 +190,7 @@ def table_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             rows.append(("held-out pass rate", labels[stage], _ci(res["ci"]), _seeds(res["per_seed"]), ""))
         for name, res in sp["gains"].items():
             after, before = name.split("-")
-            ci = res["ci"]
-            points = f"{100 * ci['estimate']:+.1f} [{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]"
-            rows.append(("gain (points)", f"{after} - {before}", points,
+            rows.append(("gain (points)", f"{after} - {before}", points(res["ci"]),
                          _seeds([100 * v for v in res["per_seed"]], "{:+.1f}"), "+10 points" if name == "rl-sft" else ""))
     density = summary.get("density")
     if density:

@@ -120,17 +120,15 @@ class ReplayProposer:
     def _draw(self, waiting: list[_Entry], k: int) -> list[Task]:
         """``k`` distinct tasks by PLR's mix of rank priority and staleness."""
         chosen: list[Task] = []
-        pool = list(waiting)
+        ranked = sorted(waiting, key=lambda e: (-e.score, e.scored_at, e.task.id))  # stays sorted as picks leave
         for _ in range(k):
-            ranked = sorted(pool, key=lambda e: (-e.score, e.scored_at, e.task.id))
             rank_w = [(1.0 / (rank + 1)) ** (1.0 / self.temperature) for rank in range(len(ranked))]
             stale_w = [float(self.feedback_count - e.scored_at) for e in ranked]
             total_rank, total_stale = sum(rank_w), sum(stale_w)
             weights = [(1.0 - self.staleness) * r / total_rank + (self.staleness * s / total_stale if total_stale else 0.0)
                        for r, s in zip(rank_w, stale_w)]
             pick = self._rng.choices(range(len(ranked)), weights=weights, k=1)[0]
-            chosen.append(ranked[pick].task)
-            pool.remove(ranked[pick])
+            chosen.append(ranked.pop(pick).task)
         return chosen
 
     def feedback(self, solve_rates: dict[str, float]) -> None:
