@@ -170,6 +170,34 @@ def test_settings_report_unknown_keys_and_bad_phases():
     assert [(p.name, p.kind, p.steps) for p in s.phases] == [("d", "sft", 2), ("c", "grpo", 3)]
 
 
+@pytest.mark.parametrize("precision, expected", [("fp32", "no"), ("auto", "no"), ("bf16", "bf16")])
+def test_precision_decides_the_trainers_autocast_on_cpu(tmp_path, precision, expected):
+    """TRL's configs default to bf16 autocast even on a CPU, where it is emulated (7-10x slower here):
+    the run's ``trainer.precision`` decides instead, and ``auto`` trains a CPU run in fp32."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer
+    from trl import GRPOConfig, SFTConfig
+
+    from core.loop.phase_common import common_args
+
+    settings = TrainSettings.from_config({"phases": {"d": {"kind": "sft", "steps": 2}}, "precision": precision,
+                                          "report_to": []})
+    training = SimpleNamespace(settings=settings, out=tmp_path, device="cpu", seed=0)
+    args = common_args(training, settings.phases[0])
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    for config in (SFTConfig(**args), GRPOConfig(**args)):
+        accelerator = Trainer(model=model, args=config).accelerator
+        assert accelerator.mixed_precision == expected
+        with accelerator.autocast():
+            product = torch.ones(2, 2) @ torch.ones(2, 2)
+        assert product.dtype == (torch.bfloat16 if expected == "bf16" else torch.float32)
+    with pytest.raises(TrainingError, match="precision must be one of"):
+        TrainSettings.from_config({"phases": {"d": {"kind": "sft", "steps": 2}}, "precision": "fp8"})
+
+
 def test_training_a_non_llm_coder_fails_with_advice(tmp_path):
     from fake_training_run import compose, install_fakes
     from omegaconf import OmegaConf, open_dict

@@ -19,7 +19,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from core.loop.training_config import Phase, TrainingError
+from core.loop.training_config import Phase, TrainingError, mixed_precision
 
 STATE_FILE = "kernelzero_state.json"
 
@@ -36,6 +36,7 @@ def common_args(training: Any, phase: Phase) -> dict[str, Any]:
         logging_steps=s.logging_steps, save_strategy="steps", save_steps=phase.save_steps or s.save_steps,
         save_total_limit=s.save_total_limit, report_to=list(s.report_to),
         use_cpu=training.device == "cpu", seed=training.seed, ignore_data_skip=True, disable_tqdm=True,
+        **mixed_precision(s.precision, training.device),
     )
 
 

@@ -67,6 +67,24 @@ class Phase:
             raise TrainingError(f"phase {self.name!r}: pace_s must be > 0 seconds per step, got {self.pace_s}")
 
 
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+
+
+def mixed_precision(precision: str, device: str) -> dict[str, bool]:
+    """The ``bf16``/``fp16`` fields of TRL's configs for ``trainer.precision`` on ``device``.
+
+    TRL's configs turn bf16 autocast on by default, on a CPU too. Without native bf16 (AVX512-BF16/AMX) a
+    CPU emulates it: an SFT step of the embedded model was 7-10x slower than in fp32 on the 2-core machine
+    (docs/training.md). ``auto`` keeps bf16 for GPUs that support it and trains in fp32 elsewhere.
+    """
+    if precision == "auto":
+        import torch
+
+        precision = "bf16" if device != "cpu" and torch.cuda.is_available() and torch.cuda.is_bf16_supported() \
+            else "fp32"
+    return {"bf16": precision == "bf16", "fp16": precision == "fp16"}
+
+
 @dataclass
 class TrainSettings:
     """The ``trainer`` group (see conf/trainer/grpo.yaml for every key and its meaning)."""
@@ -92,6 +110,7 @@ class TrainSettings:
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     logging_steps: int = 1
     torch_threads: int | None = None  # intra-op threads of the training process (None: torch's default)
+    precision: str = "fp32"  # fp32 | bf16 | fp16 | auto (bf16 on a GPU that has it, else fp32); see mixed_precision()
     eval_each_phase: bool = False  # also evaluate the held-out tasks between phases (e.g. after SFT, before GRPO)
     grpo_kwargs: dict[str, Any] = field(default_factory=dict)  # any other GRPOConfig field
     sft_kwargs: dict[str, Any] = field(default_factory=dict)  # any other SFTConfig field
@@ -117,6 +136,8 @@ class TrainSettings:
                                                        and settings.eval_proposer.get("name")):
             raise TrainingError(f"trainer.eval_proposer must be a proposer node with a name, e.g. "
                                 f"'{{name: random, max_ops: 1}}', or null; got {settings.eval_proposer!r}")
+        if settings.precision not in PRECISIONS:
+            raise TrainingError(f"trainer.precision must be one of {PRECISIONS}, got {settings.precision!r}")
         if settings.resume not in ("auto", "never"):
             raise TrainingError(f"trainer.resume must be 'auto' or 'never', got {settings.resume!r}")
         return settings
