@@ -31,6 +31,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -610,6 +611,20 @@ def wait_all(procs: list[subprocess.Popen], log, deadline: float) -> list[int | 
     return [None if proc in late else proc.returncode for proc in procs]
 
 
+@contextmanager
+def _interrupt_deferred():
+    """Hold SIGINT until the block ends, then raise it. A handler, not a blocked signal mask: the
+    started process inherits a mask across exec, but a caught signal is back to its default there."""
+    pending: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            raise KeyboardInterrupt
+
+
 def run_command(cmd: Command, env: dict[str, str], log, deadline: float) -> int | None:
     """The command's exit status, or None when it ran past the deadline and was stopped."""
     proc = start_command(cmd, env, log)
@@ -639,7 +654,8 @@ def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: C
             for cmd in step.commands(ctx):
                 say(f"== {step.name} (limit {limit_s} s): {cmd.shell()}" + (" &" if cmd.background else ""))
                 if cmd.background:
-                    background.append(start_command(cmd, env, log))
+                    with _interrupt_deferred():  # an interrupt between start and append would orphan the run
+                        background.append(start_command(cmd, env, log))
                     continue
                 rc = run_command(cmd, env, log, deadline)
                 log.flush()
