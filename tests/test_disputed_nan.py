@@ -3,7 +3,7 @@
 PyTorch's fp32 GELU on the CPU gives NaN at +Inf on its vectorised path and +Inf on its scalar one
 (short inner rows, float64, CUDA). Which elements take which path depends on the layout and on the
 machine: the expert's kernel, written for one machine's NaN, failed CI on another machine's +Inf. The
-rule (core.verification.evidence._truth_for_disputed_nan): where the fp32 reference is NaN, the
+rule (core.verification.evidence.truth_for_disputed_nan): where the fp32 reference is NaN, the
 candidate holds a number and the vetted float64 reference holds one too, that value stands in for
 the reference. Everything else about NaN stays exact: no truth, a NaN truth, or any other number is
 rejected, and NaN where the reference is a number is never accepted.

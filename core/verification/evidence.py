@@ -291,6 +291,14 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     worst_abs = worst_rel = 0.0
     by_truth, noise_ratio, judged, disputed_nans = 0, 0.0, 0, 0
     truths: list[Any] | None = None
+
+    def truth_of(i: int) -> Any:
+        """Output ``i``'s float64 truth (None: unknown), every output's fetched once, on first need."""
+        nonlocal truths
+        if truths is None:
+            truths = (truth() if callable(truth) else truth) or []
+        return truths[i] if i < len(truths) else None
+
     for i, (e, g) in enumerate(zip(expected, got)):
         where = f"output {i}" if len(expected) > 1 else "output"
         if not isinstance(e, torch.Tensor):
@@ -319,9 +327,7 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
             if not torch.equal(e_nan, g_nan):
                 stood_in = None
                 if not bool((g_nan & ~e_nan).any()):  # only numbers where the reference is NaN
-                    if truths is None:
-                        truths = (truth() if callable(truth) else truth) or []
-                    stood_in = _truth_for_disputed_nan(truths[i] if i < len(truths) else None, e, e_nan & ~g_nan)
+                    stood_in = truth_for_disputed_nan(truth_of(i), e, e_nan & ~g_nan)
                 if stood_in is None:
                     bad = int((e_nan != g_nan).sum())
                     kind = ("NaN where the reference is a number" if bool((g_nan & ~e_nan).any())
@@ -351,10 +357,7 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
         atol = _floor_of(e.dtype, floor, scale)
         bad = diff > atol + rtol * ref
         if bool(bad.any()):
-            if truths is None:
-                truths = (truth() if callable(truth) else truth) or []
-            t = truths[i] if i < len(truths) else None
-            judged = _against_truth(t, e, g, finite, floor, rtol, noise_factor, scale_aware)
+            judged = _against_truth(truth_of(i), e, g, finite, floor, rtol, noise_factor, scale_aware)
             if judged is not None:
                 noise_ratio = max(noise_ratio, judged.noise_ratio)
             if judged is not None and judged.ok:
@@ -377,7 +380,7 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     return Comparison(True, detail, worst_abs, worst_rel, by_truth=by_truth, noise_ratio=noise_ratio, judged=judged)
 
 
-def _truth_for_disputed_nan(truth: Any, e: Any, disputed: Any) -> Any | None:
+def truth_for_disputed_nan(truth: Any, e: Any, disputed: Any) -> Any | None:
     """The reference ``e`` with the float64 truth's value (rounded to ``e``'s dtype) standing in at
     ``disputed``, the elements where ``e`` is NaN and the candidate holds a number; None (the plain
     rule: NaN must match) without a usable truth or where the truth is NaN too.
@@ -451,7 +454,7 @@ def truth_agrees(trials: list[Trial], tolerances: dict | None = None) -> tuple[b
     for i, trial in enumerate(with_truth):
         as_if = [t if t is not None else e for e, t in zip(trial.expected, trial.truth)]
         wide = [x.to(e.dtype) if hasattr(x, "to") and hasattr(e, "dtype") else x for e, x in zip(trial.expected, as_if)]
-        # where the fp32 reference is NaN the truth may hold a number (see _truth_for_disputed_nan): not a
+        # where the fp32 reference is NaN the truth may hold a number (see truth_for_disputed_nan): not a
         # different function, so those elements are left out of the vetting
         wide = [_nan_where_nan(w, e) for w, e in zip(wide, trial.expected)]
         for j, (w, e) in enumerate(zip(wide, trial.expected)):

@@ -78,19 +78,17 @@ def compare(task_source: str, candidate_source: str, *, device: str = "cpu", see
 
 def _with_disputed_nans_resolved(model: torch.nn.Module, inputs: list, expected: torch.Tensor,
                                  got: torch.Tensor) -> torch.Tensor:
-    """``expected`` with the task's float64 value where it is NaN, the candidate holds a number and
-    float64 has one: the verifier's rule for a NaN the float64 reference disputes
-    (``core.verification.evidence._truth_for_disputed_nan``)."""
-    if not expected.is_floating_point() or expected.dtype == torch.float64:
-        return expected
+    """``expected`` as the verifier judges it where it is NaN and the candidate holds a number: the
+    task's float64 value stands in there when it has one (``core.verification.evidence.truth_for_disputed_nan``,
+    the float64 run as the reference worker makes it)."""
+    import sys
+
+    from core.verification.evidence import truth_for_disputed_nan
+    from core.verification.worker.session import Float64Truth
+
     disputed = torch.isnan(expected) & ~torch.isnan(got)
     if not bool(disputed.any()):
         return expected
-    import copy
-
-    wide = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-    with torch.no_grad():
-        truth = copy.deepcopy(model).double()(*wide).to(expected.dtype)
-    if bool(torch.isnan(truth[disputed]).any()):
-        return expected
-    return torch.where(disputed, truth, expected)
+    truth = Float64Truth(model, str(expected.device.type), sys.maxsize).outputs(inputs, [expected])
+    stood_in = truth_for_disputed_nan(truth[0] if truth else None, expected, disputed)
+    return expected if stood_in is None else stood_in
