@@ -320,7 +320,7 @@ _TRAIN_SEEDS = ("0", "1", "2")
 _SFT = ("trainer.phases.distill.steps=800", "trainer.phases.distill.tasks=256", "trainer.phases.distill.batch_size=16",
         "trainer.phases.distill.learning_rate=5e-4")
 _GRPO_STEPS = 20  # per seed, then its control arm: the same wall clock on more SFT
-_GRPO_LONG_STEPS = 60  # the long arm: does the gain grow with steps, as on CPU (16 steps +0.5, 40 steps +3.6)?
+_GRPO_LONG_STEPS = 60  # the long arm: does the gain grow with steps, as on CPU in float32 (16, 40, 80 steps: +1.6, +3.1, +5.2)?
 _EXPERIMENT_STEPS = 12  # per density/curriculum run
 
 
@@ -346,19 +346,18 @@ def _training(ctx: Context) -> list[Command]:
     # From training_sft's warm starts, side by side, the rest of the default job per seed: GRPO self-play
     # with the proposer and the adaptive curriculum (4 tasks x 8 samples a step), then its control arm
     # (GRPO's wall clock spent on more SFT on the same 256 pairs), held-out pass rate after each; beside it
-    # the same GRPO with prioritized task replay (proposer=replay), and GRPO for 3x the steps, neither with a
-    # control. Finished runs are not rerun
+    # GRPO for 3x the steps with its own control (on CPU in float32 the gain grew with steps, and so did the
+    # control's: 2026-12-02). Task replay, which moved nothing here, no longer runs. Finished runs are not rerun
     # and cut ones resume from their last checkpoint, so a chain of calls (--work) completes it.
     root, cache = _training_dirs(ctx)
     # the control arm saves every 200 of its ~0.1 s steps: at every 4 (2026-12-02) it spent its wall clock saving
     selfplay = [*_GPU_RUN, _GRPO_SAVES, "trainer.eval_tasks=64", f"trainer.phases.correctness.steps={_GRPO_STEPS}",
                 "trainer.phases.more_sft.batch_size=16", "trainer.phases.more_sft.learning_rate=5e-4",
                 "trainer.phases.more_sft.save_steps=200"]
-    replay = [*selfplay, "proposer=replay", "trainer.phases.more_sft.steps=0"]
-    long = [*selfplay, f"trainer.phases.correctness.steps={_GRPO_LONG_STEPS}", "trainer.phases.more_sft.steps=0"]
+    long = [*selfplay, f"trainer.phases.correctness.steps={_GRPO_LONG_STEPS}"]
     return [ctx.py("-m", "benchmarks.selfplay_sweep", "--warm-starts", root / "warm", "--seeds", *_TRAIN_SEEDS,
-                   "--jobs", "9", "--limit-s", "7200", "--out", root / "selfplay", "--variant", "gpu=" + " ".join(selfplay),
-                   "--variant", "gpu_replay=" + " ".join(replay), "--variant", "gpu_long=" + " ".join(long),
+                   "--jobs", "6", "--limit-s", "7200", "--out", root / "selfplay", "--variant", "gpu=" + " ".join(selfplay),
+                   "--variant", "gpu_long=" + " ".join(long),
                    env=cache, background=True)]
 
 
@@ -500,10 +499,10 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "the default job's SFT warm start at GPU scale (8 layers, 512 wide, ~27M parameters), seeds 0-2 side by "
          "side: 256 teacher pairs, 800 SFT steps, held-out pass rate of 64 tasks", _training_sft, warm_starts_figure,
          tail=20),
-    Step("training", 1200, "2026-12-02: 754 s over two chained calls (393 s cut, then 360 s), 15 runs side by side "
+    Step("training", 1500, "2026-12-02: 754 s over two chained calls (393 s cut, then 360 s), 15 runs side by side "
          "(the experiments' 12 among them): GRPO ~10 s a step (20 steps in 204-218 s)",
          "from training_sft's warm starts, side by side: GRPO 20 steps x 4 tasks x 8 samples and its control arm "
-         "per seed; the same GRPO with prioritized task replay (proposer=replay); GRPO for 60 steps. Longer than one device "
+         "per seed; GRPO for 60 steps and its control arm. Longer than one device "
          "call with training_sft: chain calls with --work", _training, training_figure,
          results=(("training/selfplay/sweep.md", "training_selfplay.md"),), tail=40),
     Step("training_experiments", 900, "2026-12-02: its 12 runs 337-363 s each, beside the self-play runs",
