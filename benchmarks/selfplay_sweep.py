@@ -32,10 +32,9 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from core.loop.experiments import finished, gain_points, launch, selfplay_summary
+from core.loop.experiments import finished, gain_points, launch, run_parallel, selfplay_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -161,8 +160,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.warm_starts is not None:
         for seed in args.seeds:
             warm_start(args.warm_starts, seed)  # every seed's warm start exists before any run starts
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        records = list(pool.map(lambda w: run_one(*w, args.out, args.limit_s, args.warm_starts, args.control), work))
+    records = run_parallel(lambda w: run_one(*w, args.out, args.limit_s, args.warm_starts, args.control), work, args.jobs)
     rows = summarise(args.variant_map, records, warm_start=args.warm_starts is not None)
     (args.out / "sweep.json").write_text(json.dumps({"command": sys.argv, "rows": rows, "runs": records}, indent=2))
     table = markdown(rows)

@@ -23,7 +23,6 @@ import argparse
 import json
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +38,7 @@ from core.loop.experiments import (
     launch,
     markdown_table,
     plot_experiments,
+    run_parallel,
     selfplay_summary,
     table_rows,
 )
@@ -65,8 +65,7 @@ def run_one(preset: str | None, seed: int, out: Path, overrides: list[str]) -> P
 
 def run_all(work: list[tuple[str | None, int, list[str]]], out: Path, jobs: int) -> list[Path]:
     """``run_one`` for each (preset, seed, overrides), ``jobs`` at a time; directories in the order given."""
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(lambda w: run_one(w[0], w[1], out, w[2]), work))
+    return run_parallel(lambda w: run_one(w[0], w[1], out, w[2]), work, jobs)
 
 
 def arm_overrides(args: argparse.Namespace) -> list[str]:

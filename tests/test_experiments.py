@@ -138,6 +138,90 @@ def test_launch_stops_the_whole_run_at_its_limit(tmp_path):
         raise AssertionError(f"the run's worker {worker} outlived the limit")
 
 
+def _gone(pid: int, within_s: float) -> bool:
+    import os
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_sweep_leaves_no_run_behind(tmp_path, signum):
+    """A sweep (run_parallel over launch) stopped by a signal stops every run it started, workers included,
+    and starts none of those still queued. Before, an interrupt reached only the main thread: the runs,
+    each in a session of its own, outlived their sweep, and a device chain's next call resumed a run
+    directory beside its orphan (two processes writing one run, 2026-12-02)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    run = tmp_path / "run_with_worker.py"
+    run.write_text(
+        "import os, subprocess, sys, time\n"
+        "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "name = sys.argv[1].split('=', 1)[1].rsplit('/', 1)[1]\n"
+        f"open(os.path.join({str(tmp_path)!r}, name + '.pids'), 'w').write(f'{{os.getpid()}} {{worker.pid}}')\n"
+        "time.sleep(120)\n")
+    sweep = tmp_path / "sweep.py"
+    sweep.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from pathlib import Path\n"
+        "from core.loop.experiments import launch, run_parallel\n"
+        f"out = Path({str(tmp_path)!r})\n"
+        f"run_parallel(lambda n: launch(out / n, [], out / (n + '.log'), program=({str(run)!r},)), ['a', 'b', 'c'], 2)\n")
+    parent = subprocess.Popen([sys.executable, str(sweep)], cwd=ROOT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(tmp_path.glob("*.pids"))) < 2:
+        time.sleep(0.1)
+    started = {p.stem: [int(x) for x in p.read_text().split()] for p in tmp_path.glob("*.pids")}
+    assert sorted(started) == ["a", "b"], "the two job slots hold runs a and b"
+    parent.send_signal(getattr(signal, signum))
+    try:
+        parent.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(parent.pid, signal.SIGKILL)
+        for pids in started.values():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        raise AssertionError("the sweep did not stop within 20 s of the interrupt")
+    left = [pid for pids in started.values() for pid in pids if not _gone(pid, 10)]
+    assert not left, f"processes {left} outlived their interrupted sweep"
+    assert not (tmp_path / "c.pids").exists(), "a queued run started after the interrupt"
+
+
+def test_run_parallel_returns_results_in_order_and_runs_again_after_an_interrupt(tmp_path):
+    from core.loop.experiments import launch, run_parallel
+
+    script = tmp_path / "exits.py"
+    script.write_text("import sys; sys.exit(int(sys.argv[1].rsplit('/', 1)[1]))\n")
+    codes = run_parallel(lambda n: launch(tmp_path / str(n), [], tmp_path / f"{n}.log", program=(str(script),)),
+                         [0, 3, 0, 5], 2)
+    assert codes == ["ok", "exit 3", "ok", "exit 5"]
+
+    def interrupted(n):
+        if n == 1:
+            raise KeyboardInterrupt
+        return n
+
+    with pytest.raises(KeyboardInterrupt):
+        run_parallel(interrupted, [0, 1], 1)
+    # the stop is over once its sweep has ended: a later sweep launches again
+    assert run_parallel(lambda n: launch(tmp_path / str(n), [], tmp_path / "again.log", program=(str(script),)),
+                        [0], 1) == ["ok"]
+
+
 def test_launch_reports_the_exit_status(tmp_path):
     from core.loop.experiments import launch
 

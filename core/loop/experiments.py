@@ -22,10 +22,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import mean
-from typing import Any
+from typing import Any, TypeVar
 
 from core.loop.stats import Interval, difference_ci, mean_ci, ratio_ci
 
@@ -40,6 +43,15 @@ def finished(run_dir: Path) -> bool:
     return (run_dir / "result.json").exists()
 
 
+# Every run that launch() started and that has not ended, across threads: an interrupt of the parent
+# stops them all (run_parallel). Each run is in a session of its own, so nothing else reaches it.
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()  # set by _stop_live_runs: a thread about to launch a run must not start it
+T = TypeVar("T")
+R = TypeVar("R")
+
+
 def launch(run_dir: Path, overrides: Sequence[str], log: Path, limit_s: float | None = None,
            program: Sequence[str] = ("-m", "core.run")) -> str:
     """Run ``python -m core.run hydra.run.dir=<run_dir> <overrides>`` in its own process, stdout and
@@ -50,35 +62,91 @@ def launch(run_dir: Path, overrides: Sequence[str], log: Path, limit_s: float | 
     """
     cmd = [sys.executable, *program, f"hydra.run.dir={run_dir}", *overrides]
     with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        with _LIVE_LOCK:
+            if _STOPPING.is_set():
+                return "stopped"
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            _LIVE.add(proc)
         try:
             returncode = proc.wait(timeout=limit_s)
         except subprocess.TimeoutExpired:
-            _stop_group(proc)
+            _stop_groups([proc])
             return f"over {limit_s:.0f} s"
         except BaseException:
-            _stop_group(proc)
+            _stop_groups([proc])
             raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
     return "ok" if returncode == 0 else f"exit {returncode}"
 
 
-def _stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM to the run's process group; after ``grace_s``, SIGKILL to whatever of it is left (workers
-    that outlived their leader, or a leader that ignored SIGTERM)."""
+def _stop_groups(procs: Sequence[subprocess.Popen], grace_s: float = 5.0) -> None:
+    """SIGTERM to every run's process group at once; after ``grace_s`` (for all of them together), SIGKILL
+    to whatever is left of each (workers that outlived their leader, or a leader that ignored SIGTERM).
+    Together, because a parent stopped at a limit (scripts/gpu_measure.py) gets 10 s before its own SIGKILL."""
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def _stop_live_runs() -> None:
+    """Stop every run launch() started that is still going (their whole process groups), and any about to
+    start; run_parallel lifts the stop once its threads have ended."""
+    with _LIVE_LOCK:
+        _STOPPING.set()
+        procs = list(_LIVE)
+    _stop_groups(procs)
+
+
+def run_parallel(fn: Callable[[T], R], items: Iterable[T], jobs: int) -> list[R]:
+    """``[fn(item) for item in items]``, ``jobs`` at a time in threads, where each ``fn`` may launch() runs.
+
+    An interrupt (SIGINT, or SIGTERM, which it turns into one) of this process stops every launched run
+    before it propagates. Without that, the interrupt reached only the main thread: the pool waited for
+    its threads, the parent was killed after its grace period, and the runs, each in a session of its own,
+    went on as orphans. A later call of a device chain then resumed the same run directory beside its
+    orphan, two processes writing one run (scripts/gpu_measure.py, 2026-12-02).
+    """
+    items = list(items)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+
+    def on_sigterm(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if main:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    futures = []
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+        futures = [pool.submit(fn, item) for item in items]
+        return [future.result() for future in futures]
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        _stop_live_runs()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        _STOPPING.clear()
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def metric_rows(run_dir: Path) -> list[dict[str, Any]]:

@@ -39,6 +39,7 @@ from core.loop.grpo import run_grpo
 from core.loop.metrics import MetricsLog, plot_summary
 from core.loop.phase_common import STATE_FILE
 from core.loop.report import print_learning_curve, print_results, read_decisions, run_summary
+from core.loop.run_lock import hold_run_dir
 from core.loop.sft import run_sft
 from core.loop.shared_verification import ScoredBatch, SharedVerification
 from core.loop.training_config import PHASE_KINDS, Phase, TrainingError, TrainSettings
@@ -87,6 +88,7 @@ class Training:
             torch.set_num_threads(int(self.settings.torch_threads))
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
+        hold_run_dir(self.out)  # before anything of the directory is read or truncated
         self.backend = str(cfg.backend.name)
         self.seed = int(cfg.seed)
         self.device = resolve_device(str(cfg.device))
