@@ -19,25 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
-
-from omegaconf import OmegaConf
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def run_config(run_dir: Path, extra: list[str]):
-    """The run's composed config, from its own Hydra overrides plus ``extra``."""
-    from hydra import compose, initialize_config_dir
-
-    from core.config import store_plugin_configs
-
-    overrides = OmegaConf.load(run_dir / ".hydra" / "overrides.yaml") if (run_dir / ".hydra" / "overrides.yaml").exists() else []
-    store_plugin_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return compose("config", overrides=[*[str(o) for o in overrides if not str(o).startswith("hydra.")],
-                                            f"out_dir={run_dir / 'headroom'}", *extra])
 
 
 def failure_kind(verdict: Any) -> str:
@@ -64,10 +48,7 @@ def measure(training: Any, k: int) -> dict[str, Any]:
     finally:
         coder.greedy = was_greedy
     greedy_pass = {task.id for task, _, _ in greedy.accepted()}
-    failures: dict[str, int] = {}
-    for task, _, verdict in greedy.outcomes():
-        if task.id not in greedy_pass:
-            failures[failure_kind(verdict)] = failures.get(failure_kind(verdict), 0) + 1
+    failures = Counter(failure_kind(verdict) for task, _, verdict in greedy.outcomes() if task.id not in greedy_pass)
     per_task: dict[str, list[bool]] = {task.id: [] for task in tasks}
     for task, _, verdict in sampled.outcomes():
         per_task[task.id].append(bool(verdict and verdict.accepted))
@@ -80,22 +61,21 @@ def measure(training: Any, k: int) -> dict[str, Any]:
         f"pass@{k}": len(solved_by_sample) / n,
         "headroom": len(solved_by_sample - greedy_pass) / n,
         "greedy_only": len(greedy_pass - solved_by_sample) / n,
-        "greedy_failures": dict(sorted(failures.items(), key=lambda kv: -kv[1])),
+        "greedy_failures": dict(failures.most_common()),
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
 
-def headroom(run_dir: Path, phase: str, k: int, extra: list[str]) -> dict[str, Any]:
-    from core.loop.training import Training, make_verifier
+def headroom(run_dir: Path, phase: str, k: int, overrides: list[str]) -> dict[str, Any]:
+    from benchmarks.refinement import load_training, run_config
+    from core.loop.training import make_verifier
 
     model = run_dir / "models" / phase
     if not model.is_dir():
         saved = sorted(p.name for p in (run_dir / "models").iterdir()) if (run_dir / "models").is_dir() else []
         raise SystemExit(f"{model}: no such model (models saved: {saved})")
-    cfg = run_config(run_dir, [f"coder.model={model}", *extra])
-    with make_verifier(cfg) as verifier:
-        training = Training(cfg, verifier)
-        training.coder.load()
+    with make_verifier(run_config(run_dir, overrides)) as verifier:
+        training = load_training(run_dir, verifier, model_dir=model, overrides=overrides)
         return {"run": str(run_dir), "phase": phase, **measure(training, k)}
 
 
@@ -104,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--run", type=Path, nargs="+", required=True, help="finished core.run output directories")
     parser.add_argument("--phase", default="distill", help="which of the run's models (models/<phase>)")
     parser.add_argument("--k", type=int, default=8, help="samples per task")
-    parser.add_argument("--override", action="append", default=[], help="a Hydra override (repeatable)")
+    parser.add_argument("--override", action="append", default=[], help="a key=value config override (repeatable)")
     parser.add_argument("--out", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
     if args.k < 1:

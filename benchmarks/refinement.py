@@ -29,10 +29,11 @@ import argparse
 import json
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from core.loop.feedback_sft import feedback_rows, greedy, replay_rows
 from core.loop.refinement import Episode, RefinementEnv
@@ -42,14 +43,23 @@ from core.loop.rewards import RewardMix
 SFT_SEED_OFFSET = 7_340_033
 
 
-def load_training(run: Path, verifier: Any):
-    """The run's :class:`core.loop.training.Training` (config, held-out tasks, coder with its trained model)."""
-    from core.loop.training import Training
-
-    cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
+def run_config(run: Path, overrides: Sequence[str] = ()) -> DictConfig:
+    """The run's own composed config (``.hydra/config.yaml``), ``key=value`` overrides merged on top."""
+    cfg = OmegaConf.merge(OmegaConf.load(run / ".hydra" / "config.yaml"), OmegaConf.from_dotlist(list(overrides)))
     with open_dict(cfg):
         cfg.out_dir = str(run)
-    training = Training(cfg, verifier)
+    return cfg
+
+
+def load_training(run: Path, verifier: Any, model_dir: Path | None = None, overrides: Sequence[str] = ()):
+    """The run's :class:`core.loop.training.Training` (config, held-out tasks, coder with its trained model,
+    or with the model saved in ``model_dir``)."""
+    from core.loop.training import Training
+
+    training = Training(run_config(run, overrides), verifier)
+    if model_dir is not None:
+        training.load_model_dir(str(model_dir))
+        return training
     if not training.progress.get("model"):
         raise SystemExit(f"{run} has no trained model yet (train_state.json names none); finish the run first")
     training._load_coder()
@@ -155,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.verification.executor import executor_for_run
 
     t0 = time.perf_counter()
-    cfg = OmegaConf.load(a.run / ".hydra" / "config.yaml")
+    cfg = run_config(a.run)
     with executor_for_run(cfg) as verifier:
         training = load_training(a.run, verifier)
         budget = a.feedback_tokens or int(optional(training.coder, "Coder", "feedback_tokens"))
