@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(result), flush=True)
         results.append(result)
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n")
 
 

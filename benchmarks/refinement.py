@@ -56,7 +56,7 @@ def load_training(run: Path, verifier: Any, model_dir: Path | None = None, overr
     or with the model saved in ``model_dir``)."""
     from core.loop.training import Training
 
-    training = Training(run_config(run, overrides), verifier)
+    training = Training(run_config(run, overrides), verifier, reader=True)
     if model_dir is not None:
         training.load_model_dir(str(model_dir))
         return training

@@ -30,7 +30,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,6 +322,12 @@ _SFT = ("trainer.phases.distill.steps=800", "trainer.phases.distill.tasks=256", 
 _GRPO_STEPS = 20  # per seed, then its control arm: the same wall clock on more SFT
 _GRPO_LONG_STEPS = 60  # the long arm: does the gain grow with steps, as on CPU in float32 (16, 40, 80 steps: +1.6, +3.1, +5.2)?
 _EXPERIMENT_STEPS = 12  # per density/curriculum run
+_HEADROOM_K = 4  # samples per held-out task in training_headroom: 256 per model, 9 models in ~one call
+# Every self-play run from a warm start. Its control arm saves every 200 of its ~0.1 s steps: at every 4
+# (2026-12-02) it spent its wall clock saving.
+_SELFPLAY = (*_GPU_RUN, _GRPO_SAVES, "trainer.eval_tasks=64", f"trainer.phases.correctness.steps={_GRPO_STEPS}",
+             "trainer.phases.more_sft.batch_size=16", "trainer.phases.more_sft.learning_rate=5e-4",
+             "trainer.phases.more_sft.save_steps=200")
 
 
 def _training_dirs(ctx: Context) -> tuple[Path, tuple[tuple[str, str], ...]]:
@@ -345,20 +351,37 @@ def _training_sft(ctx: Context) -> list[Command]:
 def _training(ctx: Context) -> list[Command]:
     # From training_sft's warm starts, side by side, the rest of the default job per seed: GRPO self-play
     # with the proposer and the adaptive curriculum (4 tasks x 8 samples a step), then its control arm
-    # (GRPO's wall clock spent on more SFT on the same 256 pairs), held-out pass rate after each; beside it
-    # GRPO for 3x the steps with its own control (on CPU in float32 the gain grew with steps, and so did the
-    # control's: 2026-12-02). Task replay, which moved nothing here, no longer runs. Finished runs are not rerun
-    # and cut ones resume from their last checkpoint, so a chain of calls (--work) completes it.
+    # (GRPO's wall clock spent on more SFT on the same 256 pairs), held-out pass rate after each. Task replay,
+    # which moved nothing here, no longer runs. Finished runs are not rerun and cut ones resume from their
+    # last checkpoint, so a chain of calls (--work) completes it.
+    return [_sweep(ctx, "gpu", _SELFPLAY, "selfplay")]
+
+
+def _training_long(ctx: Context) -> list[Command]:
+    # GRPO for 3x training's steps with its own control: on CPU in float32 the gain grew with steps, and so
+    # did the control's (2026-12-02). Its own step, so a chain short of device time can leave it out.
+    long = [*_SELFPLAY, f"trainer.phases.correctness.steps={_GRPO_LONG_STEPS}"]
+    return [_sweep(ctx, "gpu_long", long, "selfplay_long")]
+
+
+def _sweep(ctx: Context, variant: str, overrides: Sequence[str], out: str) -> Command:
     root, cache = _training_dirs(ctx)
-    # the control arm saves every 200 of its ~0.1 s steps: at every 4 (2026-12-02) it spent its wall clock saving
-    selfplay = [*_GPU_RUN, _GRPO_SAVES, "trainer.eval_tasks=64", f"trainer.phases.correctness.steps={_GRPO_STEPS}",
-                "trainer.phases.more_sft.batch_size=16", "trainer.phases.more_sft.learning_rate=5e-4",
-                "trainer.phases.more_sft.save_steps=200"]
-    long = [*selfplay, f"trainer.phases.correctness.steps={_GRPO_LONG_STEPS}"]
-    return [ctx.py("-m", "benchmarks.selfplay_sweep", "--warm-starts", root / "warm", "--seeds", *_TRAIN_SEEDS,
-                   "--jobs", "6", "--limit-s", "7200", "--out", root / "selfplay", "--variant", "gpu=" + " ".join(selfplay),
-                   "--variant", "gpu_long=" + " ".join(long),
-                   env=cache, background=True)]
+    return ctx.py("-m", "benchmarks.selfplay_sweep", "--warm-starts", root / "warm", "--seeds", *_TRAIN_SEEDS,
+                  "--jobs", "3", "--limit-s", "7200", "--out", root / out, "--variant",
+                  f"{variant}=" + " ".join(overrides), env=cache, background=True)
+
+
+def _training_headroom(ctx: Context) -> list[Command]:
+    # GRPO optimises the sampled policy; the table scores the greedy answer. benchmarks/headroom on each
+    # seed's three models (SFT warm start, after GRPO, its control) gives both, plus pass@k, on the same
+    # held-out tasks at the training temperature: does RL move the sampled pass rate more than more SFT?
+    root, cache = _training_dirs(ctx)
+    runs = [(root / "warm" / f"seed{seed}", "distill", seed) for seed in _TRAIN_SEEDS]
+    runs += [(root / "selfplay" / f"gpu-seed{seed}", phase, seed) for seed in _TRAIN_SEEDS for phase in ("correctness", "more_sft")]
+    out = root / "headroom"
+    return [ctx.py("-m", "benchmarks.headroom", "--run", run, "--phase", phase, "--k", str(_HEADROOM_K),
+                   "--out", out / f"{phase}-seed{seed}.json", env=cache, background=True)
+            for run, phase, seed in runs if ctx.listing or not (out / f"{phase}-seed{seed}.json").exists()]
 
 
 def _training_experiments(ctx: Context) -> list[Command]:
@@ -391,6 +414,20 @@ def training_figure(log: str) -> str:
         control = f", control - SFT {cells[7]}" if cells[7] not in ("", "-") else ""
         figures.append(f"{name}: RL - SFT {cells[6]}{control} points")
     return "; ".join(figures)
+
+
+def headroom_figure(log: str) -> str:
+    """Mean sampled pass@1 per model kind (phase) over the seeds, from benchmarks/headroom's JSON lines."""
+    import json
+
+    by_phase: dict[str, list[float]] = {}
+    for line in _lines(log):
+        if line.startswith("{") and '"sampled_pass1"' in line:
+            row = json.loads(line)
+            by_phase.setdefault(row["phase"], []).append(row["sampled_pass1"])
+    if not by_phase:
+        return held_out_figure(log)
+    return "sampled pass@1 " + ", ".join(f"{phase} {sum(v) / len(v):.3f} (n={len(v)})" for phase, v in by_phase.items())
 
 
 def experiments_figure(log: str) -> str:
@@ -499,12 +536,18 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "the default job's SFT warm start at GPU scale (8 layers, 512 wide, ~27M parameters), seeds 0-2 side by "
          "side: 256 teacher pairs, 800 SFT steps, held-out pass rate of 64 tasks", _training_sft, warm_starts_figure,
          tail=20),
-    Step("training", 1500, "2026-12-02: 754 s over two chained calls (393 s cut, then 360 s), 15 runs side by side "
-         "(the experiments' 12 among them): GRPO ~10 s a step (20 steps in 204-218 s)",
+    Step("training", 1500, "2026-12-03: 406-454 s a run (3 seeds, beside training_long's 3), one call after "
+         "training_sft's; 2026-12-02: GRPO ~10 s a step (20 steps in 204-218 s) with 15 runs side by side",
          "from training_sft's warm starts, side by side: GRPO 20 steps x 4 tasks x 8 samples and its control arm "
-         "per seed; GRPO for 60 steps and its control arm. Longer than one device "
-         "call with training_sft: chain calls with --work", _training, training_figure,
-         results=(("training/selfplay/sweep.md", "training_selfplay.md"),), tail=40),
+         "per seed. Longer than one device call with training_sft: chain calls with --work", _training,
+         training_figure, results=(("training/selfplay/sweep.md", "training_selfplay.md"),), tail=40),
+    Step("training_long", 1500, "2026-12-02: finished over three chained calls beside training (183, 527, 438 s)",
+         "as training, with GRPO for 60 steps and its control arm", _training_long, training_figure,
+         results=(("training/selfplay_long/sweep.md", "training_selfplay_long.md"),), tail=40),
+    Step("training_headroom", 900, "not yet run (each of 9 models: greedy and 4 samples of 64 held-out tasks)",
+         "benchmarks/headroom on training's models per seed (SFT warm start, after GRPO, its control): greedy and "
+         "sampled pass@1 and pass@4 at T 1.0 on the held-out tasks (its JSON in steps.tgz)", _training_headroom,
+         headroom_figure, tail=20),
     Step("training_experiments", 900, "2026-12-02: its 12 runs 337-363 s each, beside the self-play runs",
          "issue 20's density (MCTS and replay vs random) and curriculum (adaptive vs fixed) experiments from training_sft's "
          "seed 0 warm start, 3 seeds per arm, 12 steps each", _training_experiments, experiments_figure,

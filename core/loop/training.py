@@ -76,7 +76,9 @@ def run_training(cfg: DictConfig) -> dict[str, Any]:
 class Training:
     """One training run on ``cfg`` with ``verifier`` (anything with ``verify_many``)."""
 
-    def __init__(self, cfg: DictConfig, verifier: Any, console: Console | None = None):
+    def __init__(self, cfg: DictConfig, verifier: Any, console: Console | None = None, reader: bool = False):
+        """``reader``: this process only evaluates the run's saved models; it shares the run directory with
+        other readers and waits for no trainer (core/loop/run_lock.py)."""
         self.cfg, self.verifier = cfg, verifier
         self.console = console or Console()
         self.settings = TrainSettings.from_config(cfg.trainer)
@@ -88,7 +90,7 @@ class Training:
             torch.set_num_threads(int(self.settings.torch_threads))
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        hold_run_dir(self.out)  # before anything of the directory is read or truncated
+        hold_run_dir(self.out, reader=reader)  # before anything of the directory is read or truncated
         self.backend = str(cfg.backend.name)
         self.seed = int(cfg.seed)
         self.device = resolve_device(str(cfg.device))
@@ -103,6 +105,7 @@ class Training:
                                     f"{cfg.coder.name!r} has no {attr!r}. Use coder=llm (or trainer=none for "
                                     f"self-play without learning)")
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
+        self.reader = reader
         self.progress = self._read_progress()
         self.curriculum_log = self.out / "curriculum.jsonl"
         self.time_limit_s: float | None = None  # set while a control arm runs (core.loop.control)
@@ -115,7 +118,7 @@ class Training:
             progress = json.loads(path.read_text())
             self.console.print(f"[yellow]resuming[/] from {path}: phases done {progress.get('done', [])}")
             return progress
-        if self.settings.resume == "never" and self.metrics.rows:
+        if self.settings.resume == "never" and self.metrics.rows and not self.reader:
             self.metrics.truncate(-1)
         return {"done": [], "model": None, "step_offset": 0}
 
