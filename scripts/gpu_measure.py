@@ -537,14 +537,16 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "side: 256 teacher pairs, 800 SFT steps, held-out pass rate of 64 tasks", _training_sft, warm_starts_figure,
          tail=20),
     Step("training", 1500, "2026-12-03: 406-454 s a run (3 seeds, beside training_long's 3), one call after "
-         "training_sft's; 2026-12-02: GRPO ~10 s a step (20 steps in 204-218 s) with 15 runs side by side",
+         "training_sft's; third session, alone: 226-276 s a run from a resume after 200 s; "
+         "2026-12-02: GRPO ~10 s a step (20 steps in 204-218 s) with 15 runs side by side",
          "from training_sft's warm starts, side by side: GRPO 20 steps x 4 tasks x 8 samples and its control arm "
          "per seed. Longer than one device call with training_sft: chain calls with --work", _training,
          training_figure, results=(("training/selfplay/sweep.md", "training_selfplay.md"),), tail=40),
     Step("training_long", 1500, "2026-12-02: finished over three chained calls beside training (183, 527, 438 s)",
          "as training, with GRPO for 60 steps and its control arm", _training_long, training_figure,
          results=(("training/selfplay_long/sweep.md", "training_selfplay_long.md"),), tail=40),
-    Step("training_headroom", 900, "not yet run (each of 9 models: greedy and 4 samples of 64 held-out tasks)",
+    Step("training_headroom", 900, "2026-12-03, third session: 9 side by side, none finished in 274 s (each "
+         "of 9 models: greedy and 4 samples of 64 held-out tasks)",
          "benchmarks/headroom on training's models per seed (SFT warm start, after GRPO, its control): greedy and "
          "sampled pass@1 and pass@4 at T 1.0 on the held-out tasks (its JSON in steps.tgz)", _training_headroom,
          headroom_figure, tail=20),
