@@ -274,6 +274,7 @@ class Vault:
         self.tensors: dict[str, Any] = {}
         self.expected: list[list[Any]] = []  # per reference run, outputs (tensors or plain values)
         self.truths: dict[int, list[Any] | None] = {}
+        self.noises: dict[int, list[float | None] | None] = {}  # per run: rounding noise of each output
         self.truth_trusted: bool | None = None  # None: not vetted yet
         self.adopted = 0
 
@@ -374,6 +375,15 @@ class Vault:
         if run not in self.truths:
             self._compute_truth(run)
         return self.truths[run]
+
+    def noise_of(self, run: int) -> list[float | None] | None:
+        """Rounding noise of run ``run``'s outputs (:meth:`Float64Truth.rounding_noise`), once its
+        truth is in use; computed on first need."""
+        if not self.truth_trusted or self.truths.get(run) is None:
+            return None
+        if run not in self.noises:
+            self.noises[run] = self.truth.rounding_noise(self.inputs_of(run), self.expected[run], self.truths[run])
+        return self.noises[run]
 
     def _compute_truth(self, run: int) -> None:
         if run not in self.truths:

@@ -144,6 +144,9 @@ class Trial:
     scale: float = 1.0  # stability probes: the factor floating inputs were multiplied by
     probe: str = ""  # stability probes: the probe as the verdict names it ("x1e+03 heavy_tailed")
     truth: list[Any] | None = None  # the task run in float64 on the same inputs (None: unavailable)
+    # per output, how far rounding at the reference's precision moves the float64 run from the truth
+    # (core.verification.worker.rounding; None: not measured)
+    truth_noise: list[float | None] | None = None
     inputs_digest: list[str] | None = None  # the reference's inputs as digests (inputs may then be None)
 
 
@@ -182,6 +185,10 @@ class Evidence:
             return trial.truth
 
         return get
+
+    def noise_of(self, trial: Trial) -> Callable[[], list[float | None] | None]:
+        """``trial``'s rounding noise as :func:`compare_outputs` takes it (after its truth)."""
+        return lambda: trial.truth_noise
 
 
 def tolerance(dtype_name: str, overrides: dict[str, tuple[float, float]] | None = None) -> tuple[float, float]:
@@ -253,6 +260,7 @@ def _floor_of(dtype: Any, floor: float, scale: float) -> float:
 
 def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: dict | None = None,
                     scale_aware: bool = False, truth: list[Any] | Callable[[], list[Any] | None] | None = None,
+                    truth_noise: list[float | None] | Callable[[], list[float | None] | None] | None = None,
                     noise_factor: float = REFERENCE_NOISE_FACTOR, absolute: bool = False) -> Comparison:
     """Compare a candidate's outputs with the reference's, in the judging process.
 
@@ -267,6 +275,10 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     acceptance: elements that miss the fp32 reference pass when their error against the truth is
     within the larger of ``floor * S + rtol * |truth|`` and ``noise_factor`` x the fp32 reference's
     own largest error against the truth (:data:`REFERENCE_NOISE_FACTOR`). NaN/Inf rules stay those above.
+    ``truth_noise`` (per output, or a function returning them, called after ``truth``): how far
+    rounding at the reference's precision moves the float64 run (Monte Carlo arithmetic,
+    :mod:`core.verification.worker.rounding`); the fp32 reference's error counts as at least that,
+    since one lucky rounding of PyTorch's is no measure of what fp32 can do.
 
     Outputs identical to the reference bit for bit are accepted without arithmetic; otherwise the
     errors are computed in float32 for tensors of 32 bits or fewer (float64 for float64 and
@@ -291,6 +303,7 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     worst_abs = worst_rel = 0.0
     by_truth, noise_ratio, judged, disputed_nans = 0, 0.0, 0, 0
     truths: list[Any] | None = None
+    noises: list[float | None] | None = None
 
     def truth_of(i: int) -> Any:
         """Output ``i``'s float64 truth (None: unknown), every output's fetched once, on first need."""
@@ -298,6 +311,14 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
         if truths is None:
             truths = (truth() if callable(truth) else truth) or []
         return truths[i] if i < len(truths) else None
+
+    def noise_of(i: int) -> float:
+        """Output ``i``'s rounding noise (0: unknown); fetched after its truth."""
+        nonlocal noises
+        if noises is None:
+            noises = (truth_noise() if callable(truth_noise) else truth_noise) or []
+        value = noises[i] if i < len(noises) else None
+        return float(value) if value is not None and math.isfinite(value) else 0.0
 
     for i, (e, g) in enumerate(zip(expected, got)):
         where = f"output {i}" if len(expected) > 1 else "output"
@@ -357,7 +378,9 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
         atol = _floor_of(e.dtype, floor, scale)
         bad = diff > atol + rtol * ref
         if bool(bad.any()):
-            judged = _against_truth(truth_of(i), e, g, finite, floor, rtol, noise_factor, scale_aware)
+            t = truth_of(i)
+            judged = _against_truth(t, e, g, finite, floor, rtol, noise_factor, scale_aware,
+                                    noise_of(i) if t is not None else 0.0)
             if judged is not None:
                 noise_ratio = max(noise_ratio, judged.noise_ratio)
             if judged is not None and judged.ok:
@@ -414,7 +437,7 @@ def _layout_mismatch(e: Any, g: Any, i: int, n: int, kind: type) -> Comparison |
 
 
 def _against_truth(truth: Any, e: Any, g: Any, finite: Any, floor: float, rtol: float,
-                   noise_factor: float, scale_aware: bool) -> Comparison | None:
+                   noise_factor: float, scale_aware: bool, rounding: float = 0.0) -> Comparison | None:
     """Judge one output against the float64 truth (None when the truth cannot be used here)."""
     import torch
 
@@ -427,7 +450,10 @@ def _against_truth(truth: Any, e: Any, g: Any, finite: Any, floor: float, rtol: 
     if not bool(t_finite[finite].all()):
         return None
     t = truth[finite]
-    ref_err = float((e.to(torch.float64)[finite] - t).abs().max())
+    own_err = float((e.to(torch.float64)[finite] - t).abs().max())
+    # the fp32 reference's error, or what rounding can do here if PyTorch's rounding was luckier
+    ref_err = max(own_err, rounding)
+    whose = "the fp32 reference's own max err" if own_err >= rounding else "fp32 rounding's max err here"
     cand_err = (g.to(torch.float64)[finite] - t).abs()
     t_abs = t.abs()
     atol = _floor_of(e.dtype, floor, output_scale(t_abs, t.numel(), largest=scale_aware))
@@ -437,7 +463,7 @@ def _against_truth(truth: Any, e: Any, g: Any, finite: Any, floor: float, rtol: 
     ratio = worst / ref_err if ref_err > 0 else (0.0 if worst == 0 else float("inf"))
     if bool(over.any()):
         return Comparison(False, f"against a float64 reference: max err {worst:.3g}, "
-                          f"{noise_factor:g}x the fp32 reference's own max err {ref_err:.3g} is {noise_factor * ref_err:.3g}",
+                          f"{noise_factor:g}x {whose} {ref_err:.3g} is {noise_factor * ref_err:.3g}",
                           noise_ratio=ratio)
     return Comparison(True, f"against a float64 reference: max err {worst:.3g} (fp32 reference: {ref_err:.3g})",
                       noise_ratio=ratio)

@@ -69,15 +69,19 @@ class ExtraObservations:
                 k = int(run["name"][5:])
                 scale, seed, r = probes[k]
                 loaded = evidence.config.get("float64_probe_truths")  # the truth came on demand, before the probes ran
-                truth = (loaded[k] if loaded else r.get("truth")) if evidence.config.get("float64_truth") else None
+                noises = evidence.config.get("float64_probe_noises")
+                trusted = evidence.config.get("float64_truth")
+                truth = (loaded[k] if loaded else r.get("truth")) if trusted else None
+                noise = (noises[k] if noises else r.get("truth_noise")) if trusted else None
                 evidence.probes.append(Trial(seed, r.get("inputs"), r["output"], obs, scale=scale_of(scale),
-                                             truth=truth, inputs_digest=r.get("inputs_digest"),
+                                             truth=truth, truth_noise=noise, inputs_digest=r.get("inputs_digest"),
                                              probe=describe_probe(scale)))
             else:
                 target = evidence.shuffled if kind == "shuffled" else evidence.repeat
                 target.append(Trial(first_seed, base.get("inputs"), base["output"], obs,
                                     inputs_digest=base.get("inputs_digest"),
-                                    truth=evidence.trials[0].truth if evidence.trials else None))
+                                    truth=evidence.trials[0].truth if evidence.trials else None,
+                                    truth_noise=evidence.trials[0].truth_noise if evidence.trials else None))
         v.verdict.stage_s["extra"] = time.perf_counter() - t
         for check in checks:
             if optional(check, "Check", "collect") is not None:

@@ -284,7 +284,7 @@ class Verification:
         observed = self.run_in_candidate(runs)
         verdict.stage_s["trials"] = time.perf_counter() - t
         evidence.trials = [Trial(seed, r.get("inputs"), r["output"], o, truth=r.get("truth"),
-                                 inputs_digest=r.get("inputs_digest"))
+                                 truth_noise=r.get("truth_noise"), inputs_digest=r.get("inputs_digest"))
                            for seed, r, o in zip(self.trial_seeds, self.ref_trials, observed)]
         if self.keeper is not None:  # the keeper vets and computes the truth when a comparison needs it
             evidence.config["float64_truth_note"] = self.ref.get("truth_note") or \
@@ -327,13 +327,14 @@ class Verification:
             return
         runs = ref["trials"]
         for trial, r in zip(evidence.trials, runs):
-            trial.truth = r.get("truth")
-        first = evidence.trials[0].truth if evidence.trials else None
+            trial.truth, trial.truth_noise = r.get("truth"), r.get("truth_noise")
+        first = evidence.trials[0] if evidence.trials else None
         for trial in [*evidence.shuffled, *evidence.repeat]:
-            trial.truth = first
+            trial.truth, trial.truth_noise = (first.truth, first.truth_noise) if first else (None, None)
         for probe, r in zip(evidence.probes, runs[len(evidence.trials):]):
-            probe.truth = r.get("truth")
+            probe.truth, probe.truth_noise = r.get("truth"), r.get("truth_noise")
         evidence.config["float64_probe_truths"] = [r.get("truth") for r in runs[len(evidence.trials):]]
+        evidence.config["float64_probe_noises"] = [r.get("truth_noise") for r in runs[len(evidence.trials):]]
         vet_truth(evidence, ref)
 
     # -- helpers of the stages

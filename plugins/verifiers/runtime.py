@@ -68,7 +68,7 @@ class CorrectnessCheck:
                 mutated = mutated or f"trial {i}: {why}"
                 first_failure = first_failure or mutated
                 continue
-            cmp = compare_outputs(trial.expected, obs.output, tolerances=_tolerances(evidence), truth=evidence.truth_of(trial),
+            cmp = compare_outputs(trial.expected, obs.output, tolerances=_tolerances(evidence), truth=evidence.truth_of(trial), truth_noise=evidence.noise_of(trial),
                                   noise_factor=self.reference_noise_factor)
             worst = max(worst, cmp.max_abs_err)
             by_truth += cmp.by_truth
@@ -93,7 +93,7 @@ def _laundering(trial: Trial, evidence: Evidence) -> list[str]:
     found = [f for f in trial.observed.provenance if not f.startswith(UNPRODUCED)]
     unproduced = [f[len(UNPRODUCED):] for f in trial.observed.provenance if f.startswith(UNPRODUCED)]
     if unproduced and compare_outputs(trial.expected, trial.observed.output, tolerances=_tolerances(evidence),
-                                      truth=evidence.truth_of(trial)).ok:
+                                      truth=evidence.truth_of(trial), truth_noise=evidence.noise_of(trial)).ok:
         found += [f"{f}, yet the outputs are right" for f in unproduced]
     return found
 
@@ -223,7 +223,7 @@ class RaceCheck:
             if trial.observed.error:
                 return CheckResult(False, f"shuffled program order {i} raised {trial.observed.error}", data=data)
             cmp = compare_outputs(trial.expected, trial.observed.output, tolerances=_tolerances(evidence),
-                                  truth=evidence.truth_of(trial))
+                                  truth=evidence.truth_of(trial), truth_noise=evidence.noise_of(trial))
             if not cmp.ok:
                 return CheckResult(False, f"result depends on program order (a race between programs): "
                                    f"shuffled order {i}: {cmp.detail}", data=data)
@@ -290,7 +290,7 @@ class StabilityCheck:
             name = t.probe or f"x{t.scale:g}"
             if t.observed.error:
                 return CheckResult(False, f"inputs {name}: raised {t.observed.error}", data={"probe": name})
-            cmp = compare_outputs(t.expected, t.observed.output, tolerances=tol, scale_aware=True, truth=evidence.truth_of(t),
+            cmp = compare_outputs(t.expected, t.observed.output, tolerances=tol, scale_aware=True, truth=evidence.truth_of(t), truth_noise=evidence.noise_of(t),
                                   noise_factor=self.reference_noise_factor)
             if not cmp.ok:
                 return CheckResult(False, f"inputs {name}: {cmp.detail}",
@@ -374,7 +374,7 @@ class DeterminismCheck:
                        else f"the autotuner ran other configs ({configs})")
                 data = {"bitwise": False, "atomics": atomics, "autotune": configs}
                 cmp = compare_outputs(again.expected, b, tolerances=_tolerances(evidence),
-                                      truth=evidence.truth_of(again))
+                                      truth=evidence.truth_of(again), truth_noise=evidence.noise_of(again))
                 if not cmp.ok:
                     return CheckResult(False, f"two calls on the same inputs gave different bits, and the repeat "
                                        f"misses the reference: {cmp.detail}", data=data)

@@ -98,6 +98,7 @@ class ReferenceRole:
                         truth.possible(dev_inputs, out)
                     else:
                         trial["truth"] = truth.outputs(dev_inputs, out)
+                        trial["truth_noise"] = truth.rounding_noise(dev_inputs, out, trial["truth"])
                     if by_seed:
                         trial["inputs_digest"] = redrawn_digest if i == 0 else input_digests(dev_inputs)
                     else:
@@ -161,8 +162,9 @@ class ReferenceRole:
         tolerances = {k: tuple(v) for k, v in (req.get("tolerances") or {}).items()}
         run = vault.run_of(req["expected"])
         truth = (lambda: vault.truth_of(run, tolerances)) if req.get("truth") and run is not None else None
+        noise = (lambda: vault.noise_of(run)) if truth is not None else None
         cmp = compare_outputs(vault.resolve(req["expected"]), vault.resolve(req["got"]), tolerances=tolerances,
-                              scale_aware=bool(req.get("scale_aware")), truth=truth,
+                              scale_aware=bool(req.get("scale_aware")), truth=truth, truth_noise=noise,
                               noise_factor=float(req["noise_factor"]))
         return {"ok": True, "comparison": asdict(cmp), "truth_note": vault.truth_note(),
                 "truth_trusted": bool(vault.truth_trusted)}

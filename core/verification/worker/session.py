@@ -186,6 +186,28 @@ class Float64Truth:
             aligned.append(t if usable else None)
         return aligned if keep_device else cpu_copy(aligned)
 
+    def rounding_noise(self, inputs: list[Any], reference: list[Any], truth: list[Any] | None) -> list[float | None] | None:
+        """Per output, how far rounding at the reference's precision moves the float64 run from
+        ``truth`` (:mod:`core.verification.worker.rounding`); None when there is no truth or the
+        perturbed run fails (the judge then uses the fp32 reference's own error alone)."""
+        import torch
+
+        from core.verification.worker.rounding import rounding_noise, unit_roundoff
+
+        unit = unit_roundoff(reference)
+        if truth is None or self.model is None or unit is None:
+            return None
+        wide = [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                for x in inputs]
+        try:
+            noise = rounding_noise(lambda: flatten_outputs(self.model(*wide)), truth, unit, self.device)
+            synchronize(self.device)
+            return noise
+        except MemoryError:
+            raise
+        except Exception:  # an op the dispatch mode cannot wrap: no estimate, nothing widened
+            return None
+
 
 # --------------------------------------------------------------------------- session
 

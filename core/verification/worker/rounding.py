@@ -1,0 +1,100 @@
+"""How far rounding at the task's own precision can move its outputs: Monte Carlo arithmetic.
+
+An output is judged against the float64 truth within ``REFERENCE_NOISE_FACTOR`` x the fp32
+reference's own error against that truth. That error is one sample of fp32 rounding, and it can be a
+lucky one: a row that fp32 rounds to a constant (``x * 1e-8 + 1``) has an exact mean and variance in
+PyTorch's Welford pass, so the reference is off by the truth's own tiny size, while an honest
+two-pass kernel whose partial sums round is 100x further off, through no fault of its own.
+
+Monte Carlo arithmetic (Parker, 1997; Verificarlo) measures what rounding does to *this computation*
+instead: the task runs in float64 with every floating output of every ATen op multiplied by
+``1 + d``, ``d`` uniform in ``[-u, u]``, ``u`` the narrow dtype's unit roundoff (2^-24 for fp32).
+Its distance from the truth is the noise any fp32 evaluation of the task may carry, whatever order
+it rounds in. It runs in the reference worker only, on the trusted task, never on a candidate.
+
+Ops whose results are exact (copies, views, in-place and out= forms, indexing, constructors) are
+not perturbed: noise there would widen acceptance beyond what rounding can do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+# ATen ops that move or build data without rounding (matched on the overload packet's name)
+_EXACT = frozenset({
+    "clone", "_to_copy", "copy", "copy_", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+    "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full",
+    "arange", "cat", "stack", "index", "index_select", "gather", "scatter", "where", "masked_fill",
+    "_unsafe_view", "view", "reshape", "contiguous", "lift_fresh", "lift_fresh_copy", "detach", "alias",
+    "constant_pad_nd", "flip", "roll", "repeat", "tril", "triu", "max", "min", "amax", "amin", "maximum",
+    "minimum", "relu", "abs", "neg", "sort", "topk", "narrow_copy", "slice", "select", "unfold", "im2col",
+    "max_pool2d_with_indices", "max_pool1d", "max_pool2d", "max_pool3d_with_indices", "clamp", "clamp_min",
+    "clamp_max", "sign", "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "logical_not",
+    "argmax", "argmin", "fill", "fill_", "zero_", "sgn", "floor", "ceil", "round", "trunc", "_local_scalar_dense",
+})
+
+UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+
+
+def unit_roundoff(outputs: list[Any]) -> float | None:
+    """The unit roundoff of the narrowest-but-most-precise floating output dtype (float64 only: None)."""
+    import torch
+
+    units = [UNIT_ROUNDOFF[str(t.dtype).replace("torch.", "")] for t in outputs
+             if isinstance(t, torch.Tensor) and str(t.dtype).replace("torch.", "") in UNIT_ROUNDOFF]
+    return min(units) if units else None
+
+
+def _rounds(func: Any) -> bool:
+    """Whether ``func``'s floating outputs are fresh rounded results (not aliases or exact moves)."""
+    schema = func._schema
+    if any(r.alias_info is not None for r in schema.returns) or schema.is_mutable:
+        return False
+    return func.overloadpacket.__name__ not in _EXACT
+
+
+def _mode(unit: float, generator: Any) -> Any:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
+
+    class RoundingNoise(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not _rounds(func):
+                return out
+
+            def perturb(t: Any) -> Any:
+                if isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.numel():
+                    d = torch.rand(t.shape, generator=generator, dtype=torch.float64, device=t.device)
+                    return t * d.mul_(2.0 * unit).add_(1.0 - unit)
+                return t
+
+            return tree_map(perturb, out)
+
+    return RoundingNoise()
+
+
+def rounding_noise(run: Callable[[], list[Any]], truth: list[Any | None], unit: float, device: str,
+                   seed: int = 0) -> list[float | None]:
+    """Per output, the largest distance from ``truth`` of one Monte Carlo arithmetic run of ``run``
+    (the float64 task on its float64 inputs, returning its flattened outputs) at unit roundoff
+    ``unit``; None where an output has no truth or the run is not finite where the truth is."""
+    import torch
+
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)  # its own stream: the task's global RNG state is not touched
+    with torch.no_grad(), _mode(unit, generator):
+        noisy = run()
+    noise: list[float | None] = []
+    for t, n in zip(truth, noisy):
+        if not (isinstance(t, torch.Tensor) and isinstance(n, torch.Tensor) and n.shape == t.shape):
+            noise.append(None)
+            continue
+        finite = torch.isfinite(t)
+        if not bool(torch.isfinite(n)[finite].all()):
+            noise.append(None)
+            continue
+        noise.append(float((n.to(torch.float64)[finite] - t[finite]).abs().max()) if bool(finite.any()) else 0.0)
+    return noise + [None] * (len(truth) - len(noise))
