@@ -68,11 +68,10 @@ class ExtraObservations:
             if kind == "probe":
                 k = int(run["name"][5:])
                 scale, seed, r = probes[k]
-                loaded = evidence.config.get("float64_probe_truths")  # the truth came on demand, before the probes ran
-                noises = evidence.config.get("float64_probe_noises")
+                loaded = evidence.config.get("float64_probe_runs")  # the truth came on demand, before the probes ran
+                source = loaded[k] if loaded else r
                 trusted = evidence.config.get("float64_truth")
-                truth = (loaded[k] if loaded else r.get("truth")) if trusted else None
-                noise = (noises[k] if noises else r.get("truth_noise")) if trusted else None
+                truth, noise = (source.get("truth"), source.get("truth_noise")) if trusted else (None, None)
                 evidence.probes.append(Trial(seed, r.get("inputs"), r["output"], obs, scale=scale_of(scale),
                                              truth=truth, truth_noise=noise, inputs_digest=r.get("inputs_digest"),
                                              probe=describe_probe(scale)))

@@ -333,8 +333,7 @@ class Verification:
             trial.truth, trial.truth_noise = (first.truth, first.truth_noise) if first else (None, None)
         for probe, r in zip(evidence.probes, runs[len(evidence.trials):]):
             probe.truth, probe.truth_noise = r.get("truth"), r.get("truth_noise")
-        evidence.config["float64_probe_truths"] = [r.get("truth") for r in runs[len(evidence.trials):]]
-        evidence.config["float64_probe_noises"] = [r.get("truth_noise") for r in runs[len(evidence.trials):]]
+        evidence.config["float64_probe_runs"] = runs[len(evidence.trials):]  # their truth and rounding noise
         vet_truth(evidence, ref)
 
     # -- helpers of the stages
