@@ -375,13 +375,15 @@ def _training_headroom(ctx: Context) -> list[Command]:
     # GRPO optimises the sampled policy; the table scores the greedy answer. benchmarks/headroom on each
     # seed's three models (SFT warm start, after GRPO, its control) gives both, plus pass@k, on the same
     # held-out tasks at the training temperature: does RL move the sampled pass rate more than more SFT?
+    # Only finished runs (their result.json): after training_sft alone, the warm starts' sharpening ceiling.
     root, cache = _training_dirs(ctx)
     runs = [(root / "warm" / f"seed{seed}", "distill", seed) for seed in _TRAIN_SEEDS]
     runs += [(root / "selfplay" / f"gpu-seed{seed}", phase, seed) for seed in _TRAIN_SEEDS for phase in ("correctness", "more_sft")]
     out = root / "headroom"
     return [ctx.py("-m", "benchmarks.headroom", "--run", run, "--phase", phase, "--k", str(_HEADROOM_K),
                    "--out", out / f"{phase}-seed{seed}.json", env=cache, background=True)
-            for run, phase, seed in runs if ctx.listing or not (out / f"{phase}-seed{seed}.json").exists()]
+            for run, phase, seed in runs
+            if ctx.listing or ((run / "result.json").exists() and not (out / f"{phase}-seed{seed}.json").exists())]
 
 
 def _training_experiments(ctx: Context) -> list[Command]:
