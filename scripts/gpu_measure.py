@@ -547,8 +547,9 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("training_long", 1500, "2026-12-02: finished over three chained calls beside training (183, 527, 438 s)",
          "as training, with GRPO for 60 steps and its control arm", _training_long, training_figure,
          results=(("training/selfplay_long/sweep.md", "training_selfplay_long.md"),), tail=40),
-    Step("training_headroom", 900, "2026-12-03, third session: 9 side by side, none finished in 274 s (each "
-         "of 9 models: greedy and 4 samples of 64 held-out tasks)",
+    Step("training_headroom", 900, "2026-12-03, third session: 9 side by side, none finished in 274 s; "
+         "2026-12-04: the 3 warm starts alone, none finished in 204 s (each model: greedy and 4 samples of 64 "
+         "held-out tasks)",
          "benchmarks/headroom on training's models per seed (SFT warm start, after GRPO, its control): greedy and "
          "sampled pass@1 and pass@4 at T 1.0 on the held-out tasks (its JSON in steps.tgz)", _training_headroom,
          headroom_figure, tail=20),
