@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,3 +189,30 @@ def test_only_the_attempts_loop_and_the_reward_verification_call_verify_many_in_
             if isinstance(node, ast.Attribute) and node.attr == "verify_many":
                 callers.add(str(path.relative_to(ROOT)))
     assert callers <= allowed and "core/loop/attempts.py" in callers
+
+
+def test_the_teachers_rejections_are_kept_with_their_tasks_and_counted(tmp_path):
+    """A teacher is meant to be right: each rejected answer is kept, with its task and whole verdict,
+    so a false rejection (or a teacher bug) can be replayed with core.verify."""
+    from types import SimpleNamespace
+
+    from core.loop.sft import keep_rejections
+    from core.loop.training_config import Phase
+
+    printed: list[str] = []
+    training = SimpleNamespace(out=tmp_path, console=SimpleNamespace(print=printed.append))
+    phase = Phase(name="distill", kind="sft", steps=1)
+    tasks = tasks_for(3)
+    reasons = ["stability: inputs x1e-08 offset: output: 512/512 elements differ",
+               "correctness: 0/5 trials match; trial 0: output: ...", "stability: inputs x3e+05: output"]
+    rejected = [(t, Candidate(source=f"# answer {i}"), Verdict(reason=r)) for i, (t, r) in enumerate(zip(tasks, reasons))]
+    keep_rejections(training, phase, rejected)
+    rows = [json.loads(line) for line in (tmp_path / "distill_rejected.jsonl").read_text().splitlines()]
+    assert [Task.from_dict(r["task"]).id for r in rows] == [t.id for t in tasks]
+    assert [r["candidate"] for r in rows] == ["# answer 0", "# answer 1", "# answer 2"]
+    assert [r["verdict"]["reason"] for r in rows] == reasons
+    assert printed == ["distill: 3 teacher answer(s) rejected (2 x stability; 1 x correctness): distill_rejected.jsonl"]
+
+    printed.clear()
+    keep_rejections(training, Phase(name="other", kind="sft", steps=1), [])
+    assert printed == [] and not (tmp_path / "other_rejected.jsonl").exists()

@@ -58,6 +58,10 @@ class Attempts:
             for cand in samples:
                 yield task, cand, (None if cand.declined else next(verdicts))
 
+    def rejected(self) -> list[tuple[Task, Candidate, Verdict]]:
+        """The verified answers the verifier did not accept, in order."""
+        return [(task, cand, v) for (task, cand), v in zip(self.pairs, self.verdicts) if not v.accepted]
+
     def solve_rates(self) -> dict[str, float]:
         """Share of accepted samples per task id (what ``Proposer.feedback`` receives)."""
         return solve_rates([Attempt(task_id=task.id, group=0, accepted=bool(v.accepted), rewards={}, total=0.0)

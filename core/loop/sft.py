@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,28 @@ def pairs_from_teacher(training: Any, phase: Phase, exclude: set[str]) -> list[d
             for task, cand, _ in attempts.accepted()]
     training.console.print(f"{phase.name}: teacher {phase.teacher!r} answered {len(attempts.pairs)}/{len(tasks)} "
                            f"tasks, {len(rows)} accepted by the verifier ({time.perf_counter() - t0:.1f}s)")
+    keep_rejections(training, phase, attempts.rejected())
     return fitting(training, rows, phase)
+
+
+def keep_rejections(training: Any, phase: Phase, rejected: list[tuple[Task, Any, Any]]) -> None:
+    """The teacher's rejected answers, each with its task and verdict, in ``<phase>_rejected.jsonl``
+    (a teacher is meant to be right: each one is a teacher bug or a false rejection to look into), and
+    the reasons counted on the console."""
+    if not rejected:
+        return
+    with open(training.out / f"{phase.name}_rejected.jsonl", "w") as f:
+        f.writelines(json.dumps({"task": task.to_dict(), "candidate": cand.source, "verdict": verdict.to_dict()}) + "\n"
+                     for task, cand, verdict in rejected)
+    reasons = Counter(reason_kind(v.reason) for _, _, v in rejected)
+    training.console.print(f"{phase.name}: {len(rejected)} teacher answer(s) rejected ("
+                           + "; ".join(f"{n} x {why}" for why, n in reasons.most_common(5))
+                           + f"): {phase.name}_rejected.jsonl")
+
+
+def reason_kind(reason: str | None) -> str:
+    """The stage or check a verdict's reason names (``"correctness"``, ``"stability"``, ``"timeout"``)."""
+    return (reason or "no reason").split(":")[0].strip()[:40]
 
 
 def pairs_from_jsonl(training: Any, path: Path, exclude: set[str], phase: Phase) -> list[dict[str, str]]:
