@@ -43,6 +43,9 @@ def measure(training: Any, k: int) -> dict[str, Any]:
     coder.greedy = True
     try:
         greedy = attempt(coder, tasks, verifier, training.backend)
+        # a progress line, so a run cut short (a GPU call's limit) still tells how far it got and how fast
+        print(f"greedy pass@1 {len(greedy.accepted()) / max(len(tasks), 1):.3f} of {len(tasks)} tasks in "
+              f"{time.perf_counter() - t0:.1f} s; now {k} samples per task", flush=True)
         coder.greedy = False  # every one of the k samples drawn at the coder's temperature
         sampled = attempt(coder, tasks, verifier, training.backend, samples=k)
     finally:
