@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.verification.worker.rounding import rounding_noise, unit_roundoff
+from core.verification.worker.rounding import rounding_mode, rounding_noise, unit_roundoff
 
 FP32 = 2.0 ** -24
 
@@ -70,3 +70,23 @@ def test_an_output_without_truth_or_finite_run_has_no_estimate():
     truth = [torch.tensor([1e308, 1.0], dtype=torch.float64)]
     assert rounding_noise(lambda: [truth[0] * 2.0], truth, FP32, "cpu") == [None]  # overflows where the truth did not
 
+
+
+def test_one_element_jumping_at_a_discontinuity_widens_nothing():
+    """floor(2x) at x = 0.5 sits on a step: a perturbed 1.0 floors to 0 half the time. One element
+    out of many jumping by a whole step must not buy every element a whole step of allowance."""
+    x = torch.rand(256, generator=torch.Generator().manual_seed(0)) * 0.4  # 2x in [0, 0.8): floor 0
+    x[17] = 0.5
+    jumps = 0
+    for seed in range(8):
+        with torch.no_grad(), rounding_mode(FP32, torch.Generator().manual_seed(seed)):
+            jumps += int(torch.floor(x.double() * 2.0)[17] == 0.0)
+        noise, _ = _noise(lambda a: torch.floor(a * 2.0), x, seed=seed)
+        assert noise == 0.0
+    assert jumps > 0  # the step was crossed, and bought no allowance
+
+
+def test_noise_that_moves_most_elements_is_counted():
+    x = torch.randn(8, 64) * 1e-8 + 2.7e-7
+    noise, _ = _noise(lambda a: torch.nn.functional.layer_norm(a + 1.0, (64,), eps=1e-5), x)
+    assert noise > 1e-6
