@@ -121,3 +121,21 @@ def catalog():
 
     ops = registry("op")
     return {n: ops.get(n) for n in ops.names()}
+
+
+@pytest.mark.parametrize("shapes", [((0, 5, 7), (0, 7, 3)), ((2, 0, 7), (2, 7, 3)), ((2, 5, 0), (2, 0, 3))],
+                         ids=["empty_batch", "no_rows", "no_inner"])
+def test_an_empty_bmm_is_accepted_with_no_out_of_bounds_read(shapes, catalog):
+    """An empty batch still runs one program (the grid is at least 1); its loads of the second operand
+    were masked by K and N only, and read past the end of an empty storage (expert_acceptance seed 7:
+    the memory check's 'out-of-bounds load(s), 0 bytes past the end')."""
+    from core.plugins import registry
+    from core.verify import Verifier
+    from plugins.proposers.common import program_to_task
+
+    task = program_to_task(Program([T(shapes[0]), T(shapes[1])], [N("bmm", (0, 1))]), catalog, seed=0)
+    candidate = registry("coder").create("expert").generate([task], "triton")[0][0]
+    with Verifier(backend="triton", device="cpu", workers=1, timeout_s=120) as verifier:
+        verdict = verifier.verify(task, candidate)
+    assert verdict.accepted, verdict.reason
+    assert verdict.checks["memory"].passed

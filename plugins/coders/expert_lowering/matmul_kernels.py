@@ -94,9 +94,10 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "bid = tl.program_id(1).to(tl.int64)",
         *grouped_tile_lines(),
         "rk = tl.arange(0, BK)",
+        # an empty batch still runs one program (the grid is at least 1): it must touch neither operand
         "m_limit = tl.where(bid < BATCH, M, 0)",
         "mask_m = rm < m_limit",
-        "mask_n = rn < N",
+        "mask_n = rn < tl.where(bid < BATCH, N, 0)",
         "a_base = a_ptr + bid * sa0",
         "b_base = b_ptr + bid * sb0",
         "acc = tl.zeros((BM, BN), dtype=tl.float32)",
