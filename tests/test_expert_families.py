@@ -139,3 +139,39 @@ def test_an_empty_bmm_is_accepted_with_no_out_of_bounds_read(shapes, catalog):
         verdict = verifier.verify(task, candidate)
     assert verdict.accepted, verdict.reason
     assert verdict.checks["memory"].passed
+
+
+# Expert answers the verifier rejected in benchmarks/expert_acceptance.py --n 500 --seed 7 (2026-12-04), each
+# with the probe plan that caught it (None: the default plan; the trials' own inputs did it).
+EDGE_CASES = {
+    # q.k overflowed fp32 where PyTorch, scaling q first, did not: inf - inf in the softmax
+    "sdpa_overflowing_scores": (Program([T((8, 8, 6, 6)), T((8, 8, 6, 6)), T((8, 8, 6, 8))],
+                                        [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": True})]),
+                                [{"scale": 5.58e17, "dist": "heavy_tailed"}]),
+    # an infinite query: a row of -inf scores is 0 in PyTorch (not 0/0), and a masked +inf score is NaN
+    # (its causal mask is an additive -inf)
+    "sdpa_infinite_query_causal": (Program([T((5, 4, 2, 1), distribution="specials"), T((5, 4, 2, 1)),
+                                            T((5, 4, 2, 4))],
+                                           [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": True})]), None),
+    # PyTorch's CPU cumprod carries float64: fp32 overflowed to inf before the zeros of triu, inf * 0 = NaN
+    "reverse_cumprod_after_triu": (Program([T((64, 4))], [N("linear", (0,), {"out_features": 64, "bias": False}),
+                                                          N("triu", (1,), {"diagonal": 1}),
+                                                          N("cumprod", (2,), {"reverse": True})]),
+                                   [{"scale": 3e8, "dist": "scaled"}]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE_CASES))
+def test_the_expert_matches_pytorch_at_the_edges_the_verifier_probes(name, catalog):
+    from core.plugins import registry
+    from core.verify import Verifier
+    from plugins.proposers.common import program_to_task
+
+    program, probes = EDGE_CASES[name]
+    task = program_to_task(program, catalog, seed=0)
+    candidate = registry("coder").create("expert").generate([task], "triton")[0][0]
+    with Verifier(backend="triton", device="cpu", workers=1, timeout_s=120,
+                  probe_scales={"float32": probes} if probes else None) as verifier:
+        for _ in range(2):  # fresh trial seeds each time
+            verdict = verifier.verify(task, candidate)
+            assert verdict.accepted, verdict.reason

@@ -79,6 +79,9 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "qt = tl.load(q_ptr + bb * sq0 + hh * sq1 + rm[:, None] * sq2 + re[None, :] * sq3, "
         "mask=mask_m[:, None] & (re[None, :] < E), other=0.0)",
         f"scale = {1.0 / math.sqrt(e)!r}",
+        # scaled before the dot, not after: at large magnitudes q.k overflows fp32 where (q*scale).k
+        # does not, and PyTorch's SDPA scales first (a stability probe at x5e17 caught the difference)
+        "qt = (qt * scale).to(qt.dtype)",
         "m_i = tl.full((BM,), float('-inf'), tl.float32)",
         "l_i = tl.zeros((BM,), dtype=tl.float32)",
         "acc = tl.zeros((BM, BEV), dtype=tl.float32)",
@@ -90,10 +93,12 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     )
     k.indent = 2
     k(*dot("qt", "kt"))
-    k("s = _p * scale")
-    valid = "mask_n[None, :]" + (" & (rn[None, :] <= rm[:, None])" if causal else "")
+    k("s = _p")
+    # PyTorch's causal mask is an additive -inf bias on the whole score matrix: a masked score that is
+    # +inf (an infinite query) becomes NaN there, not -inf; keys past the end are not in the matrix
+    masked = "tl.where(rn[None, :] <= rm[:, None], s, s + float('-inf'))" if causal else "s"
     k(
-        f"s = tl.where({valid}, s, float('-inf'))",
+        f"s = tl.where(mask_n[None, :], {masked}, float('-inf'))",
         "m_new = tl.maximum(m_i, tl.max(s, axis=1))",
         "m_safe = tl.where(m_new == float('-inf'), 0.0, m_new)",
         "alpha = tl.exp(m_i - m_safe)",
@@ -107,7 +112,9 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     k("acc = acc * alpha[:, None] + _p", "m_i = m_new")
     k.indent = 1
     helpers: set[str] = set()
-    rounded, needed = round_to(dtype, "acc / l_i[:, None]")
+    # a row whose every score is -inf (masked, or overflowed) is 0, as PyTorch's SDPA makes it (its
+    # "safe softmax"), not 0/0; a NaN score still makes the row NaN
+    rounded, needed = round_to(dtype, "tl.where(l_i[:, None] == 0.0, 0.0, acc / l_i[:, None])")
     helpers.update(needed)
     k("mask = mask_m[:, None] & (rev[None, :] < EV)", f"v{i} = {rounded}")
     _epilogue(plan, group, k, helpers, set(node.args), ["bb", "hh", "rm[:, None]", "rev[None, :]"])

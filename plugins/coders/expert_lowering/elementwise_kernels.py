@@ -75,6 +75,11 @@ def _node_lines(plan: Plan, value: int, k: Lines, helpers: set[str], row_group: 
             identity = "0.0" if node.op == "cumsum" else "1.0"
             reverse = ", reverse=True" if node.params.get("reverse", False) else ""
             k(f"{name} = tl.{node.op}(tl.where(m2, {a}, {identity}), axis=1{reverse})")
+            if node.op == "cumprod":
+                # PyTorch's CPU cumprod carries its product in float64 (CUDA's in float32): a product that
+                # overflows fp32 before reaching a zero is inf * 0 = NaN here and 0 there
+                k("if ON_CPU:",
+                  f"    {name} = tl.cumprod(tl.where(m2, {a}, 1.0).to(tl.float64), axis=1{reverse}).to(tl.float32)")
         elif node.op == "logsumexp":
             # ATen's composite: m = amax (0 where infinite); log(sum(exp(x - m))) + m, each step
             # rounded to the tensor dtype.
