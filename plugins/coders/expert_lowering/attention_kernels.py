@@ -94,11 +94,17 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     k.indent = 2
     k(*dot("qt", "kt"))
     k("s = _p")
-    # PyTorch's causal mask is an additive -inf bias on the whole score matrix: a masked score that is
-    # +inf (an infinite query) becomes NaN there, not -inf; keys past the end are not in the matrix
-    masked = "tl.where(rn[None, :] <= rm[:, None], s, s + float('-inf'))" if causal else "s"
+    # Masked scores are -inf; keys past the end are not in the matrix. One exception: PyTorch's CPU SDPA
+    # takes its math path when the value head dim differs from the query's (its flash kernel needs them
+    # equal), and that path's causal mask is an additive -inf bias: a masked score that is +inf (an
+    # infinite query) becomes NaN there, not -inf. Its flash path and CUDA's kernels skip masked keys.
+    keep = "rn[None, :] <= rm[:, None]"
+    if causal and e != ev:
+        k("if ON_CPU:", f"    s = tl.where(mask_n[None, :], tl.where({keep}, s, s + float('-inf')), float('-inf'))",
+          "else:", f"    s = tl.where(mask_n[None, :] & ({keep}), s, float('-inf'))")
+    else:
+        k(f"s = tl.where(mask_n[None, :]{f' & ({keep})' if causal else ''}, s, float('-inf'))")
     k(
-        f"s = tl.where(mask_n[None, :], {masked}, float('-inf'))",
         "m_new = tl.maximum(m_i, tl.max(s, axis=1))",
         "m_safe = tl.where(m_new == float('-inf'), 0.0, m_new)",
         "alpha = tl.exp(m_i - m_safe)",
