@@ -39,6 +39,13 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     causal = bool(node.params.get("is_causal", False))
     q_v, k_v, v_v = node.args
     e, ev = plan.shapes[q_v][3], plan.shapes[v_v][3]
+    # PyTorch's CPU SDPA takes its math path when the value head dim differs from the query's (its flash
+    # kernel needs them equal; measured): that path scales q and k by sqrt(scale) each before the dot,
+    # where the flash path and CUDA's kernels scale the fp32 scores after it. At large magnitudes the
+    # two overflow differently (a stability probe at x5e17), so the CPU kernel follows the path PyTorch
+    # takes; the half types' math path also rounds q and k, which is left to the tolerance.
+    cpu_math_path = e != ev and plan.program.dtype == "float32"
+    scale = 1.0 / math.sqrt(e)
     if max(e, ev) > MAX_HEAD_DIM:
         raise Unsupported(f"attention head dim {max(e, ev)} above {MAX_HEAD_DIM}")
     q, k_, v = (value_name(a, n_in) for a in node.args)
@@ -78,10 +85,7 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "mask_m = rm < lq",
         "qt = tl.load(q_ptr + bb * sq0 + hh * sq1 + rm[:, None] * sq2 + re[None, :] * sq3, "
         "mask=mask_m[:, None] & (re[None, :] < E), other=0.0)",
-        f"scale = {1.0 / math.sqrt(e)!r}",
-        # scaled before the dot, not after: at large magnitudes q.k overflows fp32 where (q*scale).k
-        # does not, and PyTorch's SDPA scales first (a stability probe at x5e17 caught the difference)
-        "qt = (qt * scale).to(qt.dtype)",
+        *(["if ON_CPU:", f"    qt = qt * {math.sqrt(scale)!r}"] if cpu_math_path else []),
         "m_i = tl.full((BM,), float('-inf'), tl.float32)",
         "l_i = tl.zeros((BM,), dtype=tl.float32)",
         "acc = tl.zeros((BM, BEV), dtype=tl.float32)",
@@ -92,8 +96,14 @@ def attention_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         "mask=mask_n[None, :] & (re[:, None] < E), other=0.0)",
     )
     k.indent = 2
+    if cpu_math_path:
+        root = math.sqrt(scale)
+        k("if ON_CPU:", f"    kt = kt * {root!r}")
     k(*dot("qt", "kt"))
-    k("s = _p")
+    if cpu_math_path:
+        k("if ON_CPU:", "    s = _p", "else:", f"    s = _p * {scale!r}")
+    else:
+        k(f"s = _p * {scale!r}")
     # Masked scores are -inf; keys past the end are not in the matrix. One exception: PyTorch's CPU SDPA
     # takes its math path when the value head dim differs from the query's (its flash kernel needs them
     # equal), and that path's causal mask is an additive -inf bias: a masked score that is +inf (an
