@@ -86,9 +86,10 @@ def rounding_mode(unit: float, generator: Any) -> Any:
 
 def rounding_noise(run: Callable[[], list[Any]], truth: list[Any | None], unit: float, device: str,
                    seed: int = 0) -> list[float | None]:
-    """Per output, the largest distance from ``truth`` of one Monte Carlo arithmetic run of ``run``
-    (the float64 task on its float64 inputs, returning its flattened outputs) at unit roundoff
-    ``unit``; None where an output has no truth or the run is not finite where the truth is."""
+    """Per output, the :data:`NOISE_QUANTILE` quantile of the distances from ``truth`` of one Monte
+    Carlo arithmetic run of ``run`` (the float64 task on its float64 inputs, returning its flattened
+    outputs) at unit roundoff ``unit``; None where an output has no truth or the run is not finite
+    where the truth is."""
     import torch
 
     generator = torch.Generator(device=device)

@@ -100,6 +100,14 @@ def load_module(path: Path, name: str, before_exec: Callable[[Any], None] | None
     return module
 
 
+def float64_copies(inputs: list[Any]) -> list[Any]:
+    """``inputs`` with every floating tensor as a float64 copy (the float64 runs' inputs)."""
+    import torch
+
+    return [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in inputs]
+
+
 def synchronize(device: str) -> None:
     import torch
 
@@ -166,8 +174,7 @@ class Float64Truth:
             if self.model is None:
                 self.model = copy.deepcopy(self._source).double() if isinstance(self._source, torch.nn.Module) \
                     else self._source
-            wide = [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                    for x in inputs]
+            wide = float64_copies(inputs)
             with torch.no_grad():
                 out = flatten_outputs(self.model(*wide))
             synchronize(self.device)
@@ -190,15 +197,13 @@ class Float64Truth:
         """Per output, how far rounding at the reference's precision moves the float64 run from
         ``truth`` (:mod:`core.verification.worker.rounding`); None when there is no truth or the
         perturbed run fails (the judge then uses the fp32 reference's own error alone)."""
-        import torch
 
         from core.verification.worker.rounding import rounding_noise, unit_roundoff
 
         unit = unit_roundoff(reference)
         if truth is None or self.model is None or unit is None:
             return None
-        wide = [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                for x in inputs]
+        wide = float64_copies(inputs)
         try:
             noise = rounding_noise(lambda: flatten_outputs(self.model(*wide)), truth, unit, self.device)
             synchronize(self.device)
