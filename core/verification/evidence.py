@@ -573,6 +573,10 @@ def device_fingerprint(t: Any) -> str:
     flat = element_bytes(t.detach())
     if flat.numel() % 8:
         flat = torch.cat([flat, flat.new_zeros(8 - flat.numel() % 8)])
+    elif flat.storage_offset() % 8:
+        # a view that starts mid-word (an fp32 tensor sliced by one element: the adversarial offset
+        # probe) cannot be viewed as 64-bit words where it lies; a copy starts a storage of its own
+        flat = flat.clone()
     words = flat.view(torch.int64)
     key = (words.numel(), str(words.device))
     weights = _WEIGHTS.get(key)
