@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     propose_s = time.perf_counter() - started
     pool = {"name": "local", "cpu_workers": args.workers, "workers_per_gpu": args.workers}
     with make_executor(pool, backend="triton", device=args.device) as verifier:
-        rows, summary = distill(tasks, teacher, verifier, "triton", progress=sys.stderr.isatty())
+        tty = sys.stderr.isatty()
+        rows, summary = distill(tasks, teacher, verifier, "triton", progress=tty, log_every=0 if tty else 50)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path, _ = write_rows(rows, out / "pairs.jsonl", dataset=False)

@@ -55,14 +55,14 @@ class _HalfDeclines:
 
 
 class _RejectAll:
-    def verify_many(self, pairs, progress=None):
+    def verify_many(self, pairs, on_verdicts=None):  # the executor's interface: verdicts reported as they land
         from core.verdict import Verdict
 
         verdicts = []
         for i, (task, cand) in enumerate(pairs):
             v = Verdict(accepted=False, reason="no kernel", task_id=task.id, candidate_id=cand.id)
-            if progress:
-                progress(i, v)
+            if on_verdicts:
+                on_verdicts([i], [v])
             verdicts.append(v)
         return verdicts
 
@@ -77,6 +77,19 @@ def test_declined_tasks_are_counted_not_written():
     assert summary.to_dict()["decline_reasons"] == {"not my kind of task": 3}
     rows, _ = distill(tasks, _HalfDeclines(), _RejectAll(), "triton", progress=False, accepted_only=True)
     assert rows == []
+
+
+def test_a_log_no_bar_reaches_gets_a_line_every_n_verdicts(capsys):
+    # a GPU call cut at its limit left a 500-task acceptance run's log empty (2026-12-04): now it says how far
+    from core.plugins import registry
+
+    tasks = registry("proposer").create("random", seed=0).propose(10, CurriculumState(max_tier=1))
+    distill(tasks, _HalfDeclines(), _RejectAll(), "triton", progress=False, log_every=2)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("verified ")]
+    assert [line.split(",")[0] for line in lines] == ["verified 2/5", "verified 4/5", "verified 5/5"]
+    assert all(", accepted 0, " in line for line in lines)
+    distill(tasks, _HalfDeclines(), _RejectAll(), "triton", progress=False)
+    assert "verified " not in capsys.readouterr().err
 
 
 def test_prompt_formats():

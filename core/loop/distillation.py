@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,11 +135,13 @@ def _short(reason: str | None) -> str:
 
 def distill(tasks: Sequence[Task], teacher: Any, verifier: Any, backend_name: str, backend_obj: Any = None,
             fmt: PromptFormat | None = None, catalog: dict[str, Any] | None = None, accepted_only: bool = False,
-            progress: bool = True) -> tuple[list[dict[str, Any]], Summary]:
+            progress: bool = True, log_every: int = 0) -> tuple[list[dict[str, Any]], Summary]:
     """Ask ``teacher`` for every task, verify every answer, and build the rows (attempted tasks only).
 
     ``verifier`` is an executor (:func:`core.verification.executor.executor_for_run`); with
-    ``progress=False`` anything with ``verify_many(pairs)`` will do.
+    ``progress=False`` and no ``log_every`` anything with ``verify_many(pairs)`` will do. ``log_every``
+    prints a plain line to stderr every that many verdicts, for a log no bar reaches (a run cut at a
+    time limit still tells how far it got).
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -149,21 +152,26 @@ def distill(tasks: Sequence[Task], teacher: Any, verifier: Any, backend_name: st
     started = time.perf_counter()
     bar = Progress(TextColumn("[bold]verifying"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[ok]}"),
                    TimeRemainingColumn(), disable=not progress, transient=True)
-    job, accepted_so_far = None, 0
+    job, accepted_so_far, landed_so_far, total = None, 0, 0, 0
 
     def coded(pairs: list) -> None:
-        nonlocal job
+        nonlocal job, total
+        total = len(pairs)
         bar.start()
         job = bar.add_task("verify", total=len(pairs), ok="")
 
     def landed(indices: list[int], verdicts: list[Verdict]) -> None:
-        nonlocal accepted_so_far
+        nonlocal accepted_so_far, landed_so_far
         accepted_so_far += sum(bool(v.accepted) for v in verdicts)
+        before, landed_so_far = landed_so_far, landed_so_far + len(indices)
         bar.update(job, advance=len(indices), ok=f"accepted {accepted_so_far}")
+        if log_every and (landed_so_far // log_every > before // log_every or landed_so_far == total):
+            print(f"verified {landed_so_far}/{total}, accepted {accepted_so_far}, "
+                  f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
     try:
         attempts = attempt(teacher, tasks, verifier, backend_name, on_answers=coded,
-                           on_verdicts=landed if progress else None)
+                           on_verdicts=landed if progress or log_every else None)
     finally:
         bar.stop()
     rows: list[dict[str, Any]] = []
