@@ -90,3 +90,93 @@ def test_noise_that_moves_most_elements_is_counted():
     x = torch.randn(8, 64) * 1e-8 + 2.7e-7
     noise, _ = _noise(lambda a: torch.nn.functional.layer_norm(a + 1.0, (64,), eps=1e-5), x)
     assert noise > 1e-6
+
+
+class _RoundingOracle:
+    """Which ATen ops a task's float64 run calls, and which of them round: each call is repeated on its
+    float64 inputs jittered within an fp32 ulp (so they are no longer fp32 numbers), once in float64 and
+    once on those inputs rounded to fp32. An exact op (a copy, max, relu) commutes with rounding to fp32,
+    so the two agree bit for bit; an op that rounds disagrees somewhere (a multiply by a power of two
+    may not, so one disagreeing call is enough)."""
+
+    def __init__(self):
+        self.calls: dict[str, int] = {}
+        self.rounded: set[str] = set()
+        self.generator = torch.Generator().manual_seed(0)
+
+    def mode(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_flatten, tree_map
+
+        oracle = self
+
+        def jitter(t):
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.numel():
+                return t * (1 + (torch.rand(t.shape, generator=oracle.generator, dtype=torch.float64) - 0.5) * 2.0 ** -23)
+            return t
+
+        def narrow(t):
+            return t.to(torch.float32) if isinstance(t, torch.Tensor) and t.dtype == torch.float64 else t
+
+        class Record(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                schema = func._schema
+                if any(r.alias_info is not None for r in schema.returns) or schema.is_mutable:
+                    return out
+                if not any(isinstance(t, torch.Tensor) and t.dtype == torch.float64 for t in tree_flatten(out)[0]):
+                    return out
+                name = func.overloadpacket.__name__
+                oracle.calls[name] = oracle.calls.get(name, 0) + 1
+                wide_args, wide_kwargs = tree_map(jitter, args), tree_map(jitter, kwargs)
+                wide = tree_flatten(func(*wide_args, **wide_kwargs))[0]
+                narrowed = tree_flatten(func(*tree_map(narrow, wide_args), **tree_map(narrow, wide_kwargs)))[0]
+                for w, n in zip(wide, narrowed):
+                    if isinstance(w, torch.Tensor) and w.dtype == torch.float64 and isinstance(n, torch.Tensor):
+                        r = w.to(torch.float32)
+                        if not bool(((r == n) | (r.isnan() & n.isnan())).all()):
+                            oracle.rounded.add(name)
+                return out
+
+        return Record()
+
+
+def test_the_ops_that_get_noise_are_exactly_those_that_round_in_every_catalog_task():
+    # _ROUNDING is an allow-list: a rounding op missing from it gets no noise (the lucky-rounding false
+    # rejection comes back for its tasks), an exact op on it would widen acceptance. Every catalog op's
+    # tasks, alone and in chains, must sort into the two the way the oracle does.
+    import importlib.util
+    import sys
+
+    from core.contracts import CurriculumState
+    from core.plugins import registry
+    from core.verification.worker.rounding import _ROUNDING
+
+    ops = sorted(registry("op").names())
+    tasks = []
+    for op in ops:
+        proposer = registry("proposer").create("random", seed=1, min_ops=1, max_ops=1)
+        tasks += proposer.propose(2, CurriculumState(max_tier=9, allowed_ops=[op]))
+    tasks += registry("proposer").create("random", seed=3).propose(80, CurriculumState(max_tier=3))
+    oracle = _RoundingOracle()
+    for i, task in enumerate(tasks):
+        spec = importlib.util.spec_from_loader(f"_rounding_task_{i}", loader=None)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        try:
+            exec(compile(task.source, f"<task {task.id}>", "exec"), module.__dict__)
+            torch.manual_seed(i)
+            model = module.Model(*module.get_init_inputs()).double()
+            inputs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                      for x in module.get_inputs()]
+            with torch.no_grad(), oracle.mode():
+                model(*inputs)
+        finally:
+            del sys.modules[spec.name]
+    assert len(oracle.calls) >= 40, sorted(oracle.calls)  # the catalog's tasks call a broad set of ATen ops
+    missing = sorted(oracle.rounded - _ROUNDING)
+    assert not missing, f"ops that round but get no noise: {missing}"
+    exact = sorted(set(oracle.calls) - oracle.rounded)
+    assert not set(exact) & _ROUNDING, f"ops that never rounded yet get noise: {sorted(set(exact) & _ROUNDING)}"
+    assert {"relu", "where", "flip", "amax"} <= set(exact)  # the oracle sees exact ops as exact

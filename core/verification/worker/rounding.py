@@ -12,8 +12,10 @@ instead: the task runs in float64 with every floating output of every ATen op mu
 Its distance from the truth is the noise any fp32 evaluation of the task may carry, whatever order
 it rounds in. It runs in the reference worker only, on the trusted task, never on a candidate.
 
-Ops whose results are exact (copies, views, in-place and out= forms, indexing, constructors) are
-not perturbed: noise there would widen acceptance beyond what rounding can do.
+Only ops known to round (:data:`_ROUNDING`, an allow-list) are perturbed: noise on an exact op (a
+copy, a view, an in-place or out= form, indexing, a constructor, max, relu) would widen acceptance
+beyond what rounding can do, and an op not on the list is treated as exact (no noise: the narrower
+allowance).
 
 The figure per output is a high quantile (:data:`NOISE_QUANTILE`) of the elements' distances, not
 their maximum: behind a discontinuity (``floor``, a comparison, an argmax) one perturbed element may
@@ -27,17 +29,38 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-# ATen ops that move or build data without rounding (matched on the overload packet's name)
-_EXACT = frozenset({
-    "clone", "_to_copy", "copy", "copy_", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-    "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full",
-    "arange", "cat", "stack", "index", "index_select", "gather", "scatter", "where", "masked_fill",
-    "_unsafe_view", "view", "reshape", "contiguous", "lift_fresh", "lift_fresh_copy", "detach", "alias",
-    "constant_pad_nd", "flip", "roll", "repeat", "tril", "triu", "max", "min", "amax", "amin", "maximum",
-    "minimum", "relu", "abs", "neg", "sort", "topk", "narrow_copy", "slice", "select", "unfold", "im2col",
-    "max_pool2d_with_indices", "max_pool1d", "max_pool2d", "max_pool3d_with_indices", "clamp", "clamp_min",
-    "clamp_max", "sign", "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "logical_not",
-    "argmax", "argmin", "fill", "fill_", "zero_", "sgn", "floor", "ceil", "round", "trunc", "_local_scalar_dense",
+# ATen ops whose floating outputs are freshly rounded results (matched on the overload packet's name).
+# An allow-list: an op missing here is treated as exact and gets no noise, so the judge falls back to the
+# fp32 reference's own error, never to a wider allowance. tests/test_rounding_noise.py checks it against
+# every catalog op's task with a rounding oracle (inputs jittered within an fp32 ulp, fp32 against float64).
+_ROUNDING = frozenset({
+    # arithmetic and elementwise functions
+    "add", "sub", "rsub", "mul", "div", "pow", "reciprocal", "sqrt", "rsqrt", "exp", "exp2", "expm1", "log",
+    "log1p", "log2", "log10", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan", "atan2",
+    "erf", "erfc", "erfinv", "sigmoid", "logit", "addcmul", "addcdiv", "lerp", "hypot", "xlogy",
+    # activations
+    "gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "leaky_relu", "hardsigmoid", "hardswish",
+    "log_sigmoid_forward", "softshrink", "prelu", "_prelu_kernel", "glu",
+    # contractions and convolutions
+    "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "dot", "vdot", "mv", "addmv", "linear", "einsum",
+    "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "mkldnn_convolution", "cudnn_convolution", "cudnn_convolution_transpose",
+    "_slow_conv2d_forward", "slow_conv3d_forward", "slow_conv_transpose2d", "slow_conv_transpose3d",
+    "_cdist_forward", "cdist",
+    # reductions, scans and normalisations
+    "sum", "mean", "prod", "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm", "cumsum",
+    "cumprod", "logsumexp", "logcumsumexp", "_softmax", "_log_softmax", "_safe_softmax", "native_layer_norm",
+    "native_group_norm", "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+    "_batch_norm_impl_index", "native_dropout", "rms_norm", "_fused_rms_norm",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_attention_math", "avg_pool1d", "avg_pool2d", "avg_pool3d", "_adaptive_avg_pool2d",
+    "_adaptive_avg_pool3d", "adaptive_avg_pool1d", "upsample_bilinear2d", "upsample_bicubic2d",
+    "upsample_linear1d", "upsample_trilinear3d", "grid_sampler_2d",
+    # losses and distances
+    "smooth_l1_loss", "mse_loss", "l1_loss", "huber_loss", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "nll_loss_forward", "nll_loss2d_forward", "kl_div", "cosine_similarity",
+    "_pdist_forward", "pairwise_distance", "cosine_embedding_loss", "margin_ranking_loss", "soft_margin_loss",
 })
 
 NOISE_QUANTILE = 0.9
@@ -58,7 +81,7 @@ def _rounds(func: Any) -> bool:
     schema = func._schema
     if any(r.alias_info is not None for r in schema.returns) or schema.is_mutable:
         return False
-    return func.overloadpacket.__name__ not in _EXACT
+    return func.overloadpacket.__name__ in _ROUNDING
 
 
 def rounding_mode(unit: float, generator: Any) -> Any:
