@@ -108,6 +108,8 @@ class _RoundingOracle:
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils._pytree import tree_flatten, tree_map
 
+        from core.verification.worker.rounding import _fresh_result
+
         oracle = self
 
         def jitter(t):
@@ -122,8 +124,7 @@ class _RoundingOracle:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 out = func(*args, **kwargs)
-                schema = func._schema
-                if any(r.alias_info is not None for r in schema.returns) or schema.is_mutable:
+                if not _fresh_result(func):  # the same calls the rounding mode considers
                     return out
                 if not any(isinstance(t, torch.Tensor) and t.dtype == torch.float64 for t in tree_flatten(out)[0]):
                     return out
@@ -146,12 +147,11 @@ def test_the_ops_that_get_noise_are_exactly_those_that_round_in_every_catalog_ta
     # _ROUNDING is an allow-list: a rounding op missing from it gets no noise (the lucky-rounding false
     # rejection comes back for its tasks), an exact op on it would widen acceptance. Every catalog op's
     # tasks, alone and in chains, must sort into the two the way the oracle does.
-    import importlib.util
-    import sys
-
     from core.contracts import CurriculumState
     from core.plugins import registry
     from core.verification.worker.rounding import _ROUNDING
+    from core.verification.worker.session import float64_copies
+    from plugins.proposers.validate import load_module
 
     ops = sorted(registry("op").names())
     tasks = []
@@ -161,19 +161,11 @@ def test_the_ops_that_get_noise_are_exactly_those_that_round_in_every_catalog_ta
     tasks += registry("proposer").create("random", seed=3).propose(80, CurriculumState(max_tier=3))
     oracle = _RoundingOracle()
     for i, task in enumerate(tasks):
-        spec = importlib.util.spec_from_loader(f"_rounding_task_{i}", loader=None)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        try:
-            exec(compile(task.source, f"<task {task.id}>", "exec"), module.__dict__)
-            torch.manual_seed(i)
-            model = module.Model(*module.get_init_inputs()).double()
-            inputs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                      for x in module.get_inputs()]
-            with torch.no_grad(), oracle.mode():
-                model(*inputs)
-        finally:
-            del sys.modules[spec.name]
+        module = load_module(task.source)
+        torch.manual_seed(i)
+        model = module.Model(*module.get_init_inputs()).double()
+        with torch.no_grad(), oracle.mode():
+            model(*float64_copies(module.get_inputs()))
     assert len(oracle.calls) >= 40, sorted(oracle.calls)  # the catalog's tasks call a broad set of ATen ops
     missing = sorted(oracle.rounded - _ROUNDING)
     assert not missing, f"ops that round but get no noise: {missing}"

@@ -76,12 +76,15 @@ def unit_roundoff(outputs: list[Any]) -> float | None:
     return min(units) if units else None
 
 
+def _fresh_result(func: Any) -> bool:
+    """Whether ``func`` returns new tensors: not a view or alias of its inputs, not an in-place form."""
+    schema = func._schema
+    return not (any(r.alias_info is not None for r in schema.returns) or schema.is_mutable)
+
+
 def _rounds(func: Any) -> bool:
     """Whether ``func``'s floating outputs are fresh rounded results (not aliases or exact moves)."""
-    schema = func._schema
-    if any(r.alias_info is not None for r in schema.returns) or schema.is_mutable:
-        return False
-    return func.overloadpacket.__name__ in _ROUNDING
+    return _fresh_result(func) and func.overloadpacket.__name__ in _ROUNDING
 
 
 def rounding_mode(unit: float, generator: Any) -> Any:
