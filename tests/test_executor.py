@@ -230,3 +230,47 @@ def test_one_shard_per_gpu_each_pinned_to_its_gpu():
         verdicts = ex.verify_many(pairs_of(4 * len(ex.shards)))
         gpus = {v.reason.split()[-1] for v in verdicts}
         assert gpus == {str(i) for i in range(torch.cuda.device_count())}
+
+
+class TimedShard(FlakyShard):
+    """A shard whose every request takes ``delay_s`` per pair; it records when each request started."""
+
+    def __init__(self, delays: dict[int, float], capacity: int = 1):
+        super().__init__(set(), capacity)
+        self.delays, self.started = delays, []
+
+    def submit(self, data):
+        self.started.append(time.monotonic())
+        inner = super().submit
+
+        def slow():
+            time.sleep(sum(self.delays.get(int(Task.from_dict(t).source.split()[-1]), 0.01) for t, _ in data))
+            return inner(data).result()
+
+        return self.pool.submit(slow)
+
+
+def test_one_slow_verdict_holds_back_only_its_own_slot():
+    # a continuous queue: while pair 0 takes 0.6 s on one shard, the other shard finishes every other pair
+    shards = [TimedShard({0: 0.6}), TimedShard({0: 0.6})]
+    start = time.monotonic()
+    verdicts = schedule(ShardSet(shards, replace=None, extra_in_flight=0), pairs_of(8))
+    assert all(v.accepted for v in verdicts)
+    assert time.monotonic() - start < 0.6 + 0.3  # waves of two would take ~4 x 0.6 s... one slot is slow only once
+    for s in shards:
+        s.close()
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(2, 12), budget_s=st.floats(0.0, 0.15))
+def test_no_verification_starts_after_the_deadline_and_the_rest_are_reported_not_run(n, budget_s):
+    shard = TimedShard({k: 0.05 for k in range(n)})
+    deadline = time.monotonic() + budget_s
+    verdicts = schedule(ShardSet([shard], replace=None, extra_in_flight=0), pairs_of(n), deadline=deadline)
+    ran = [v for v in verdicts if v is not None]
+    assert ran, "the first verification always runs"
+    assert verdicts[:len(ran)] == ran and all(v is None for v in verdicts[len(ran):])  # in queue order
+    assert all(t <= deadline + 0.02 for t in shard.started[1:])  # none started after the deadline
+    if budget_s == 0.0:
+        assert len(ran) == 1
+    shard.close()

@@ -66,6 +66,19 @@ def candidates_for(cfg: DictConfig, tasks: list[Task], backend: str, console: Co
     return out, f"coder:{coder.name}"
 
 
+def verdict_line(task: Task, verdict: Verdict, at_s: float) -> str:
+    """One line per verdict as it lands: a cut run still says how far it got and why each failed."""
+    speed = ""
+    timing = verdict.timing or {}
+    if timing.get("speedup_eager") is not None:
+        speed = f" {timing['speedup_eager']:.2f}x eager"
+        if timing.get("speedup_compile") is not None:
+            speed += f" {timing['speedup_compile']:.2f}x compile"
+    why = "" if verdict.accepted else f" - {(verdict.reason or '')[:160]}"
+    return (f"[{at_s:6.1f} s] {level_of(task)}/{task.name or task.id}: {verdict.status}{speed} "
+            f"({verdict.elapsed_s:.1f} s){why}")
+
+
 def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     """Run one evaluation from a composed config; return the JSON payload that was written."""
     console = console or Console()
@@ -113,24 +126,23 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         with make_executor(cfg.executor, backend=backend, device=device, verifier=cfg.verifier) as executor:
             console.print(f"executor {executor.describe()}")
             columns = (TextColumn("verify"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            # with a time budget, verify in waves of twice the pool's workers and start no wave after it
-            # (the first excepted: a run always measures something)
-            wave = len(todo) if budget_s is None else max(1, 2 * int(getattr(executor, "workers", 0) or 1))
+            # one continuous queue; with a time budget no verification starts after it (the first
+            # excepted: a run always measures something)
+            deadline = None if budget_s is None else time.monotonic() + float(budget_s) - (time.perf_counter() - started)
             with Progress(*columns, console=console, transient=True) as progress:
                 bar = progress.add_task("verify", total=len(todo))
-                for start in range(0, len(todo), wave):
-                    if start and budget_s is not None and time.perf_counter() - started > float(budget_s):
-                        not_run = list(range(start, len(todo)))
-                        break
-                    part = todo[start:start + wave]
 
-                    def landed(idx: list[int], vs: list[Verdict], part: list = part) -> None:
-                        for i, v in zip(idx, vs):
-                            cache.put(key.of(*part[i]), v)
-                        progress.advance(bar, len(vs))
+                def landed(idx: list[int], vs: list[Verdict]) -> None:
+                    for i, v in zip(idx, vs):
+                        cache.put(key.of(*todo[i]), v)
+                        console.print(verdict_line(todo[i][0], v, time.perf_counter() - started), highlight=False)
+                    progress.advance(bar, len(vs))
 
-                    for j, v in enumerate(executor.verify_many(part, on_verdicts=landed)):
-                        fresh[start + j] = v
+                for j, v in enumerate(executor.verify_many(todo, on_verdicts=landed, deadline=deadline)):
+                    if v is None:
+                        not_run.append(j)
+                    else:
+                        fresh[j] = v
         for k, i in enumerate(missing):
             if k in fresh:
                 verdicts[i] = fresh[k]

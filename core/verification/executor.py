@@ -41,6 +41,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -297,8 +298,14 @@ class ShardSet:
 
 
 def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
-             on_verdicts: Callable[[list[int], list[Verdict]], None] | None = None) -> list[Verdict]:
+             on_verdicts: Callable[[list[int], list[Verdict]], None] | None = None,
+             deadline: float | None = None) -> list[Verdict | None]:
     """Run ``pairs`` on the shards; every pair gets exactly one verdict, in input order.
+
+    One continuous queue: a shard gets its next chunk as soon as it has room, so one slow verdict
+    holds back nothing but its own slot. ``deadline`` (``time.monotonic()``): no chunk is started
+    after it (the first excepted, so a run always measures something); the pairs never started
+    are ``None`` in the result.
 
     Requests of ``chunk`` pairs go out, ``capacity + extra_in_flight`` per shard. When a shard is lost its
     unfinished chunks return to the front of the queue (so they run next, elsewhere) and the shard
@@ -311,8 +318,12 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
     encoded = _encode_pairs(pairs)
     running: dict[cf.Future, tuple[Any, list[int]]] = {}
     load: dict[int, int] = collections.defaultdict(int)  # id(shard) -> requests in flight
+    never_started: set[int] = set()  # dropped at the deadline
 
     def dispatch() -> None:
+        if deadline is not None and len(queue) < n and time.monotonic() > deadline:
+            never_started.update(queue)  # over the budget: finish what runs, start nothing more
+            queue.clear()
         for shard in list(shard_set.shards):
             while queue and load[id(shard)] < shard.capacity + shard_set.extra_in_flight:
                 chunk = [queue.popleft() for _ in range(min(shard_set.chunk, len(queue)))]
@@ -369,10 +380,10 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
             if on_verdicts and fresh:
                 on_verdicts(fresh_idx, fresh)
         dispatch()
-    missing = [i for i, v in enumerate(results) if v is None]
+    missing = [i for i, v in enumerate(results) if v is None and i not in never_started]
     if missing:  # cannot happen unless a shard answered short; never return a hole
         raise ExecutorError(f"{len(missing)} pairs got no verdict (first index {missing[0]})")
-    return results  # type: ignore[return-value]
+    return results
 
 
 # --------------------------------------------------------------------------- executors
@@ -414,19 +425,23 @@ class BaseExecutor:
         return self.verify_many([(task, candidate)])[0]
 
     def verify_many(self, pairs: Sequence[Pair],
-                    on_verdicts: Callable[[list[int], list[Verdict]], None] | None = None) -> list[Verdict]:
-        """One verdict per pair, in order. ``on_verdicts(indices, verdicts)`` reports progress as they land."""
+                    on_verdicts: Callable[[list[int], list[Verdict]], None] | None = None,
+                    deadline: float | None = None) -> list[Verdict | None]:
+        """One verdict per pair, in order. ``on_verdicts(indices, verdicts)`` reports progress as they land.
+        ``deadline`` (``time.monotonic()``): start no verification after it; those pairs are ``None``."""
         pairs = list(pairs)
         if not pairs:
             return []
         if self.main is None:
             raise ExecutorError("the executor is closed")
         if self.pre is None:
-            return schedule(self.main, pairs, self.max_attempts, on_verdicts)
-        first = schedule(self.pre, pairs, self.max_attempts)
+            return schedule(self.main, pairs, self.max_attempts, on_verdicts, deadline)
+        first = schedule(self.pre, pairs, self.max_attempts, deadline=deadline)
         results: list[Verdict | None] = [None] * len(pairs)
         onward = []
         for i, v in enumerate(first):
+            if v is None:
+                continue  # never started (deadline)
             if v.accepted or v.compiled:  # made it through static + compile: the GPU decides the rest
                 onward.append(i)
             else:
@@ -440,7 +455,7 @@ class BaseExecutor:
             if on_verdicts:
                 on_verdicts([onward[i] for i in idx], vs)
 
-        for i, v in zip(onward, schedule(self.main, [pairs[i] for i in onward], self.max_attempts, relay)):
+        for i, v in zip(onward, schedule(self.main, [pairs[i] for i in onward], self.max_attempts, relay, deadline)):
             results[i] = v
         return results  # type: ignore[return-value]
 
