@@ -40,7 +40,7 @@ SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
 CALL_S = 600  # one device call
 # Subsets whose limits, install's included, fit one device call; together they cover every 1-GPU step.
 ONE_CALL = ("suites timing", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement",
-            "kbeval", "training_sft")
+            "oneshot", "kbeval", "training_sft")
 MIN_STEP_S = 15  # with --call-s, a step is skipped rather than started with less than this left
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
 PYTEST = ("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--durations=25")
@@ -251,30 +251,32 @@ def _no_kernelbench(ctx: Context) -> str | None:
 # KernelBench's own problems at their real sizes (issue 19, item 7): (coder, level, first N, seconds after
 # which core.eval starts no further verification wave). The inductor teacher compiles every task on the
 # host before any verdict, so it gets fewer tasks. What was not verified is listed in results.json.
-_KB_EVALS = (("expert", "level1", 100, 60), ("expert", "level2", 100, 45))
+# Issue 39's run: every level-1 and level-2 problem at its real size in one evaluation, one continuous
+# queue, no verification started after KB_BUDGET_S (those are listed as not run).
+KB_LEVELS, KB_BUDGET_S = ("level1", "level2"), 420
 # The table's scope is kb_scope's (benchmarks/kernelbench_vs_ours.py): every check but compute-sanitizer's
-# three tools, which at these sizes take minutes per verdict; two workers and one reference worker keep a
-# 16 GiB problem's inputs, outputs and trials inside the GPU's memory (four of each ran out, 2026-12-01).
+# three tools, which at these sizes take minutes per verdict.
 _KB_CHECKS = "[static,static_integrity,correctness,determinism,gpu_activity,integrity,interp_races,performance,stability,tamper]"
 
 
-def _kbeval(ctx: Context) -> list[Command]:
-    # One-shot verify (item 4: one small pair in <= 10 s) on KernelBench's example solutions, then
-    # core.eval on KernelBench's own level-1 and level-2 files at their real sizes, for both teachers.
+def _oneshot(ctx: Context) -> list[Command]:
+    # One-shot verify (issue 39: one small pair in <= 10 s wall) on KernelBench's example solution and a
+    # red-team pair, each a fresh `core.verify` process, as a user runs it.
     root = ctx.work / "kb"
-    cache = (("KERNELZERO_CACHE", str(root / "cache")), ("COLUMNS", "200"), *ctx.one_gpu())
-    # every check (3 compute-sanitizer runs) took 54 s for KernelBench's Triton example and load_inline's
-    # build 120 s (2026-12-01): the one-shot figure is taken at kb_scope, on two small Triton pairs
-    cmds = [ctx.py("-m", "benchmarks.one_shot_verify", "--kernelbench", ctx.kb, "--device", "cuda",
+    return [ctx.py("-m", "benchmarks.one_shot_verify", "--kernelbench", ctx.kb, "--device", "cuda",
                    "--pairs", "kb_example_add_triton,redteam_vector_add", "--checks", _KB_CHECKS.strip("[]"),
                    "--out", root / "one_shot_verify.json", env=ctx.one_gpu())]
-    for coder, level, limit, budget in _KB_EVALS:
-        cmds.append(ctx.py("-m", "core.eval", f"suite={ctx.kb / 'KernelBench'}", f"levels=[{level}]", f"limit={limit}",
-                           f"budget_s={budget}", f"coder={coder}", "device=cuda", "heldout.record=false",
-                           "executor.workers_per_gpu=2", "verifier.reference_workers=1", f"verifier.checks={_KB_CHECKS}",
-                           f"hydra.run.dir={root / f'{coder}_{level}'}", env=cache))
-    cmds.append(ctx.py("-m", "benchmarks.kb_table", *[root / f"{c}_{lv}" for c, lv, _, _ in _KB_EVALS]))
-    return cmds
+
+
+def _kbeval(ctx: Context) -> list[Command]:
+    # core.eval with the expert teacher on KernelBench's own level-1 and level-2 files at their real sizes.
+    root = ctx.work / "kb"
+    env = (("KERNELZERO_CACHE", str(root / "cache")), ("COLUMNS", "200"), ("PYTHONUNBUFFERED", "1"), *ctx.one_gpu())
+    run_dir = root / "expert_l1_l2"
+    return [ctx.py("-m", "core.eval", f"suite={ctx.kb / 'KernelBench'}", f"levels=[{','.join(KB_LEVELS)}]",
+                   f"budget_s={KB_BUDGET_S}", "coder=expert", "device=cuda", "heldout.record=false", "cache.enabled=false",
+                   f"verifier.checks={_KB_CHECKS}", f"hydra.run.dir={run_dir}", env=env),
+            ctx.py("-m", "benchmarks.kb_table", run_dir)]
 
 
 def kbeval_figure(log: str) -> str:
@@ -516,11 +518,15 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "benchmarks/kernelbench_vs_ours.py, part 21's options (1/64 size, 8 workers, 3 rounds)", _kernelbench,
          kernelbench_figure, skip=_no_kernelbench, results=(("kernelbench_vs_ours.json", "kernelbench_vs_ours.json"),),
          tail=10),
-    Step("kbeval", 360, "not yet run (estimated: one-shot ~60 s, then each evaluation's budget plus a wave)",
-         "benchmarks/one_shot_verify.py on KernelBench's example solutions, then core.eval on KernelBench's own "
-         "level-1 and level-2 files at their real sizes, expert and inductor teachers (fast_p, geomean vs eager "
-         "and torch.compile)", _kbeval, kbeval_figure, skip=_no_kernelbench,
-         results=(("kb/one_shot_verify.json", "one_shot_verify.json"),), tail=60),
+    Step("oneshot", 120, "2026-12-04: 24-30 s a call (reference stage 9-13 s, performance 4-5 s)",
+         "benchmarks/one_shot_verify.py: one `core.verify --device cuda` process per small pair, wall time",
+         _oneshot, kbeval_figure, skip=_no_kernelbench,
+         results=(("kb/one_shot_verify.json", "one_shot_verify.json"),), tail=20),
+    Step("kbeval", 500, "2026-12-04 (be7b7a2, two evaluations of 60/45 s budgets): 17 of 200 judged, 0 accepted",
+         "core.eval with the expert teacher on all of KernelBench's level-1 and level-2 files at their real sizes "
+         "in one continuous queue (a line per verdict; fast_p, geomean vs eager and torch.compile)", _kbeval,
+         kbeval_figure, skip=_no_kernelbench, results=(("kb/expert_l1_l2/results.csv", "kbeval_results.csv"),),
+         tail=80),
     Step("expert", 400, "185-232 s for the 46 cases (before the verifier's timer and the precompile pool)",
          "benchmarks/expert_gpu.py: the expert's speedups over eager and torch.compile, ResNet-50 convs vs cuDNN, "
          "timed by the verifier's GpuTimer in 3 interleaved rounds, roofline per case (starts no case after 340 s)",
