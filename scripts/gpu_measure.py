@@ -253,7 +253,7 @@ def _no_kernelbench(ctx: Context) -> str | None:
 # host before any verdict, so it gets fewer tasks. What was not verified is listed in results.json.
 # Issue 39's run: every level-1 and level-2 problem at its real size in one evaluation, one continuous
 # queue, no verification started after KB_BUDGET_S (those are listed as not run).
-KB_LEVELS, KB_BUDGET_S = ("level1", "level2"), 420
+KB_LEVELS, KB_BUDGET_S = ("level1", "level2"), 400
 # The table's scope is kb_scope's (benchmarks/kernelbench_vs_ours.py): every check but compute-sanitizer's
 # three tools, which at these sizes take minutes per verdict.
 _KB_CHECKS = "[static,static_integrity,correctness,determinism,gpu_activity,integrity,interp_races,performance,stability,tamper]"
@@ -522,7 +522,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "benchmarks/one_shot_verify.py: one `core.verify --device cuda` process per small pair, wall time",
          _oneshot, kbeval_figure, skip=_no_kernelbench,
          results=(("kb/one_shot_verify.json", "one_shot_verify.json"),), tail=20),
-    Step("kbeval", 500, "2026-12-04 (be7b7a2, two evaluations of 60/45 s budgets): 17 of 200 judged, 0 accepted",
+    Step("kbeval", 480, "2026-12-04 (be7b7a2, two evaluations of 60/45 s budgets): 17 of 200 judged, 0 accepted",
          "core.eval with the expert teacher on all of KernelBench's level-1 and level-2 files at their real sizes "
          "in one continuous queue (a line per verdict; fast_p, geomean vs eager and torch.compile)", _kbeval,
          kbeval_figure, skip=_no_kernelbench, results=(("kb/expert_l1_l2/results.csv", "kbeval_results.csv"),),
