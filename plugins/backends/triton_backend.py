@@ -201,6 +201,7 @@ class TritonBackend:
             for hook in ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas",
                          "set_grid_dim", "set_grid_idx"):
                 found[f"triton.runtime.interpreter.InterpreterBuilder.{hook}"] = getattr(interp.InterpreterBuilder, hook)
+            found["triton.runtime.interpreter.GridExecutor.__call__"] = interp.GridExecutor.__call__
         return found
 
     def compiler_dirs(self) -> list[str]:
@@ -283,19 +284,25 @@ class TritonBackend:
             checks.reset_findings(None)
 
     @contextmanager
-    def program_order(self, seed: int | None) -> Iterator[None]:
+    def program_order(self, seed: int | None, sample: int = 0) -> Iterator[list[dict]]:
         """Programs run in an order shuffled by ``seed``, and every launch's accesses are analysed
-        for races between programs (the shuffled runs are the races check's evidence)."""
+        for races between programs (the shuffled runs are the races check's evidence). ``sample``
+        > 0: a launch of more programs runs only a sample of that many, chosen from ``seed``
+        (``triton_interp_checks.choose_programs``: first, last, neighbours, random); yields the
+        record of each launch's sample (empty without ``sample``)."""
         import random
 
         from plugins.backends.triton_interp_checks import STATE
 
+        launches: list[dict] = []
         STATE.order_rng = random.Random(seed) if seed is not None else None
         STATE.races = True
+        STATE.sample, STATE.launches = max(0, int(sample)), launches if sample else None
         try:
-            yield
+            yield launches
         finally:
             STATE.order_rng, STATE.perm, STATE.races = None, None, False
+            STATE.sample, STATE.launches, STATE.sampled, STATE.true_grid = 0, None, None, None
 
 
 def _locate_libcuda() -> None:

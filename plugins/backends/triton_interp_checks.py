@@ -13,9 +13,16 @@
   touches atomically is logged, and at the end of the launch an address one program writes and
   another touches outside atomics is reported (:mod:`plugins.backends.triton_races`), as a finding
   prefixed ``race: `` beside the bounds findings, with one ``race analysis: `` summary line per call.
+* **Sampling** (while a sample budget is set, :func:`sampling`): a launch whose grid has more
+  programs than the budget runs only a sample of them, chosen by :func:`choose_programs` (the first
+  and the last, their neighbours along each grid axis, random programs with their neighbours), each
+  with its true program ids and the true grid (``tl.num_programs``). The interpreter's
+  ``GridExecutor.__call__`` is wrapped so that it walks a grid of ``(k, 1, 1)``; ``set_grid_idx(i,
+  0, 0)`` becomes the i-th sampled program. So a task runs at its own shape, with the real
+  arguments, at the cost of ``k`` programs per launch; each launch's sample is recorded.
 
-Both hook the interpreter's builder class (``triton.runtime.interpreter.InterpreterBuilder``),
-present with the same method names in Triton 3.6 and 3.9.
+They hook the interpreter's builder class (``triton.runtime.interpreter.InterpreterBuilder``) and
+``GridExecutor.__call__``, present with the same names in Triton 3.6 and 3.9.
 """
 
 from __future__ import annotations
@@ -51,6 +58,70 @@ class InterpreterState:
     ledger: Any = None  # the call's provenance ledger (plugins.backends.provenance), None: off
     marks: list[tuple[int, int, Any]] | None = None  # running launch: (lo, hi, producer array) per storage
     loaded: set[int] | None = None  # running launch: low addresses of the storages it loaded from
+    sample: int = 0  # >0: a launch with more programs runs a sample of this many (choose_programs)
+    sampled: list[int] | None = None  # the running launch's sampled programs (linear ids), in run order
+    true_grid: tuple[int, int, int] | None = None  # the running sampled launch's real grid
+    launches: list[dict] | None = None  # while sampling: one record per launch (grid, sample, how chosen)
+
+
+MAX_LAUNCH_RECORDS = 64
+
+
+def choose_programs(grid: tuple[int, int, int], budget: int, rng: random.Random) -> tuple[list[int], dict[str, int]]:
+    """A sample of the programs of ``grid`` (linear ids, x slowest as the interpreter walks), at most
+    ``budget`` of them unless the corners and their neighbours alone need more, and how many were
+    chosen which way: every program of a grid of at most ``budget``; else the first and the last,
+    the first's +1 and the last's -1 neighbour along each axis longer than 1, then random programs
+    each with its +1 neighbour along every axis (-1 at the edge), then random ones, until the budget
+    is spent. Deterministic given ``rng``'s state."""
+    nx, ny, nz = grid
+    total = nx * ny * nz
+    if total <= max(budget, 0):
+        return list(range(total)), {"all": total}
+    dims = (nx, ny, nz)
+    strides = (ny * nz, nz, 1)
+    chosen: dict[int, str] = {}
+
+    def coords(linear: int) -> list[int]:
+        x, rest = divmod(linear, ny * nz)
+        return [x, *divmod(rest, nz)]
+
+    def add(linear: int, how: str) -> None:
+        chosen.setdefault(linear, how)
+
+    def neighbours(linear: int, step: int) -> list[int]:
+        c, found = coords(linear), []
+        for axis in range(3):
+            if dims[axis] < 2:
+                continue
+            s = step if 0 <= c[axis] + step < dims[axis] else -step
+            found.append(linear + s * strides[axis])
+        return found
+
+    add(0, "first")
+    add(total - 1, "last")
+    for n in neighbours(0, 1):
+        add(n, "neighbour")
+    for n in neighbours(total - 1, -1):
+        add(n, "neighbour")
+    anchors = max(1, (budget - len(chosen)) // 4)  # random anchors with neighbours, then plain random ones
+    for _ in range(anchors):
+        if len(chosen) >= budget:
+            break
+        anchor = rng.randrange(total)
+        add(anchor, "random")
+        for n in neighbours(anchor, 1):
+            if len(chosen) < budget:
+                add(n, "neighbour")
+    tries = 0
+    while len(chosen) < budget and tries < 4 * budget:
+        add(rng.randrange(total), "random")
+        tries += 1
+    programs = sorted(chosen)
+    how: dict[str, int] = {}
+    for linear in programs:
+        how[chosen[linear]] = how.get(chosen[linear], 0) + 1
+    return programs, how
 
 
 def reset_findings(findings: list[str] | None) -> None:
@@ -263,9 +334,17 @@ def install() -> None:
             return op
 
         def set_grid_dim(self, nx, ny, nz):
+            sampled = STATE.sampled
+            if sampled is not None:  # the executor walks (k, 1, 1); the programs see the true grid
+                nx, ny, nz = STATE.true_grid
             orig_dim(self, nx, ny, nz)
             STATE.grid = (nx, ny, nz)
-            if STATE.order_rng is not None:
+            if sampled is not None:
+                perm = list(sampled)
+                if STATE.order_rng is not None:
+                    STATE.order_rng.shuffle(perm)
+                STATE.perm = perm
+            elif STATE.order_rng is not None:
                 perm = list(range(nx * ny * nz))
                 STATE.order_rng.shuffle(perm)
                 STATE.perm = perm
@@ -275,7 +354,8 @@ def install() -> None:
         def set_grid_idx(self, x, y, z):
             perm = STATE.perm
             _, ny, nz = STATE.grid
-            linear = (x * ny + y) * nz + z
+            # sampled: the executor's (i, 0, 0) is the i-th sampled program
+            linear = x if STATE.sampled is not None else (x * ny + y) * nz + z
             if perm is not None:
                 linear = perm[linear]
                 x, rest = divmod(linear, ny * nz)
@@ -291,11 +371,53 @@ def install() -> None:
         builder.create_atomic_cas = create_atomic_cas
         builder.set_grid_dim = set_grid_dim
         builder.set_grid_idx = set_grid_idx
+        _sample_launches(interp)
         for name in ("create_atomic_load", "create_atomic_store", "create_atomic_poll"):  # Triton 3.9
             if hasattr(builder, name):
                 setattr(builder, name, atomic_through_plain(getattr(builder, name)))
         _scalar_index_fix(interp)
         _installed = True
+
+
+def _sample_launches(interp: Any) -> None:
+    """While :attr:`InterpreterState.sample` is set, a launch of more programs runs a sample of them
+    (see the module's docstring): the executor's grid becomes ``(k, 1, 1)``, the true one is kept
+    for ``set_grid_dim``, and the launch's sample is recorded in :attr:`InterpreterState.launches`."""
+    executor = interp.GridExecutor
+    if getattr(executor.__call__, "_kz_sampling", False):
+        return
+    original = executor.__call__
+
+    def __call__(self, *args, **kwargs):
+        if STATE.sample <= 0:
+            return original(self, *args, **kwargs)
+        grid = self.grid
+
+        def sampled_grid(named: Any) -> tuple[int, ...]:
+            g = tuple(int(d) for d in (grid(named) if callable(grid) else grid))
+            g = g + (1,) * (3 - len(g))
+            rng = STATE.order_rng or random.Random(0)
+            programs, how = choose_programs(g, STATE.sample, rng)
+            STATE.true_grid, STATE.sampled = g, programs
+            if STATE.launches is not None:
+                record = {"kernel": STATE.kernel, "grid": list(g), "programs": g[0] * g[1] * g[2],
+                          "sampled": len(programs), "how": how, "ids": programs[:32]}
+                if len(STATE.launches) < MAX_LAUNCH_RECORDS:
+                    STATE.launches.append(record)
+                else:  # the rest are counted in the last record
+                    last = STATE.launches[-1]
+                    last["more_launches"] = last.get("more_launches", 0) + 1
+            return (len(programs),)
+
+        self.grid = sampled_grid
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            self.grid = grid
+            STATE.sampled, STATE.true_grid = None, None
+
+    __call__._kz_sampling = True  # type: ignore[attr-defined]
+    executor.__call__ = __call__
 
 
 def _scalar_index_fix(interp: Any) -> None:

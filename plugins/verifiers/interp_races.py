@@ -1,159 +1,427 @@
-"""Races by construction for Triton candidates judged on a GPU: the interpreter's analysis, on the CPU.
+"""Races by construction for Triton candidates judged on a GPU: the interpreter's analysis, on the CPU,
+at the task's own shapes, on a sample of each launch's programs.
 
 On a GPU, compute-sanitizer's racecheck sees shared-memory hazards only; a lost update in global
 memory passes unless the hardware's block order happens to corrupt a trial. The CPU path finds such
 races by construction (``plugins/backends/triton_races.py``: per-program address logs), and this
-check runs that same analysis for GPU candidates:
+check runs that analysis for GPU candidates, without changing the task:
 
-* the candidate is judged a second time by a verifier of its own on the CPU (Triton interpreter,
-  sandboxed workers; the candidate never runs in the judging process), with the checks that keep
-  the analysis honest (static policy, integrity, runtime guard, bounds) and the ``races`` check;
-* at the task's own shape when its inputs, weights and outputs fit :attr:`mib` and its products
-  :attr:`gflop`, else at the reduced shape :func:`core.evaluation.resize.fit_task` gives (every
-  module-level size constant scaled by one factor 2**-k, so the task's proportions stay); a task
-  that cannot shrink (sizes written inline) runs at its own shape up to :attr:`own_shape_mib`; the
-  verdict says which shape ran.
+* the judge (:class:`InterpreterRaceCheck`) loads the candidate in a sandboxed CPU candidate worker
+  of its own (Triton interpreter, CUDA mapped to the CPU: ``core/verification/worker/cuda_on_cpu.py``;
+  the candidate never runs in the judging process), whose address-space limit is sized from the
+  task's footprint measured on the meta device;
+* there, :class:`InterpreterRaceSample` (this check's worker half, asked for by name through the
+  worker's ``collect`` request) draws the task's inputs at its own shapes (a large random tensor
+  is a random block of 2**20+7 elements tiled to its size: seconds instead of minutes of CPU RNG,
+  and still not constant, so two programs storing different values stay told apart) and calls
+  ``forward`` with the bounds checker on and every launch *sampled*: of a grid of more than
+  :attr:`~InterpreterRaceCheck.sample` programs only the first and the last, their neighbours along
+  each grid axis, and random programs with their neighbours run, with their true program ids and
+  grid, chosen from a seed drawn fresh per verdict (``triton_interp_checks.choose_programs``); the
+  sampled programs' addresses are checked for overlaps. An autotuned kernel is called once per
+  config (the interpreter runs config ``i`` at call ``i``). No reference and no comparison run
+  (only sampled programs write, so the outputs are not the task's);
+* then the worker's ``tamper`` measurement: the instrumentation intact and no sandbox refusal.
 
-Outcomes: a race found there rejects; a hack flagged there (integrity, tamper) rejects as a hack; a
-wrong answer at the task's own shape rejects (every autotune config runs there, while the GPU's
-autotuner runs only the fastest); when the analysis could not run (the task cannot be resized, the
-candidate does not run in the interpreter or fails at the smaller shape, the CPU verifier fails) the check *could not run* and
-fails closed, saying why (``accept_unchecked: [interp_races]`` lets such candidates through and
-the verdict records it). Residual risk: a candidate that branches on the device (``x.is_cuda``)
-can be race-free in the interpreter and racy on the GPU; docs/verifier.md lists it.
+Outcomes: a race or an out-of-bounds access among the sampled programs rejects; a sandbox refusal
+or tampering rejects as a hack; the verdict's detail and data say what was sampled (per launch: its
+grid, how many programs, how chosen). When the analysis could not run (the candidate does not load
+or run in the interpreter, the host cannot hold the task's inputs, the worker failed) the check
+*could not run* and fails closed, saying why (``accept_unchecked: [interp_races]`` lets such
+candidates through and the verdict records it). Residual risks: a race between two programs that
+are neither neighbours along a grid axis nor both drawn at random (a 1-D grid a kernel decodes into
+2-D tiles has neighbours ``num_pid_n`` apart) is found only by chance; a candidate that branches on
+the device (``x.is_cuda``) can be race-free in the interpreter and racy on the GPU. docs/verifier.md
+lists both.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import secrets
 import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from core import hookimpl
 from core.verdict import CheckResult, could_not_run
-from core.verification.evidence import RACES, Evidence
+from core.verification.evidence import RACE_FINDING, RACE_SUMMARY, RACES, Evidence
 
-# The CPU verifier's checks: the analysis and what keeps the candidate from forging it.
-CPU_CHECKS = ("static", "static_integrity", "correctness", "integrity", "memory", "races", "tamper")
+SAMPLE_CHECK = "interp_races_sample"  # the worker half's registered name
+
+# Random tensors of more elements than this are drawn as a tiled block of TILE elements (odd, so the
+# period never lines up with a power-of-two row).
+FAST_RANDOM_ABOVE = 1 << 22
+TILE = (1 << 20) + 7
 
 
 @dataclass
 class InterpreterRaceCheck:
-    """No data race between the programs of a GPU Triton candidate's launches, found by the
-    interpreter's address analysis on the CPU, at the task's shape or a reduced one."""
+    """No data race (nor out-of-bounds access) between the programs of a GPU Triton candidate's
+    launches, found by the interpreter's address analysis on the CPU, at the task's own shape, on a
+    sample of each launch's programs."""
 
     name: str = "interp_races"
     stage: int = RACES
     hard: bool = True
     where: str = "worker"
-    # Not an observation of the GPU worker: the judge runs the CPU verification itself, after the
+    # Not an observation of the GPU worker: the judge runs the CPU analysis itself, after the
     # trials' checks passed (a check with needs beyond the trials is evaluated only then).
     needs: frozenset[str] = frozenset({"trials", "interpreter"})
-    # The shape budget: inputs + weights + everything forward writes, and products at that shape. The
-    # interpreter runs ~1 ms per program: 1 MiB is ~256 programs of 1024 elements, ~0.3 s per call.
-    mib: float = 1.0
-    gflop: float = 0.02
-    own_shape_mib: float = 8.0  # a task that cannot shrink to the budget still runs at its own shape up to this
-    orders: int = 2  # shuffled program orders on the CPU
-    workers: int = 0  # CPU candidate workers; 0: a quarter of the cores, at least 2 (a GPU pool's verdicts wait on them)
-    timeout_s: float = 120.0
-    _verifier: Any = field(default=None, init=False, repr=False, compare=False)
-    _shapes: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    sample: int = 24  # programs run per launch at most (corners, neighbours, random); every one of a smaller grid
+    max_calls: int = 8  # forward calls at most: one per autotune config
+    workers: int = 0  # CPU candidate workers of the smallest memory class; 0: a quarter of the cores, at least 2
+    timeout_s: float = 300.0
+    memory_mb: int = 8192  # the smallest address-space limit of a CPU worker; larger tasks get a pool sized for them
+    _pools: dict[int, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _plans: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def applies(self, backend: str, device: str) -> bool:
         return backend == "triton" and device == "cuda"
 
     def open(self, settings: dict[str, Any]) -> None:
-        """Start the CPU verifier's workers now (they boot beside the GPU verifier's own): a one-shot
-        verification does not wait for them at its race stage. A CPU verifier that cannot start here
-        does not stop the GPU verifier: ``evaluate`` tries again and, failing, could not run."""
+        """Start the smallest CPU pool's workers now (they boot beside the GPU verifier's own). A pool
+        that cannot start here does not stop the GPU verifier: ``evaluate`` tries again and, failing,
+        could not run."""
         try:
-            self._cpu_verifier(settings.get("tolerances"))
+            self._pool(self.memory_mb)
         except Exception:  # noqa: BLE001  (reported by evaluate, which fails closed)
             pass
 
     def close(self) -> None:
-        """Close the CPU verifier's workers (the GPU verifier calls this from its own close)."""
+        """Close the CPU pools' workers (the GPU verifier calls this from its own close)."""
         with self._lock:
-            verifier, self._verifier = self._verifier, None
-        if verifier is not None:
-            verifier.close()
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
 
-    def _cpu_verifier(self, tolerances: dict | None) -> Any:
+    # -- the judge's side
+
+    def _pool(self, memory_mb: int) -> Any:
+        """The CPU candidate pool whose workers may map ``memory_mb`` MiB (one per size class)."""
         with self._lock:
-            if self._verifier is None:
-                from core.verification.judge import Verifier
+            pool = self._pools.get(memory_mb)
+            if pool is None:
+                from core.plugins import registry
+                from core.verification.judge import worker_env
+                from core.verification.sandbox import Limits, WorkerPool
 
-                workers = self.workers or max(2, (os.cpu_count() or 1) // 4)
-                self._verifier = Verifier(backend="triton", device="cpu", checks=list(CPU_CHECKS), workers=workers, timeout_s=self.timeout_s,
-                                          tolerances=tolerances or None,
-                                          warm_up=False, races={"orders": self.orders}, cuda_on_cpu=True)
-            return self._verifier
+                size = (self.workers or max(2, (os.cpu_count() or 1) // 4)) if memory_mb <= self.memory_mb else 1
+                env = worker_env(registry("backend").create("triton"), "cpu", size, cuda_on_cpu=True)
+                limits = Limits(memory_mb=memory_mb, cpu_s_per_request=int(self.timeout_s) + 5)
+                pool = self._pools[memory_mb] = WorkerPool("candidate", "triton", "cpu", size=size, limits=limits,
+                                                           extra_env=env)
+            return pool
 
-    def _shape_for(self, task: Any) -> tuple[Any, str]:
-        """The task to analyse at (its own or a reduced copy), and words for the verdict."""
+    def _plan(self, task: Any) -> dict[str, Any]:
+        """What the worker needs for ``task``: its init inputs, its footprint and the memory class."""
         key = f"{task.id}:{hash(task.source)}"
         with self._lock:
-            if key in self._shapes:
-                return self._shapes[key]
-        from core.evaluation.resize import fit_task
+            if key in self._plans:
+                return self._plans[key]
+        from core.evaluation.resize import _load, probe
 
-        fitted = fit_task(task, self.mib, gflop=self.gflop)
-        record = fitted.resized or {}
-        measured = record.get("mib")
-        if (not record.get("fitted", True) and isinstance(measured, (int, float)) and math.isfinite(measured)
-                and measured > self.own_shape_mib):
-            # Programs run one at a time there (~1 ms each): a task that cannot shrink to the budget
-            # would hold a CPU worker for minutes.
-            raise ValueError(f"no shape of it fits the interpreter's budget ({self.mib} MiB, {self.gflop} GFLOP; its "
-                             f"own shape up to {self.own_shape_mib} MiB): {measured} MiB at the smallest shape; "
-                             f"{record.get('note') or ''}".strip())
-        if fitted.source == task.source:
-            # A task that cannot be sized (it does not run on the meta device) runs at its own shape,
-            # within the CPU verifier's time limit.
-            words = "at the task's own shape"
-            if record.get("note"):
-                words += f" ({record['note'][:160]})"
+        init_inputs = list(_load(task.source).get_init_inputs())
+        try:
+            mib, how = probe(task.source).mib, "inputs, weights and every tensor forward writes"
+        except Exception:  # a forward that does not run on the meta device: its inputs and weights, thrice
+            try:
+                mib, how = 3 * probe(task.source, run_forward=False).mib, "3x its inputs and weights"
+            except Exception as exc:  # noqa: BLE001
+                mib, how = None, f"not measurable on the meta device ({type(exc).__name__})"
+        if mib is None:  # unmeasured: the largest class that half this host holds
+            memory_mb = self.memory_mb * 2 ** max(0, int(math.log2(max(1.0, host_memory_mb() / 2 / self.memory_mb))))
         else:
-            words = f"at a reduced shape (every size x{record.get('factor')}: {record.get('sizes')})"
+            need = max(self.memory_mb, int(2 * mib) + 4096)  # inputs, outputs, copies; the interpreter and torch
+            memory_mb = self.memory_mb * 2 ** max(0, math.ceil(math.log2(need / self.memory_mb)))
+        plan = {"init_inputs": init_inputs, "mib": None if mib is None else round(mib, 1), "measured": how,
+                "memory_mb": memory_mb}
         with self._lock:
-            self._shapes[key] = (fitted, words)
-        return fitted, words
+            self._plans[key] = plan
+        return plan
 
     def evaluate(self, evidence: Evidence) -> CheckResult:
         if evidence.backend != "triton":
             return CheckResult(True, "not a Triton candidate")
         try:
-            task, shape = self._shape_for(evidence.task)
-        except Exception as exc:  # a task the resizer cannot load: nothing to analyse at
-            return could_not_run(f"the task could not be sized for the interpreter: {type(exc).__name__}: {exc}"[:300])
-        try:
-            verdict = self._cpu_verifier(evidence.config.get("tolerances")).verify(task, evidence.candidate)
+            plan = self._plan(evidence.task)
         except Exception as exc:
-            return could_not_run(f"the CPU verifier failed: {type(exc).__name__}: {exc}"[:300])
-        data = {"shape": shape, "cpu_status": verdict.status, "cpu_reason": (verdict.reason or "")[:300],
-                "cpu_checks": {n: c.passed for n, c in verdict.checks.items()}}
-        races = verdict.checks.get("races")
-        if races is not None and not races.passed:
-            return CheckResult(False, f"in the Triton interpreter {shape}: {races.detail}", data={**data, **races.data})
-        if verdict.hack_flags:
-            return CheckResult(False, f"in the Triton interpreter {shape}, a hack was flagged: {verdict.reason}"[:500],
-                               data=data, hack=True)
-        if races is not None and races.passed and verdict.accepted:
-            return CheckResult(True, f"Triton interpreter on the CPU {shape}: {races.detail}", data={**data, **races.data})
-        wrong = verdict.checks.get("correctness")
-        if wrong is not None and not wrong.passed and task.source == evidence.task.source:
-            # At the task's own shape a wrong answer is the candidate's, not the shape's: there every
-            # autotune config runs (the GPU's benchmark picks one), and the programs in other orders.
-            return CheckResult(False, f"wrong in the Triton interpreter {shape}, where every autotune config runs: "
-                                      f"{wrong.detail}"[:500], data=data)
-        return could_not_run(f"the race analysis did not run in the Triton interpreter {shape}: the CPU run was "
-                             f"{verdict.status}: {verdict.reason}"[:500], data)
+            return could_not_run(f"the task could not be loaded to size the interpreter's worker: "
+                                 f"{type(exc).__name__}: {exc}"[:300])
+        host_mb = host_memory_mb()
+        where = "at the task's own shape " + (f"({plan['mib']} MiB)" if plan["mib"] is not None else
+                                               f"(footprint {plan['measured']})")
+        if plan["memory_mb"] > 0.9 * host_mb:
+            return could_not_run(f"the race analysis needs {plan['memory_mb']} MiB of CPU memory {where}; this host "
+                                 f"has {host_mb} MiB", {"plan": {k: plan[k] for k in ("mib", "memory_mb")}})
+        try:
+            pool = self._pool(plan["memory_mb"])
+        except Exception as exc:
+            return could_not_run(f"the CPU interpreter's workers could not start: {type(exc).__name__}: {exc}"[:300])
+        return self._analyse(evidence, plan, pool, where)
+
+    def _analyse(self, evidence: Evidence, plan: dict[str, Any], pool: Any, where: str) -> CheckResult:
+        from core.verification.protocol import Op, request
+        from core.verification.sandbox import WorkerFailure
+
+        seed = secrets.randbits(62)
+        data: dict[str, Any] = {"shape": "own", "seed": seed, "memory_mb": plan["memory_mb"], "task_mib": plan["mib"]}
+        deadline = time.monotonic() + self.timeout_s
+        worker = pool.acquire()
+        discard = False
+        try:
+            loaded = worker.request(request(Op.LOAD, source=evidence.candidate.source, init_seed=secrets.randbits(31),
+                                            init_inputs=plan["init_inputs"], task=evidence.task.to_dict()),
+                                    timeout_s=self.timeout_s)
+            if loaded.get("sandbox"):
+                discard = True
+                return CheckResult(False, f"in the Triton interpreter, the sandbox refused: {loaded['sandbox'][0]}"[:500],
+                                   data=data, hack=True)
+            if not loaded.get("ok"):
+                return could_not_run(f"the candidate did not load in the Triton interpreter: {loaded.get('error')}"[:500],
+                                     data)
+            config = {"seed": seed, "sample": self.sample, "max_calls": self.max_calls}
+            answer = worker.request(request(Op.COLLECT, check=SAMPLE_CHECK, config=config),
+                                    timeout_s=max(1.0, deadline - time.monotonic()))
+            tamper = worker.request(request(Op.COLLECT, check="tamper", config={}), timeout_s=60)
+        except WorkerFailure as exc:
+            discard = True
+            return could_not_run(f"the race analysis did not run in the Triton interpreter {where}: the CPU worker "
+                                 f"{exc.status}: {exc.detail}"[:500], data)
+        finally:
+            if not discard and worker.alive:
+                try:
+                    worker.request(request(Op.UNLOAD), timeout_s=30)
+                except WorkerFailure:
+                    discard = True
+            pool.release(worker, discard=discard)
+        found = (tamper.get("data") or {}).get("findings") if tamper.get("ok") else None
+        if found is None:
+            pool_discard_note = tamper.get("error") or "no report from the worker"
+            return could_not_run(f"the instrumentation could not be verified after the race analysis: "
+                                 f"{pool_discard_note}"[:300], data)
+        if found:
+            return CheckResult(False, f"in the Triton interpreter, while the race analysis ran: {found[0]}"[:500],
+                               data={**data, "findings": found[:16]}, hack=True)
+        result = answer.get("data") if answer.get("ok") else {"error": answer.get("error")}
+        result = result if isinstance(result, dict) else {"error": "no report from the worker"}
+        data.update({k: result.get(k) for k in ("launches", "calls", "seconds", "inputs") if k in result})
+        if result.get("error"):
+            return could_not_run(f"the race analysis did not run in the Triton interpreter {where}: "
+                                 f"{result['error']}"[:500], data)
+        findings = [str(f) for f in result.get("findings") or []]
+        sampled = describe_samples(result.get("launches") or [])
+        races = [f for f in findings if f.startswith(RACE_FINDING)]
+        oob = [f for f in findings if not f.startswith((RACE_FINDING, RACE_SUMMARY))]
+        data["findings"] = findings[:16]
+        if races:
+            return CheckResult(False, f"in the Triton interpreter {where}, {races[0]} (sampled: {sampled})"[:700],
+                               data=data)
+        if oob:
+            return CheckResult(False, f"out of bounds in the Triton interpreter {where}: {oob[0]} (sampled: {sampled})"[:700],
+                               data=data)
+        return CheckResult(True, f"Triton interpreter on the CPU {where}: no address shared between programs "
+                                 f"(sampled: {sampled})"[:700], data=data)
+
+
+def host_memory_mb() -> int:
+    """This host's physical memory in MiB."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20)
+    except (ValueError, OSError, AttributeError):
+        return 1 << 20
+
+
+def describe_samples(launches: list[dict[str, Any]]) -> str:
+    """The launches' samples in words: per kernel, its grid, programs run of all, how chosen."""
+    if not launches:
+        return "no kernel launched"
+    parts = []
+    for record in launches[:6]:
+        how = ", ".join(f"{n} {k}" for k, n in (record.get("how") or {}).items())
+        grid = "x".join(str(d) for d in record.get("grid") or [])
+        parts.append(f"{record.get('kernel')} grid {grid}: {record.get('sampled')} of {record.get('programs')} "
+                     f"programs ({how})")
+    more = len(launches) - 6 + sum(int(r.get("more_launches", 0)) for r in launches)
+    return "; ".join(parts) + (f"; {more} more launch(es)" if more > 0 else "")
+
+
+# --------------------------------------------------------------------------- the worker's side
+
+
+@dataclass
+class InterpreterRaceSample:
+    """The worker half of ``interp_races`` (asked for by name in a CPU candidate worker, never
+    chosen as a check of a verifier: ``applies`` is false everywhere): the sampled analysis."""
+
+    name: str = SAMPLE_CHECK
+    stage: int = RACES
+    hard: bool = True
+    where: str = "worker"
+    needs: frozenset[str] = frozenset({"trials"})
+    seed: int = 0
+    sample: int = 24
+    max_calls: int = 8
+
+    def applies(self, backend: str, device: str) -> bool:
+        return False
+
+    def evaluate(self, evidence: Evidence) -> CheckResult:  # pragma: no cover (never chosen)
+        return could_not_run("the worker half of interp_races is not a check of its own")
+
+    def collect(self, session: Any) -> dict[str, Any]:
+        """Draw the task's inputs at its shapes, call forward with every launch sampled; the findings
+        (races, out-of-bounds) and each launch's sample."""
+        import torch
+
+        from core.verification.inputs import draw_inputs
+        from plugins.verifiers.performance.check import load_task_module
+
+        backend, guard = session.backend, getattr(session.worker, "guard", None)
+        if "program_order" not in backend.capabilities(session.device):
+            return {"error": f"the backend cannot sample programs on {session.device}"}
+        seconds: dict[str, float] = {}
+        t = time.perf_counter()
+        try:
+            task = load_task_module((session.task or {})["source"], "kz_interp_races_task")
+            with fast_random():
+                inputs = draw_inputs(task, self.seed, 1.0, "cpu")
+        except Exception as exc:
+            return {"error": f"drawing the task's inputs failed: {type(exc).__name__}: {exc}"[:500]}
+        seconds["inputs"] = round(time.perf_counter() - t, 3)
+        shapes = [list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__ for x in inputs][:8]
+        findings: list[str] = []
+        launches: list[dict] = []
+        names: set[str] = set()
+        calls = 0
+        t = time.perf_counter()
+        for call in range(max(1, self.max_calls)):
+            with backend.launch_tracker() as tracker, backend.bounds_checking() as found, \
+                    backend.program_order(self.seed + call, sample=self.sample) as sampled:
+                try:
+                    if guard is not None:
+                        guard.armed = True
+                    with torch.no_grad():
+                        session.model(*inputs)
+                except Exception as exc:
+                    return {"error": f"forward failed: {type(exc).__name__}: {exc}"[:500], "launches": launches,
+                            "inputs": shapes}
+                finally:
+                    if guard is not None:
+                        guard.armed = False
+                kernels = list(tracker.kernels)
+            calls += 1
+            findings += [f for f in found if f not in findings]
+            launches += sampled
+            # call i runs autotune config i: call again while a launch name (with its config) is new
+            new = set(kernels) - names
+            names |= set(kernels)
+            if not any("[" in k for k in new):
+                break
+        seconds["forward"] = round(time.perf_counter() - t, 3)
+        return {"findings": findings[:32], "launches": launches[:64], "calls": calls, "seconds": seconds,
+                "inputs": shapes}
+
+
+_RANDOM = ("rand", "randn", "randint")
+_RANDOM_LIKE = ("rand_like", "randn_like", "randint_like")
+_IN_PLACE = ("uniform_", "normal_")
+
+
+def _tiled(shape: Any, block: Any, like: Any = None) -> Any:
+    """A tensor of ``shape`` (or ``like``'s) filled by repeating ``block`` (1-D)."""
+    import torch
+
+    out = torch.empty_like(like, memory_format=torch.contiguous_format) if like is not None else \
+        torch.empty(shape, dtype=block.dtype, device=block.device)
+    _fill(out, block)
+    return out
+
+
+def _fill(out: Any, block: Any) -> None:
+    flat = out.view(-1)
+    n, b = flat.numel(), block.numel()
+    reps = n // b
+    if reps:
+        flat[:reps * b].view(reps, b).copy_(block.expand(reps, b))
+    if n - reps * b:
+        flat[reps * b:].copy_(block[:n - reps * b])
+
+
+@contextmanager
+def fast_random(above: int = FAST_RANDOM_ABOVE) -> Iterator[None]:
+    """While active, ``torch.rand/randn/randint`` (and their ``_like`` forms, ``Tensor.uniform_`` and
+    ``normal_``) of more than ``above`` elements draw a random block of :data:`TILE` elements with the
+    same call and arguments and tile it to the full size; smaller ones draw as ever."""
+    import torch
+
+    saved = {name: getattr(torch, name) for name in _RANDOM + _RANDOM_LIKE}
+    saved_in_place = {name: getattr(torch.Tensor, name) for name in _IN_PLACE}
+    own = {name for name in _IN_PLACE if name in vars(torch.Tensor)}  # else inherited: deleted afterwards
+
+    def factory(name: str, orig: Any) -> Any:
+        def draw(*args: Any, **kwargs: Any) -> Any:
+            if "out" in kwargs or "generator" in kwargs:
+                return orig(*args, **kwargs)
+            try:
+                meta = orig(*args, **{**kwargs, "device": "meta"})
+            except Exception:  # noqa: BLE001  (what the meta device cannot draw is drawn as written)
+                return orig(*args, **kwargs)
+            if meta.numel() <= above:
+                return orig(*args, **kwargs)
+            if "size" in kwargs:
+                block = orig(*args, **{**kwargs, "size": (TILE,)})
+            elif name == "randint":
+                at = max(i for i, a in enumerate(args) if isinstance(a, (tuple, list, torch.Size)))
+                block = orig(*args[:at], (TILE,), *args[at + 1:], **kwargs)
+            else:
+                sized = bool(args) and isinstance(args[0], (tuple, list, torch.Size))
+                block = orig(*((TILE,),) + (args[1:] if sized else ()), **kwargs)
+            out = _tiled(meta.shape, block.reshape(-1))
+            return out.requires_grad_() if kwargs.get("requires_grad") else out
+        return draw
+
+    def like(orig: Any) -> Any:
+        def draw(x: Any, *args: Any, **kwargs: Any) -> Any:
+            if not isinstance(x, torch.Tensor) or x.numel() <= above or "memory_format" in kwargs:
+                return orig(x, *args, **kwargs)
+            block = orig(torch.empty(TILE, dtype=x.dtype, device=x.device), *args, **kwargs)
+            return _tiled(None, block, like=x.detach())
+        return draw
+
+    def in_place(orig: Any) -> Any:
+        def draw(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.numel() <= above or not self.is_contiguous() or "generator" in kwargs:
+                return orig(self, *args, **kwargs)
+            block = orig(torch.empty(TILE, dtype=self.dtype, device=self.device), *args, **kwargs)
+            with torch.no_grad():
+                _fill(self, block)
+            return self
+        return draw
+
+    try:
+        for name in _RANDOM:
+            setattr(torch, name, factory(name, saved[name]))
+        for name in _RANDOM_LIKE:
+            setattr(torch, name, like(saved[name]))
+        for name in _IN_PLACE:
+            setattr(torch.Tensor, name, in_place(saved_in_place[name]))
+        yield
+    finally:
+        for name, orig in saved.items():
+            setattr(torch, name, orig)
+        for name, orig in saved_in_place.items():
+            if name in own:
+                setattr(torch.Tensor, name, orig)
+            elif name in vars(torch.Tensor):
+                delattr(torch.Tensor, name)
 
 
 @hookimpl
 def register_verifiers(register):
     register(InterpreterRaceCheck.name, InterpreterRaceCheck)
+    register(InterpreterRaceSample.name, InterpreterRaceSample)
