@@ -53,6 +53,8 @@ class Verdict:
     gpu_wait_s: float = 0.0  # of elapsed_s, spent waiting for a turn on the GPU (neighbours' timed stages)
     # checks that could not run and were let pass only because the verifier was told to (accept_unchecked)
     accepted_unchecked: list[str] = field(default_factory=list)
+    # GPU memory admission (core.verification.gpumemory): estimate, capacity, alone, wait, retried
+    gpu_memory: dict[str, Any] | None = None
 
     @property
     def unchecked(self) -> list[str]:

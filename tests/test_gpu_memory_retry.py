@@ -1,5 +1,5 @@
-"""A GPU request that ran out of memory beside other verifications runs once more with the GPU to
-itself (seen on the H200 at KernelBench's real sizes: honest kernels got OutOfMemoryError verdicts
+"""A GPU request that ran out of memory beside other verifications makes its verification run once more
+with the GPU to itself (seen on the H200 at KernelBench's real sizes: honest kernels got OutOfMemoryError verdicts
 while neighbours held the memory). The lock is the real host-wide file lock; the worker is scripted."""
 
 from __future__ import annotations
@@ -8,8 +8,11 @@ import threading
 import time
 import types
 
+import pytest
+
 from core.verification.budget import Budget
 from core.verification.devicelock import DeviceLock
+from core.verification.gpumemory import GpuOutOfMemory
 from core.verification.judge import Verifier, out_of_gpu_memory
 
 OOM = {"ok": False, "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB."}
@@ -54,19 +57,24 @@ def test_the_allocation_failures_of_torch_and_cuda_are_recognised():
     assert not out_of_gpu_memory({"ok": True, "error": "CUDA out of memory"})
 
 
-def test_out_of_memory_beside_others_is_retried_once_with_the_gpu_alone(tmp_path):
+def test_out_of_memory_is_handed_to_the_verification_which_judges_it_again_alone(tmp_path):
+    # no request-level retry any more: beside other verifications their *held* memory (a keeper's
+    # outputs) stays taken however the lock is held, so Verifier.verify runs the whole verification
+    # again with the device's memory alone (tests/test_gpu_memory_admission.py)
     lock = DeviceLock("cuda-test-oom", tmp_path)
-    worker = ScriptedWorker([OOM, {"ok": True, "trials": []}], lock)
-    answer = Verifier._on_gpu(judge_with(lock), worker, {"op": "reference"}, Budget(60))
-    assert answer["ok"]
-    assert [m["alone"] for m in worker.sent] == [False, True]  # first shared, then exclusive
+    worker = ScriptedWorker([OOM], lock)
+    with pytest.raises(GpuOutOfMemory):
+        Verifier._on_gpu(judge_with(lock), worker, {"op": "reference"}, Budget(60))
+    assert [m["alone"] for m in worker.sent] == [False]
 
 
-def test_a_request_that_runs_out_of_memory_alone_keeps_its_error(tmp_path):
+def test_every_turn_of_a_verification_retried_alone_has_the_gpu_alone(tmp_path):
     lock = DeviceLock("cuda-test-oom2", tmp_path)
-    worker = ScriptedWorker([OOM, OOM], lock)
-    answer = Verifier._on_gpu(judge_with(lock), worker, {"op": "run"}, Budget(60))
-    assert out_of_gpu_memory(answer) and len(worker.sent) == 2
+    worker = ScriptedWorker([{"ok": True, "trials": []}], lock)
+    budget = Budget(60)
+    budget.alone = True
+    answer = Verifier._on_gpu(judge_with(lock), worker, {"op": "run"}, budget)
+    assert answer["ok"] and [m["alone"] for m in worker.sent] == [True]
 
 
 def test_other_failures_are_not_retried(tmp_path):

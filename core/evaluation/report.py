@@ -108,6 +108,9 @@ class GroupSummary:
     geomean_speedup: dict[str, float | None]
     hack_flags: dict[str, int] = field(default_factory=dict)
     hacked: int = 0
+    # verdicts of status "error" (the run's, not the kernel's: e.g. the task does not fit the GPU's
+    # memory, core.verification.gpumemory): not judged, so never counted as a rejected kernel's fault
+    not_judged: int = 0
 
     def rate(self, count: int) -> float:
         return count / self.tasks if self.tasks else 0.0
@@ -141,7 +144,8 @@ def summarise_group(level: str, results: Sequence[TaskResult]) -> GroupSummary:
     return GroupSummary(level=level, tasks=n, declined=sum(r.status == "declined" for r in results),
                         compiled=sum(r.compiled for r in results), correct=sum(r.correct for r in results),
                         accepted=len(accepted), timed=timed, fast_p=fast, geomean_speedup=geomean,
-                        hack_flags=dict(sorted(flags.items())), hacked=sum(bool(r.hack_flags) for r in results))
+                        hack_flags=dict(sorted(flags.items())), hacked=sum(bool(r.hack_flags) for r in results),
+                        not_judged=sum(r.status == "error" for r in results))
 
 
 def summarise(results: Sequence[TaskResult]) -> list[GroupSummary]:
@@ -187,15 +191,15 @@ def table(groups: Sequence[GroupSummary], title: str, device: str) -> Any:
         caption = (f"no timing on {device}: speedups are measured only on a GPU (performance stage), so fast_p "
                    "for p > 0 is n/a and fast_0 = correct (accepted) rate")
     t = Table(title=title, caption=caption + "; '-' = not measured")
-    for col in ("level", "tasks", "decl", "compiled", "correct", "hacks", "vs"):
+    for col in ("level", "tasks", "decl", "not judged", "compiled", "correct", "hacks", "vs"):
         t.add_column(col, justify="left" if col in ("level", "vs") else "right", no_wrap=True)
     t.add_column("fast_p  p=" + "/".join(p_key(p) for p in THRESHOLDS), justify="left", no_wrap=True)
     t.add_column("geomean", justify="right", no_wrap=True)
     for g in groups:
         for i, b in enumerate(BASELINES):
             fast = "/".join("-" if (v := g.fast_p[b][p_key(p)]) is None else f"{v:.2f}" for p in THRESHOLDS)
-            head = [g.level, str(g.tasks), str(g.declined), f"{_fmt(g.rate(g.compiled), 2)}",
-                    f"{_fmt(g.rate(g.accepted), 2)}", str(g.hacked)] if i == 0 else [""] * 6
+            head = [g.level, str(g.tasks), str(g.declined), str(g.not_judged), f"{_fmt(g.rate(g.compiled), 2)}",
+                    f"{_fmt(g.rate(g.accepted), 2)}", str(g.hacked)] if i == 0 else [""] * 7
             geo = g.geomean_speedup[b]
             t.add_row(*head, b, fast, "-" if geo is None else f"{geo:.2f}x", end_section=i == len(BASELINES) - 1)
     return t

@@ -235,6 +235,47 @@ def probe(source: str, run_forward: bool = True) -> Probe:
     return Probe([tuple(t.shape) for t in tensors], [tuple(w.shape) for w in weights], total / 2**20, flops / 1e9)
 
 
+def measure(module: Any) -> dict[str, int]:
+    """A loaded task's tensors on the ``meta`` device (no memory, no compute), in bytes: ``inputs``
+    (one draw of ``get_inputs``), ``weights`` (parameters and buffers), ``outputs`` (what forward
+    returns), ``written`` (every tensor the forward produces, outputs included: a bound on its
+    intermediates) and ``elements`` (of inputs and outputs). The verifier's GPU memory estimate
+    (:mod:`core.verification.gpumemory`) starts here. ``.cuda()``/``.to("cuda")`` in a task's
+    ``get_inputs`` (KernelBench's own files) stay on meta while measuring."""
+    import torch
+
+    real_cuda, real_to = torch.Tensor.cuda, torch.Tensor.to
+
+    def stay_cuda(self, *args, **kwargs):
+        return self if self.is_meta else real_cuda(self, *args, **kwargs)
+
+    def stay_to(self, *args, **kwargs):
+        if self.is_meta:
+            args = tuple(a for a in args if not isinstance(a, (str, torch.device)))
+            kwargs.pop("device", None)
+            return real_to(self, *args, **kwargs) if (args or kwargs) else self
+        return real_to(self, *args, **kwargs)
+
+    torch.Tensor.cuda, torch.Tensor.to = stay_cuda, stay_to
+    try:
+        with torch.device("meta"):
+            model = module.Model(*module.get_init_inputs())
+            inputs = [x for x in module.get_inputs() if isinstance(x, torch.Tensor)]
+            weights = list(model.parameters()) + list(model.buffers())
+            written = _written_bytes()
+            with torch.no_grad(), written():
+                out = model.eval()(*inputs)
+    finally:
+        torch.Tensor.cuda, torch.Tensor.to = real_cuda, real_to
+    outs = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
+
+    def size(ts: list[Any]) -> int:
+        return sum(t.numel() * t.element_size() for t in ts)
+
+    return {"inputs": size(inputs), "weights": size(weights), "outputs": size(outs),
+            "written": int(written.total), "elements": sum(t.numel() for t in inputs + outs)}
+
+
 def time_reference(source: str, repeats: int = 1) -> float:
     """Seconds of the reference's forward on the CPU (real tensors), the fastest of ``repeats``."""
     import torch
@@ -408,7 +449,7 @@ def is_reduced(task: Task) -> bool:
 
 
 __all__ = ["Constant", "FitResult", "HYPERPARAMETER", "find_constants", "fit_source", "fit_task", "fit_tasks",
-           "is_reduced", "probe", "rewrite", "size_constants", "time_reference"]
+           "is_reduced", "measure", "probe", "rewrite", "size_constants", "time_reference"]
 
 
 

@@ -24,6 +24,7 @@ class Budget:
     def __init__(self, seconds: float, verdict: Verdict | None = None):
         self.deadline = time.monotonic() + seconds
         self.verdict = verdict  # its gpu_wait_s adds up the waits
+        self.alone = False  # retried after running out of GPU memory: every turn holds the GPU alone
 
     def waited(self, seconds: float) -> None:
         self.deadline += seconds

@@ -247,6 +247,12 @@ class ProcessShard:
 
 def serve(in_fd: int, out_fd: int) -> None:
     """Host side of :class:`ProcessShard`: build the Verifier, then answer requests until told to exit."""
+    from core.verification.lifeline import install_exit_signals, kill_all, watch_parent
+
+    # The process that started this host may be killed outright (a time limit): the workers go with it,
+    # so the GPU's memory comes back (core.verification.lifeline); SIGTERM/SIGINT do the same at once.
+    watch_parent(os.getppid(), on_orphan=kill_all)
+    install_exit_signals()
     reader = os.fdopen(in_fd, "r")
     writer = os.fdopen(out_fd, "w", buffering=1)
     config = json.loads(reader.readline())

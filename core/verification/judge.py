@@ -41,8 +41,10 @@ from core.task import Candidate, Task
 from core.verdict import Verdict
 from core.verification.baselines import BaselineCache
 from core.verification.budget import Budget, GpuBusy, GpuTurn
-from core.verification.devicelock import DeviceLock
+from core.verification.devicelock import DeviceLock, DeviceLockTimeout
 from core.verification.evidence import Evidence
+from core.verification.gpumemory import (DEFAULT_FRACTION, Footprint, GpuOutOfMemory, MemoryAdmission, capacity_from,
+                                         estimate, fmt_bytes, is_out_of_memory, unknown_footprint)
 from core.verification.keeper import Keeper
 from core.verification.observations import fresh_seed
 from core.verification.pipeline import Verification
@@ -88,10 +90,7 @@ def get_init_inputs():
 
 def out_of_gpu_memory(answer: dict[str, Any]) -> bool:
     """A worker's failed answer whose error is PyTorch's or CUDA's allocation failure."""
-    if answer.get("ok"):
-        return False
-    error = str(answer.get("error") or "")
-    return "OutOfMemoryError" in error or "CUDA out of memory" in error or "cudaErrorMemoryAllocation" in error
+    return not answer.get("ok") and is_out_of_memory(answer.get("error"))
 
 
 def worker_env(backend: Any, device: str, processes: int, cuda_on_cpu: bool = False) -> dict[str, str]:
@@ -170,6 +169,13 @@ class Verifier:
     :param share_gpu_fairly: on CUDA, hold the host-wide lock of core.verification.devicelock: trials, references
         and sanitizer runs share the GPU, a check with ``exclusive_device = True`` (the timed
         performance stage) has it alone, so several workers per GPU keep timings honest.
+    :param gpu_memory_gb: the GPU memory verifications may hold at once (core.verification.gpumemory):
+        each reserves its estimated footprint for its GPU stages and waits until it fits; one larger
+        runs alone. ``None``: ``gpu_memory_fraction`` of the device's total (a worker's
+        ``torch.cuda.mem_get_info``).
+    :param memory_admission: ``None`` (default): host-wide admission on CUDA (with
+        ``share_gpu_fairly``), none on CPU; ``False``: none; or a
+        :class:`~core.verification.gpumemory.MemoryAdmission` to use (tests: a fake device budget).
     """
 
     def __init__(self, backend: str = "triton", device: str = "auto", checks: Sequence[str] | dict | None = None,
@@ -180,7 +186,8 @@ class Verifier:
                  inputs_by_seed: bool = True, float64_on_demand: bool = True, gpu_wait_s: float = 900.0,
                  split_transfers: bool | None = None, compare_on_device: bool | None = None,
                  warm_up: bool | None = None, accept_unchecked: bool | Sequence[str] = False,
-                 cuda_on_cpu: bool = False, **check_options: Any):
+                 cuda_on_cpu: bool = False, gpu_memory_gb: float | None = None,
+                 gpu_memory_fraction: float = DEFAULT_FRACTION, memory_admission: Any = None, **check_options: Any):
         from core.plugins import registry
 
         if trials < MIN_TRIALS:
@@ -229,6 +236,15 @@ class Verifier:
         # where the time went (held alone, shared, idle)
         self.gpu_turns: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
         self.baselines = BaselineCache()  # per-task reference timings, shared by that task's candidates
+        # GPU memory admission (core.verification.gpumemory): made on first use, when a worker said
+        # how much memory the device has
+        self.gpu_memory_gb, self.gpu_memory_fraction = gpu_memory_gb, float(gpu_memory_fraction)
+        self.memory_admission: MemoryAdmission | None = memory_admission or None
+        self._admission_wanted = memory_admission is None and self.device == "cuda" and share_gpu_fairly \
+            and self.compile_only is None
+        self.device_total_bytes: int | None = None
+        self.footprints: dict[str, Footprint] = {}
+        self._footprint_lock = threading.Lock()
         self._closed = False
         self.warm_up_report = "not warmed up"
         if warm_up or (warm_up is None and self.device == "cuda" and self.compile_only is None):
@@ -329,16 +345,120 @@ class Verifier:
             return list(ex.map(one, range(len(pairs))))
 
     def verify(self, task: Task, candidate: Candidate, *, timeout_s: float | None = None) -> Verdict:
-        """The verdict for one pair. ``timeout_s`` overrides the verifier's wall-clock limit."""
+        """The verdict for one pair. ``timeout_s`` overrides the verifier's wall-clock limit.
+
+        A stage that runs out of GPU memory is not the candidate's fault: the whole verification is
+        judged again with the device alone (its memory and every turn), and if it still does not fit,
+        the verdict's status is ``error`` and its reason says so, with the estimate and the device's memory."""
         start = time.perf_counter()
-        verdict = Verdict(task_id=task.id, candidate_id=candidate.id, backend=self.backend_name, device=self.device)
+        limit = self.timeout_s if timeout_s is None else float(timeout_s)
+
+        def fresh() -> Verdict:
+            return Verdict(task_id=task.id, candidate_id=candidate.id, backend=self.backend_name, device=self.device)
+
+        verdict = fresh()
         try:
-            Verification(self, task, candidate, verdict,
-                         self.timeout_s if timeout_s is None else float(timeout_s)).run()
+            first = Verification(self, task, candidate, verdict, limit)
+            try:
+                first.run()
+            except GpuOutOfMemory as exc:
+                if first.ran_alone:
+                    raise
+                waited = verdict.gpu_wait_s
+                verdict = fresh()
+                verdict.gpu_wait_s = waited
+                verdict.gpu_memory = {"retried_alone_after": f"{exc}"[:300]}
+                Verification(self, task, candidate, verdict, limit, alone=True).run()
+        except GpuOutOfMemory as exc:
+            verdict.accepted, verdict.status = False, "error"
+            verdict.reason = f"error: {self.does_not_fit(task, exc)}"
         finally:
             verdict.elapsed_s = round(time.perf_counter() - start, 4)
             verdict.gpu_wait_s = round(verdict.gpu_wait_s, 4)
         return verdict
+
+    # -- GPU memory (core.verification.gpumemory)
+
+    def does_not_fit(self, task: Task, exc: GpuOutOfMemory) -> str:
+        """The reason of a verdict whose verification ran out of GPU memory with the device alone."""
+        fp = self.footprints.get(task.id)
+        cap = self.memory_admission.capacity if self.memory_admission is not None else None
+        said = [f"estimated footprint {fmt_bytes(fp.bytes)}" if fp is not None else "footprint not estimated",
+                f"{fmt_bytes(cap)} admitted" if cap else "no memory admission",
+                f"{fmt_bytes(self.device_total_bytes)} on the device" if self.device_total_bytes else ""]
+        return (f"the task does not fit the device: it ran out of GPU memory with the device to itself "
+                f"({'; '.join(x for x in said if x)}); {exc.stage}: {exc.error.strip().splitlines()[-1][:240] if exc.error.strip() else ''}")
+
+    def _admission(self, worker: Any) -> MemoryAdmission | None:
+        """The host-wide admission of this GPU, made once a worker said the device's memory."""
+        if self.memory_admission is None and self._admission_wanted:
+            memory = (worker.wait_ready() or {}).get("gpu_memory") or [None, None]
+            self.device_total_bytes = int(memory[1]) if memory[1] else None
+            capacity = capacity_from(self.device_total_bytes, self.gpu_memory_gb, self.gpu_memory_fraction)
+            if capacity:
+                self.memory_admission = MemoryAdmission.for_device(capacity)
+            self._admission_wanted = False
+        return self.memory_admission
+
+    def footprint(self, task: Task, probes: int = 3) -> Footprint:
+        """The task's estimated footprint per verification (:func:`core.verification.gpumemory.estimate`),
+        measured once per task on the meta device by a reference worker; unmeasurable: an even share."""
+        with self._footprint_lock:
+            known = self.footprints.get(task.id)
+        if known is not None:
+            return known
+        worker = self.reference_pool.acquire()
+        ok = False
+        try:
+            admission = self._admission(worker)
+            answer = worker.request(request(Op.FOOTPRINT, source=task.source), timeout_s=120)
+            ok = True
+        except WorkerFailure as exc:
+            answer = {"ok": False, "error": exc.detail}
+        finally:
+            self.reference_pool.release(worker, discard=not ok)
+        capacity = admission.capacity if admission is not None else 0
+        if answer.get("ok"):
+            orders = max((int(optional(c, "Check", "orders") or 0) for c in self.checks if "shuffled" in c.needs),
+                         default=0)
+            fp = estimate(answer["measured"], trials=self.trials, probes=probes, orders=orders,
+                          float64_max_elements=self.float64_max_elements)
+        else:
+            fp = unknown_footprint(capacity, max(1, self.workers),
+                                   f"not measured on meta: {answer.get('error')}"[:300])
+        with self._footprint_lock:
+            self.footprints[task.id] = fp
+        return fp
+
+    @contextlib.contextmanager
+    def _reserved(self, verification: Verification):
+        """Hold ``verification``'s memory reservation around its GPU stages (none without admission);
+        the wait is given back to its budget, a wait past ``gpu_wait_s`` raises :class:`GpuBusy`."""
+        budget, verdict = verification.budget, verification.verdict
+        if self.memory_admission is None and not self._admission_wanted:
+            yield
+            return
+        fp = self.footprint(verification.task)
+        admission = self.memory_admission
+        if admission is None:
+            yield
+            return
+        started = time.monotonic()
+        label = f"{verification.task.name or verification.task.id[:12]}"
+        reservation = admission.reserve(fp.bytes, started + self.gpu_wait_s, label, alone=verification.alone)
+        try:
+            got = reservation.__enter__()
+        except DeviceLockTimeout as exc:
+            raise GpuBusy("error", f"the GPU's memory stayed taken by other verifications: {exc}") from exc
+        with contextlib.ExitStack() as held:
+            held.push(reservation)  # released when the GPU stages end, however they end
+            budget.waited(got.waited_s)
+            verification.ran_alone = got.alone
+            budget.alone = budget.alone or got.alone
+            verdict.gpu_memory = {**(verdict.gpu_memory or {}), "estimate_bytes": fp.bytes,
+                                  "capacity_bytes": admission.capacity, "alone": got.alone,
+                                  "wait_s": round(got.waited_s, 4), **({"note": fp.note} if fp.note else {})}
+            yield
 
     # -- one worker request, on the GPU's lock where it needs it (every verification's stages use these)
 
@@ -351,8 +471,8 @@ class Verifier:
                 worker.request(message, timeout_s=budget.left())
             ok = True
             return answer
-        except GpuBusy:
-            ok = True  # it never got to the worker
+        except (GpuBusy, GpuOutOfMemory):
+            ok = True  # it never got to the worker, or the worker answered (out of memory) and is fine
             raise
         finally:
             pool.release(worker, discard=not ok)
@@ -364,10 +484,10 @@ class Verifier:
         that."""
         with self._gpu(budget, label=str(message.get("op"))):
             answer = worker.request({**message, "hold": self.split_transfers}, timeout_s=budget.left())
-        if out_of_gpu_memory(answer) and self.device_lock is not None:
-            # neighbours filled the GPU (real sizes): once more alone; out of memory alone keeps its error
-            with self._gpu(budget, exclusive=True, label=f"{message.get('op')} alone, after running out of memory"):
-                answer = worker.request({**message, "hold": self.split_transfers}, timeout_s=budget.left())
+        if out_of_gpu_memory(answer):
+            # neighbours filled the GPU, or the task is too large for it: not the candidate's fault;
+            # verify() judges the verification again alone, then calls it an error (core.verification.gpumemory)
+            raise GpuOutOfMemory(f"the {message.get('op')} request", str(answer.get("error")))
         if answer.get("held"):
             heavy = worker.request(request(Op.TAKE_HELD), timeout_s=budget.left())
             items = answer.get("observations") or answer.get("trials") or []
@@ -415,6 +535,7 @@ class Verifier:
         waiting at most ``gpu_wait_s``; the wait is added to ``budget``, the turn to ``gpu_turns``."""
         if self.device_lock is None:
             return contextlib.nullcontext()
+        exclusive = exclusive or getattr(budget, "alone", False)  # a verification retried alone
         started = time.monotonic()
         wait_until = started + self.gpu_wait_s
         inner = self.device_lock.exclusive(wait_until) if exclusive else self.device_lock.shared(wait_until)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.verification.budget import Budget
 from core.verification.evidence import Comparison, Evidence, HeldTensor
+from core.verification.gpumemory import GpuOutOfMemory, is_out_of_memory
 from core.verification.protocol import Op, request
 from core.verification.sandbox import WorkerFailure
 
@@ -35,6 +36,8 @@ class Keeper:
             except WorkerFailure as exc:
                 raise WorkerFailure("error", f"the reference worker keeping the outputs failed: {exc.detail}") from None
         if not answer.get("ok"):
+            if is_out_of_memory(answer.get("error")):
+                raise GpuOutOfMemory(f"the keeper's {message.get('op')}", str(answer.get("error")))
             raise WorkerFailure("error", f"the reference worker keeping the outputs failed: {answer.get('error')}")
         return answer
 

@@ -18,6 +18,7 @@ from core.contracts import optional
 from core.verification.probes import describe as describe_probe
 from core.verification.probes import scale_of
 from core.verification.evidence import Trial
+from core.verification.gpumemory import GpuOutOfMemory, is_out_of_memory
 from core.verification.protocol import Op, request
 
 if TYPE_CHECKING:
@@ -115,6 +116,9 @@ class ExtraObservations:
             with lock:
                 answer = worker.request(request(Op.COLLECT, check=check.name, config=config),
                                         timeout_s=left() + lock_wait_s)
+        oom = answer.get("error") if not answer.get("ok") else (answer.get("data") or {}).get("error")
+        if is_out_of_memory(oom):  # not the candidate's fault (core.verification.gpumemory)
+            raise GpuOutOfMemory(f"the {check.name} stage", str(oom))
         if lock_wait_s:  # its wait for the GPU is given back too, as in Verifier._gpu
             budget.waited(float((answer.get("data") or {}).get("gpu_lock_wait_s") or 0.0))
         if optional(check, "Check", "dirties_worker")():  # the next candidate gets a fresh worker

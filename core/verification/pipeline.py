@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 from core.contracts import optional
 from core.task import Candidate, Task
 from core.verdict import CheckResult, Verdict
-from core.verification.budget import Budget
+from core.verification.budget import Budget, GpuBusy
 from core.verification.evidence import Evidence, RunObservation, Trial, parse_python, truth_agrees
+from core.verification.gpumemory import GpuOutOfMemory, is_out_of_memory
 from core.verification.keeper import Keeper
 from core.verification.observations import ExtraObservations, fresh_seed, inputs_of
 from core.verification.probes import draw_plan
@@ -86,9 +87,13 @@ class Verification:
 
     budget: Budget  # set when the static stage is done: that stage is not timed against it
 
-    def __init__(self, verifier: "Verifier", task: Task, candidate: Candidate, verdict: Verdict, timeout_s: float):
+    def __init__(self, verifier: "Verifier", task: Task, candidate: Candidate, verdict: Verdict, timeout_s: float,
+                 alone: bool = False):
         self.verifier, self.task, self.candidate, self.verdict = verifier, task, candidate, verdict
         self.timeout_s = timeout_s
+        # retried after running out of GPU memory: the device's memory and every GPU turn to itself
+        self.alone = alone
+        self.ran_alone = alone  # set by the memory reservation (a footprint over the device's share)
         self.evidence = Evidence(task=task, candidate=candidate, backend=verifier.backend_name,
                                  device=verifier.device,
                                  config={"tolerances": verifier.tolerances, "trials": verifier.trials})
@@ -128,9 +133,19 @@ class Verification:
         if not passed:
             return
         self.budget = Budget(self.timeout_s, verdict)
+        self.budget.alone = self.alone
         if verifier.compile_only is not None:
             self.compile_only()
             return
+        try:  # the GPU stages hold the verification's memory reservation (core.verification.gpumemory)
+            with verifier._reserved(self):
+                self.on_device()
+        except GpuBusy as exc:
+            verdict.status, verdict.reason, verdict.accepted = "error", f"error: {exc.detail}", False
+
+    def on_device(self) -> None:
+        """The executed path, with this verification's keeper when outputs stay on the device."""
+        verifier = self.verifier
         if not verifier.compare_on_device:
             self.executed()
             return
@@ -266,6 +281,8 @@ class Verification:
         verdict.stage_s["load"] = time.perf_counter() - t
         if loaded.get("ok"):
             return True
+        if is_out_of_memory(loaded.get("error")) and not evidence.load_sandbox:
+            raise GpuOutOfMemory("loading the candidate", str(loaded.get("error")))
         evidence.load_error = loaded.get("error")
         verdict.compiled = False
         verdict.add_check("compile", False, f"import or construction failed: {evidence.load_error}")
@@ -346,6 +363,10 @@ class Verification:
                                        self.budget)
         if not answer.get("ok"):
             raise WorkerFailure("error", f"worker could not run the candidate: {answer.get('error')}")
+        ran_out = next((o.get("error") for o in answer["observations"]
+                        if is_out_of_memory(o.get("error")) and not o.get("sandbox")), None)
+        if ran_out:  # drawing its inputs or running: the device's memory, not the candidate's fault
+            raise GpuOutOfMemory("the candidate's run", str(ran_out))
         if keeper is not None:
             keeper.adopt(self.worker, answer["observations"], [run["ref"] for run in runs])
         return [RunObservation.from_dict(o) for o in answer["observations"]]
@@ -356,7 +377,7 @@ class Verification:
         for check in checks:
             try:
                 result = check.evaluate(self.evidence)
-            except WorkerFailure:  # the keeper failed while comparing: the verdict is an error
+            except (WorkerFailure, GpuOutOfMemory):  # the keeper failed (or ran out of memory) while comparing
                 raise
             except Exception as exc:  # a broken check plugin must not pass a candidate
                 result = CheckResult(False, f"check {check.name!r} failed to evaluate: {type(exc).__name__}: {exc}")

@@ -21,6 +21,7 @@ class Op:
     # reference role
     REFERENCE = "reference"  # draw a trial's inputs from its seed and run the task's Model
     BASELINE = "baseline"  # time eager / torch.compile for a check (the performance stage)
+    FOOTPRINT = "footprint"  # the task's tensors' bytes on the meta device (core.verification.gpumemory)
     ADOPT = "adopt"  # keeper: take over a candidate worker's exported outputs
     COMPARE = "compare"  # keeper: compare held outputs (on the device)
     EQUAL = "equal"  # keeper: are two held outputs bitwise equal
@@ -44,7 +45,7 @@ KEEPER_OPS = frozenset({Op.ADOPT, Op.COMPARE, Op.EQUAL, Op.FETCH, Op.FORGET})
 
 # Which role answers which request; anything else is refused with a message naming both.
 ROLE_OPS: dict[str, frozenset[str]] = {
-    "reference": frozenset({Op.REFERENCE, Op.BASELINE, *KEEPER_OPS}),
+    "reference": frozenset({Op.REFERENCE, Op.BASELINE, Op.FOOTPRINT, *KEEPER_OPS}),
     "candidate": frozenset({Op.PRECOMPILE, Op.LOAD, Op.RUN, Op.COLLECT, Op.DROP_EXPORTS}),
 }
 ANY_ROLE_OPS = frozenset({Op.PING, Op.UNLOAD, Op.TAKE_HELD, Op.EXIT})

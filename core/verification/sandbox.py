@@ -302,7 +302,7 @@ class Worker:
                "--device", self.device, "--scratch", scratch, "--in-fd", str(to_child_r),
                "--out-fd", str(from_child_w), "--memory-mb", str(self.limits.memory_mb),
                "--file-size-mb", str(self.limits.file_size_mb), "--open-files", str(self.limits.open_files),
-               "--isolate", "1" if self.limits.isolate else "0"]
+               "--isolate", "1" if self.limits.isolate else "0", "--parent-pid", str(os.getpid())]
         self.proc = subprocess.Popen(cmd, env=env, cwd=scratch, stdin=subprocess.DEVNULL, stdout=log,
                                      stderr=subprocess.STDOUT, pass_fds=(to_child_r, from_child_w),
                                      start_new_session=True)
@@ -311,6 +311,9 @@ class Worker:
         os.close(from_child_w)
         self._to, self._from = to_child_w, from_child_r
         self._started = True
+        from core.verification.lifeline import register
+
+        register(self)  # killed with its group when this process exits (core.verification.lifeline)
         return self
 
     def wait_ready(self) -> dict[str, Any]:

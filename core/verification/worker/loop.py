@@ -123,7 +123,14 @@ class WorkerMain:
         if self.role == "candidate":  # last: what it records is the instrumentation as installed
             self.callers, self.verify_instrumentation = install_runtime_guard(self.backend, self.guard)
         sys.addaudithook(self.guard.hook)
+        gpu_memory = None
+        if self.device == "cuda":  # (free, total) bytes: the judge's admission sizes itself on the total
+            try:
+                gpu_memory = [int(x) for x in torch.cuda.mem_get_info()]
+            except Exception:
+                gpu_memory = None
         return {"op": Op.HELLO, "pid": os.getpid(), "isolation": isolation, "role": self.role,
+                "gpu_memory": gpu_memory,
                 "torch": torch.__version__, "python": sys.version.split()[0], "gpu_warm_up": warmed}
 
     # -- requests
@@ -144,6 +151,8 @@ class WorkerMain:
         answer = handler(req) if handler is not None else refusal(self.role, op)
         if self.device == "cuda" and op in (Op.REFERENCE, Op.RUN, Op.BASELINE):
             release_cached_gpu_memory()
+        elif self.device == "cuda" and op == Op.FORGET:  # a verification ended: its memory goes back whole
+            release_cached_gpu_memory(0)
         return answer
 
     def ping(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -162,12 +171,13 @@ class WorkerMain:
         if self.exports is not None:
             self.exports.drop()
         self.serving.unload()
-        if self.device == "cuda":
-            release_cached_gpu_memory()
+        self.held = None
         sys.modules.pop(CANDIDATE_MODULE, None)
         if self.callers is not None:
             self.callers.candidate_globals = None
         gc.collect()
+        if self.device == "cuda":  # a verification ended: its memory goes back whole (after the collect)
+            release_cached_gpu_memory(0)
 
     def exec_test(self, req: dict[str, Any]) -> dict[str, Any]:
         """Tests only (``KERNELZERO_SANDBOX_TESTING=1``): run a snippet under the sandbox guard, as
@@ -211,7 +221,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--file-size-mb", type=int, default=256)
     parser.add_argument("--open-files", type=int, default=1024)
     parser.add_argument("--isolate", type=int, default=1)
+    parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args(argv)
+    # The judge that started us may die without a word (SIGKILL, a time limit): leave with it, even in
+    # the middle of a request, so no orphan keeps the GPU's memory (core.verification.lifeline).
+    from core.verification.lifeline import watch_parent
+
+    watch_parent(args.parent_pid or os.getppid())
     # The channel lives on high descriptors; stdout/stderr go to the worker log.
     in_fd, out_fd = os.dup2(args.in_fd, 900), os.dup2(args.out_fd, 901)
     os.close(args.in_fd)

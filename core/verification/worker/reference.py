@@ -33,6 +33,7 @@ class ReferenceRole:
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
         """This role's requests (:data:`core.verification.protocol.ROLE_OPS`) and who answers each."""
         return {Op.REFERENCE: self.reference, Op.BASELINE: self.baseline, Op.FORGET: self.forget,
+                Op.FOOTPRINT: self.footprint,
                 **{op: self._on_vault(answer) for op, answer in ((Op.ADOPT, self.adopt), (Op.COMPARE, self.compare),
                                                                   (Op.EQUAL, self.equal), (Op.FETCH, self.fetch))}}
 
@@ -118,8 +119,21 @@ class ReferenceRole:
 
     def forget(self, req: dict[str, Any]) -> dict[str, Any]:
         self.vaults.pop(str(req.get("token")), None)
-        gc.collect()
+        gc.collect()  # the loop then hands the freed blocks back to the driver (release_cached_gpu_memory)
         return {"ok": True}
+
+    def footprint(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The task's tensors on the meta device (:func:`core.evaluation.resize.measure`): the judge's
+        GPU memory estimate (core.verification.gpumemory). Nothing is allocated or computed."""
+        from core.evaluation.resize import measure
+
+        try:
+            with self._task_module(req["source"]) as module:
+                return {"ok": True, "measured": measure(module)}
+        except MemoryError:
+            raise
+        except Exception as exc:
+            return {"ok": False, "error": describe(exc)}
 
     def _on_vault(self, answer: Callable[[Vault, dict[str, Any]], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
         """``answer`` run on the vault the request's ``token`` names; its failure is the answer's."""
@@ -163,9 +177,11 @@ class ReferenceRole:
         run = vault.run_of(req["expected"])
         truth = (lambda: vault.truth_of(run, tolerances)) if req.get("truth") and run is not None else None
         noise = (lambda: vault.noise_of(run)) if truth is not None else None
+        scale_aware = req.get("scale_aware")
         cmp = compare_outputs(vault.resolve(req["expected"]), vault.resolve(req["got"]), tolerances=tolerances,
-                              scale_aware=bool(req.get("scale_aware")), truth=truth, truth_noise=noise,
-                              noise_factor=float(req["noise_factor"]))
+                              scale_aware=scale_aware if scale_aware == "median" else bool(scale_aware),
+                              truth=truth, truth_noise=noise, noise_factor=float(req["noise_factor"]),
+                              rerun=(lambda: jittered_reruns(vault, run)) if run is not None else None)
         return {"ok": True, "comparison": asdict(cmp), "truth_note": vault.truth_note(),
                 "truth_trusted": bool(vault.truth_trusted)}
 
@@ -183,3 +199,19 @@ class ReferenceRole:
             raise
         except Exception as exc:
             return {"ok": False, "error": describe(exc)}
+
+
+def jittered_reruns(vault: Any, run: int) -> list[list[Any]]:
+    """The reference rerun on run ``run``'s inputs moved by an ulp (core.verification.evidence.jittered_reruns):
+    how far its own rounding moves each element, where no float64 truth does (outputs beyond
+    ``float64_max_elements``). Asked for only when an output misses every other bound."""
+    import torch
+
+    from core.verification.evidence import jittered_reruns as reruns
+    from core.verification.worker.session import flatten_outputs
+
+    def call(inputs: list[Any]) -> list[Any]:
+        with torch.no_grad():
+            return [o.detach() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(vault.model(*inputs))]
+
+    return reruns(call, vault.inputs_of(run), list(vault.expected[run]))

@@ -1,0 +1,274 @@
+"""GPU memory as a scheduled resource: each verification's footprint, admitted host-wide per GPU.
+
+On one H200 at KernelBench's real sizes (inputs of 4-16 GiB) two verifications side by side ran each
+other out of memory: the GPU lock (:mod:`core.verification.devicelock`) orders *turns*, but a
+verification holds memory *between* its turns (the keeper's reference outputs, the candidate's
+weights). So memory is admitted per verification, for all of its GPU stages at once:
+
+* :func:`estimate` counts what one verification holds at its peak, from the task's tensors measured
+  on the ``meta`` device by the reference worker (``Op.FOOTPRINT``, :func:`core.evaluation.resize.measure`);
+* :class:`MemoryAdmission` is a host-wide ledger per physical GPU (files under the temp directory,
+  like the lock, so every shard and process of the host respects it): a verification reserves its
+  estimate before its first GPU stage and waits, first come first served, until it fits; one larger
+  than the device's share (or one retried after running out of memory) reserves the whole device and
+  runs alone. Reservations of a process that died are dropped by the next caller.
+
+A verification that still runs out of memory alone gets status ``error`` (the task does not fit
+the device), never ``rejected``: :class:`GpuOutOfMemory` carries it to ``Verifier.verify``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.verification.devicelock import DeviceLockTimeout, gpu_key
+
+GiB = 1 << 30
+# What one CUDA context and PyTorch's workspaces (cuBLAS, cuDNN) take in each of a verification's two
+# workers (keeper and candidate), beside the tensors counted below.
+WORKER_OVERHEAD_BYTES = 1 << 30
+# The timed stage's L2 flush buffer and its own inputs/outputs beside the held ones.
+TIMING_SCRATCH_BYTES = 256 << 20
+DEFAULT_FRACTION = 0.9  # of the device's total, admitted (the rest: allocator fragmentation, other users)
+
+
+class GpuOutOfMemory(RuntimeError):
+    """A stage ran out of GPU memory: not the candidate's fault. ``Verifier.verify`` retries the
+    verification alone, then gives a verdict of status ``error``."""
+
+    def __init__(self, stage: str, error: str):
+        super().__init__(f"{stage}: {error}")
+        self.stage, self.error = stage, str(error)
+
+
+OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY")
+
+
+def is_out_of_memory(error: Any) -> bool:
+    """Whether an error text is PyTorch's or CUDA's device allocation failure."""
+    text = str(error or "")
+    return any(m in text for m in OOM_MARKERS)
+
+
+# --------------------------------------------------------------------------- the estimate
+
+
+@dataclass
+class Footprint:
+    """What one verification holds on the device at its peak, in bytes, with its parts."""
+
+    bytes: int
+    parts: dict[str, int] = field(default_factory=dict)
+    measured: dict[str, Any] = field(default_factory=dict)  # the task's tensors on meta
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: int = 0, repeat: bool = True,
+             float64_max_elements: int = 0, inputs_kept: bool = False) -> Footprint:
+    """One verification's peak device memory from the task's tensors (``measured``: ``inputs``,
+    ``weights``, ``outputs``, ``written`` bytes and ``elements`` of inputs + outputs, as
+    :func:`core.evaluation.resize.measure` gives them), counting every copy the pipeline keeps:
+
+    * keeper (reference worker): the model's weights; one trial's inputs (trial 0's drawn twice to
+      test that ``get_inputs`` is reproducible by seed); the forward's intermediates; the reference
+      outputs of every trial and probe, held in the Vault for the whole verification; the
+      candidate's outputs it adopts (cloned) for every trial, shuffled order, repeat and probe; the
+      inputs of every run when ``get_inputs`` is not reproducible by seed (``inputs_kept``); the
+      float64 truth (weights, inputs, outputs and intermediates in float64) when a trial holds at
+      most ``float64_max_elements`` elements;
+    * candidate worker: its weights; a run's inputs and their copy kept to see what it wrote to its
+      inputs; intermediates; the outputs of one request's runs exported to the keeper until adopted;
+      the timed stage's inputs, outputs and flush buffer;
+    * each worker's CUDA context and library workspaces.
+    """
+    i, w, o = (int(measured.get(k) or 0) for k in ("inputs", "weights", "outputs"))
+    transient = max(0, int(measured.get("written") or 0) - o)
+    elements = int(measured.get("elements") or 0)
+    runs_ref = trials + probes
+    runs_cand = trials + orders + (1 if repeat else 0) + probes
+    parts = {
+        "keeper_weights": w,
+        "keeper_inputs": 2 * i,
+        "keeper_intermediates": transient,
+        "reference_outputs": runs_ref * o,
+        "adopted_outputs": runs_cand * o,
+        "kept_inputs": runs_ref * i if inputs_kept else 0,
+        "float64_truth": 2 * (w + i + o + transient) if elements and elements <= float64_max_elements else 0,
+        "candidate_weights": w,
+        "candidate_inputs": 2 * i,
+        "candidate_intermediates": transient,
+        "exported_outputs": max(trials, runs_cand - trials) * o,
+        "timing": i + o + TIMING_SCRATCH_BYTES,
+        "worker_overhead": 2 * WORKER_OVERHEAD_BYTES,
+    }
+    return Footprint(sum(parts.values()), parts, dict(measured))
+
+
+def unknown_footprint(capacity: int, share: int, note: str) -> Footprint:
+    """The task could not be measured: it gets an even share of the device (``share`` verifications)."""
+    return Footprint(max(1, capacity // max(1, share)), {"unmeasured_share": capacity // max(1, share)}, {}, note)
+
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / GiB:.1f} GiB" if abs(n) >= GiB / 10 else f"{n / 2**20:.1f} MiB"
+
+
+# --------------------------------------------------------------------------- the device's memory
+
+
+def capacity_from(total_bytes: int | None, configured_gb: float | None = None,
+                  fraction: float = DEFAULT_FRACTION) -> int | None:
+    """Bytes admitted: a configured budget (GB) as it is, else ``fraction`` of the device's total."""
+    if configured_gb:
+        return int(float(configured_gb) * GiB)
+    if total_bytes:
+        return int(int(total_bytes) * float(fraction))
+    return None
+
+
+# --------------------------------------------------------------------------- host-wide admission
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class MemoryAdmission:
+    """Host-wide admission of GPU memory for one physical GPU (``gpu_key``).
+
+    ``with admission.reserve(nbytes, deadline, label) as r: ...`` waits until the reservation fits
+    beside those held (first come, first served: a large request at the head of the queue is not
+    overtaken), then holds it. ``r.alone`` is True when it has the device to itself: asked for
+    (``alone=True``) or larger than the capacity. The ledger is a JSON file under a ``flock``; every
+    process (shards, ranks) with the same key and directory shares it. ``journal`` records this
+    object's reservations (label, bytes, alone, asked, got, done) for tests and reports.
+    """
+
+    def __init__(self, key: str, capacity: int, directory: str | os.PathLike | None = None, poll_s: float = 0.01):
+        self.key, self.capacity, self.poll_s = key, int(capacity), poll_s
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key)
+        root = Path(directory or tempfile.gettempdir()) / "kernelzero-device-locks"
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
+        self.directory = str(Path(directory or tempfile.gettempdir()))
+        self.path = root / f"{safe}.memory.json"
+        self.lock_path = root / f"{safe}.memory.lock"
+        self.journal: list[dict[str, Any]] = []
+
+    @classmethod
+    def for_device(cls, capacity: int, device: str = "cuda", directory: str | os.PathLike | None = None) -> MemoryAdmission:
+        return cls(gpu_key(device), capacity, directory)
+
+    @contextlib.contextmanager
+    def _ledger(self) -> Iterator[dict[str, Any]]:
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                state = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                state = {}
+            state.setdefault("held", {})
+            state.setdefault("queue", [])
+            before = json.dumps(state, sort_keys=True)
+            for table in ("held",):
+                for token, entry in list(state[table].items()):
+                    if not _alive(int(entry.get("pid", 0))):
+                        del state[table][token]
+            state["queue"] = [q for q in state["queue"] if _alive(int(q.get("pid", 0)))]
+            yield state
+            if json.dumps(state, sort_keys=True) != before:
+                tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(state))
+                os.replace(tmp, self.path)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _fits(self, state: dict[str, Any], nbytes: int, alone: bool) -> bool:
+        held = list(state["held"].values())
+        if alone:
+            return not held
+        if any(h.get("alone") for h in held):
+            return False
+        return sum(int(h["bytes"]) for h in held) + nbytes <= self.capacity
+
+    def held(self) -> dict[str, Any]:
+        """The reservations held now (token -> entry), every process's."""
+        with self._ledger() as state:
+            return dict(state["held"])
+
+    @contextlib.contextmanager
+    def reserve(self, nbytes: int, deadline: float | None = None, label: str = "",
+                alone: bool = False) -> Iterator["Reservation"]:
+        nbytes = max(0, int(nbytes))
+        alone = bool(alone) or nbytes > self.capacity
+        token = secrets.token_hex(8)
+        entry = {"token": token, "pid": os.getpid(), "bytes": nbytes, "alone": alone, "label": label[:200],
+                 "since": time.time()}
+        asked = time.monotonic()
+        with self._ledger() as state:
+            state["queue"].append(entry)
+        got = False
+        try:
+            while True:
+                with self._ledger() as state:
+                    head = state["queue"][0]["token"] if state["queue"] else None
+                    if head == token and self._fits(state, nbytes, alone):
+                        state["queue"].pop(0)
+                        state["held"][token] = entry
+                        got = True
+                    elif head is None or all(q["token"] != token for q in state["queue"]):
+                        state["queue"].append(entry)  # dropped (a reused pid looked dead): queue again
+                if got:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise DeviceLockTimeout(f"GPU {self.key}'s memory stayed taken past the deadline "
+                                            f"({fmt_bytes(nbytes)} asked of {fmt_bytes(self.capacity)})")
+                time.sleep(self.poll_s)
+        finally:
+            if not got:
+                with self._ledger() as state:
+                    state["queue"] = [q for q in state["queue"] if q["token"] != token]
+        record = {"label": label, "bytes": nbytes, "alone": alone, "asked": asked, "got": time.monotonic(),
+                  "done": None}
+        self.journal.append(record)
+        try:
+            yield Reservation(nbytes, alone, record["got"] - asked)
+        finally:
+            record["done"] = time.monotonic()
+            with self._ledger() as state:
+                state["held"].pop(token, None)
+
+
+@dataclass
+class Reservation:
+    bytes: int
+    alone: bool
+    waited_s: float
+
+
+__all__ = ["DEFAULT_FRACTION", "Footprint", "GiB", "GpuOutOfMemory", "MemoryAdmission", "Reservation",
+           "capacity_from", "estimate", "fmt_bytes", "is_out_of_memory", "unknown_footprint"]

@@ -1,0 +1,281 @@
+"""GPU memory as a scheduled resource (core.verification.gpumemory), on the CPU against a fake device budget.
+
+On the H200 at KernelBench's real sizes, 28 of 45 level-1 verdicts were lost to CUDA out-of-memory
+(the reference keeping its outputs, drawing inputs, the candidate), and killing an evaluation left
+141 GiB allocated. Here: verifications whose footprints do not fit together never overlap their GPU
+stages; one larger than the device runs alone; an out-of-memory anywhere is retried alone and, if it
+persists, is an ``error`` saying the task does not fit, never ``rejected``; a killed judge leaves no worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.evaluation.report import TaskResult, summarise_group
+from core.task import Candidate, Task
+from core.verification.gpumemory import MemoryAdmission, estimate
+from core.verify import Verifier
+
+REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).parent / "redteam"
+TASK = Task.from_file(HERE / "tasks" / "vector_add.py")
+HONEST = Candidate.from_file(HERE / "candidates" / "honest_vector_add.py")
+
+# --------------------------------------------------------------------------- the admission itself
+
+
+def _overlaps(journal):
+    spans = sorted((r["got"], r["done"], r) for r in journal)
+    return [(a[2], b[2]) for i, a in enumerate(spans) for b in spans[i + 1:] if b[0] < a[1]]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(capacity=st.integers(100, 1000), sizes=st.lists(st.integers(1, 1500), min_size=2, max_size=6))
+def test_reservations_held_at_once_never_exceed_the_budget_and_large_ones_run_alone(tmp_path_factory, capacity, sizes):
+    admission = MemoryAdmission("cuda-fake", capacity, tmp_path_factory.mktemp("ledger"), poll_s=0.001)
+    live: list[tuple[int, bool]] = []
+    guard, seen = threading.Lock(), []
+
+    def one(n: int) -> None:
+        with admission.reserve(n, time.monotonic() + 60, label=str(n)) as r:
+            with guard:
+                live.append((n, r.alone))
+                seen.append(list(live))
+            time.sleep(0.005)
+            with guard:
+                live.remove((n, r.alone))
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in sizes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for held in seen:
+        assert sum(n for n, _ in held) <= capacity or len(held) == 1
+        assert not any(alone for _, alone in held) or len(held) == 1
+    assert [r["alone"] for r in admission.journal] == [r["bytes"] > capacity for r in admission.journal]
+    assert admission.held() == {}
+
+
+def test_a_dead_process_reservation_is_dropped(tmp_path):
+    admission = MemoryAdmission("cuda-fake", 100, tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    admission.path.write_text(json.dumps({"held": {"x": {"token": "x", "pid": int(dead.stdout), "bytes": 100,
+                                                          "alone": True}}, "queue": []}))
+    with admission.reserve(60, time.monotonic() + 5) as r:
+        assert not r.alone
+
+
+def test_a_reservation_waits_past_its_deadline_as_a_timeout(tmp_path):
+    from core.verification.devicelock import DeviceLockTimeout
+
+    admission = MemoryAdmission("cuda-fake", 100, tmp_path)
+    with admission.reserve(80):
+        with pytest.raises(DeviceLockTimeout):
+            with admission.reserve(80, time.monotonic() + 0.1):
+                pass
+    assert admission.held() == {}
+
+
+@settings(max_examples=30, deadline=None)
+@given(i=st.integers(0, 2**34), w=st.integers(0, 2**32), o=st.integers(0, 2**34), trials=st.integers(5, 10))
+def test_the_estimate_counts_every_held_copy_of_the_outputs(i, w, o, trials):
+    measured = {"inputs": i, "weights": w, "outputs": o, "written": o, "elements": (i + o) // 4}
+    fp = estimate(measured, trials=trials, probes=3, orders=2, float64_max_elements=1 << 25)
+    # the keeper's reference outputs (trials + probes) and adopted ones (trials + orders + repeat + probes),
+    # the candidate's exports, the weights in both workers
+    assert fp.parts["reference_outputs"] == (trials + 3) * o
+    assert fp.parts["adopted_outputs"] == (trials + 2 + 1 + 3) * o
+    assert fp.bytes >= 2 * w + (2 * trials + 9) * o + 4 * i
+    assert (fp.parts["float64_truth"] > 0) == (0 < (i + o) // 4 <= 1 << 25 and (w + i + o) > 0)
+
+
+def test_the_task_is_measured_on_meta_even_when_its_inputs_are_built_with_cuda():
+    from core.evaluation.resize import _load, measure
+
+    module = _load(textwrap.dedent("""
+        import torch, torch.nn as nn
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.ones(1000, 1000))
+            def forward(self, x):
+                return x @ self.w
+        def get_inputs():
+            return [torch.randn(4096, 1000).cuda()]
+        def get_init_inputs():
+            return []
+    """))
+    got = measure(module)
+    assert got["inputs"] == 4096 * 1000 * 4 and got["weights"] == 1000 * 1000 * 4
+    assert got["outputs"] == 4096 * 1000 * 4 and got["written"] >= got["outputs"]
+
+
+# --------------------------------------------------------------------------- verifications against a fake budget
+
+
+@pytest.fixture(scope="module")
+def verifier(tmp_path_factory):
+    admission = MemoryAdmission("cuda-fake-verifier", 1 << 40, tmp_path_factory.mktemp("ledger"), poll_s=0.005)
+    with Verifier(backend="triton", device="cpu", workers=2, reference_workers=2, timeout_s=120,
+                  checks=["correctness"], compare_on_device=True, isolate=False,
+                  memory_admission=admission) as v:
+        yield v
+
+
+def _budget(verifier, capacity: int) -> MemoryAdmission:
+    admission = verifier.memory_admission
+    admission.capacity, admission.journal = int(capacity), []
+    return admission
+
+
+def test_two_verifications_that_do_not_fit_together_never_overlap(verifier):
+    fp = verifier.footprint(TASK)
+    admission = _budget(verifier, fp.bytes * 3 // 2)
+    verdicts = verifier.verify_many([(TASK, HONEST), (TASK, HONEST)])
+    assert all(v.accepted for v in verdicts), [v.reason for v in verdicts]
+    assert len(admission.journal) == 2 and not _overlaps(admission.journal)
+    assert all(v.gpu_memory["estimate_bytes"] == fp.bytes and not v.gpu_memory["alone"] for v in verdicts)
+
+
+def test_a_task_larger_than_the_device_runs_alone(verifier):
+    fp = verifier.footprint(TASK)
+    admission = _budget(verifier, fp.bytes // 2)
+    verdicts = verifier.verify_many([(TASK, HONEST), (TASK, HONEST)])
+    assert all(v.accepted and v.gpu_memory["alone"] for v in verdicts), [v.reason for v in verdicts]
+    assert not _overlaps(admission.journal)
+
+
+OOM_FORWARD = 'raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")'
+
+
+def _task(forward: str = "return a + b", inputs: str = "return [torch.randn(3001), torch.randn(3001)]",
+          extra: str = "") -> Task:
+    return Task(source=textwrap.dedent(f"""
+        import os
+        import torch
+        import torch.nn as nn
+        {extra}
+        class Model(nn.Module):
+            def forward(self, a, b):
+                {forward}
+        def get_inputs():
+            {inputs}
+        def get_init_inputs():
+            return []
+    """), name="oom_task")
+
+
+def _assert_does_not_fit(verdict):
+    assert verdict.status == "error" and not verdict.accepted, (verdict.status, verdict.reason)
+    assert "does not fit the device" in verdict.reason and "estimated footprint" in verdict.reason, verdict.reason
+    assert "retried_alone_after" in (verdict.gpu_memory or {}), verdict.gpu_memory
+
+
+def test_out_of_memory_in_the_reference_is_an_error_of_the_task_not_a_rejection(verifier):
+    _budget(verifier, 1 << 40)
+    _assert_does_not_fit(verifier.verify(_task(forward=OOM_FORWARD), HONEST))
+
+
+def test_out_of_memory_drawing_the_inputs_is_an_error_of_the_task(verifier):
+    _budget(verifier, 1 << 40)
+    _assert_does_not_fit(verifier.verify(_task(inputs=OOM_FORWARD), HONEST))
+
+
+def test_out_of_memory_in_the_candidate_run_is_never_charged_to_it(verifier):
+    _budget(verifier, 1 << 40)
+    source = HONEST.source.replace("        out = torch.empty_like(a)\n",
+                                   "        raise RuntimeError('CUDA out of memory. Tried to allocate 8.00 GiB')\n")
+    assert source != HONEST.source
+    _assert_does_not_fit(verifier.verify(TASK, Candidate(source=source, backend=HONEST.backend)))
+
+
+def test_out_of_memory_beside_others_is_judged_again_alone(verifier, tmp_path):
+    admission = _budget(verifier, 1 << 40)
+    flag = tmp_path / "ran_out_once"
+    task = _task(forward=f"""if not a.is_meta and not os.path.exists({str(flag)!r}):
+                    open({str(flag)!r}, "w").close()
+                    {OOM_FORWARD}
+                return a + b""")
+    verdict = verifier.verify(task, HONEST)
+    assert verdict.accepted, verdict.reason
+    assert verdict.gpu_memory["alone"] and "retried_alone_after" in verdict.gpu_memory
+    assert [r["alone"] for r in admission.journal] == [False, True]
+
+
+def test_error_verdicts_are_counted_as_not_judged_in_the_report():
+    from core.verdict import Verdict
+
+    task = Task(source=TASK.source, name="t", level="level1")
+    results = [TaskResult.of(task, "level1", HONEST, Verdict(status="error", reason="error: does not fit")),
+               TaskResult.of(task, "level1", HONEST, Verdict(status="rejected", compiled=True))]
+    summary = summarise_group("level1", results)
+    assert summary.not_judged == 1 and summary.to_dict()["not_judged"] == 1
+
+
+# --------------------------------------------------------------------------- stopping frees the GPU
+
+JUDGE = """
+import os, sys, threading, time
+from core.task import Candidate, Task
+from core.verify import Verifier
+task = Task(source='''
+import time, torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, a):
+        time.sleep(300)
+        return a
+def get_inputs():
+    return [torch.randn(8)]
+def get_init_inputs():
+    return []
+''')
+v = Verifier(backend="triton", device="cpu", workers=1, timeout_s=600, checks=["correctness"])
+threading.Thread(target=v.verify, args=(task, Candidate(source="x = 1", backend="triton")), daemon=True).start()
+time.sleep(8)
+pids = [w.proc.pid for w in list(v.pool._all) + list(v.reference_pool._all)]
+print(" ".join(map(str, pids)), flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killing_the_judge_leaves_no_worker_behind(sig):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    judge = subprocess.Popen([sys.executable, "-c", JUDGE], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in judge.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)  # one of them busy in the 300 s forward
+        judge.send_signal(sig)
+        judge.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in pids if _alive(p)]
+    finally:
+        judge.kill()
+        for p in pids if "pids" in locals() else []:
+            try:
+                os.killpg(p, signal.SIGKILL)
+            except OSError:
+                pass
