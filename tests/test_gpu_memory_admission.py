@@ -279,3 +279,14 @@ def test_killing_the_judge_leaves_no_worker_behind(sig):
                 os.killpg(p, signal.SIGKILL)
             except OSError:
                 pass
+
+
+@settings(max_examples=40, deadline=None)
+@given(gib=st.one_of(st.none(), st.integers(1, 200)), cores=st.integers(1, 256), gpus=st.integers(1, 8))
+def test_auto_workers_per_gpu_fit_the_memory_and_the_cores(gib, cores, gpus):
+    from plugins.executors.local import AUTO_GIB_PER_WORKER, AUTO_MAX_WORKERS, auto_workers_per_gpu
+
+    n = auto_workers_per_gpu(None if gib is None else gib * 2**30, cores, gpus)
+    assert 1 <= n <= AUTO_MAX_WORKERS
+    assert n == 1 or 2 * n * gpus <= cores  # a candidate worker and a keeper per verification
+    assert n == 1 or gib is None or n * AUTO_GIB_PER_WORKER <= gib

@@ -42,10 +42,34 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# ``workers_per_gpu: auto``: one verification per this much GPU memory (the admission of
+# core.verification.gpumemory still lets a large task run alone), and per two cores (its candidate
+# worker and its keeper), at most AUTO_MAX_WORKERS.
+AUTO_GIB_PER_WORKER = 24
+AUTO_MAX_WORKERS = 8
+
+
+def auto_workers_per_gpu(gpu_total_bytes: int | None, cores: int, gpus: int) -> int:
+    """Verifications per GPU sized to its memory and to this host's cores shared by ``gpus`` shards."""
+    by_cores = max(1, cores // max(1, gpus) // 2)
+    by_memory = max(1, int((gpu_total_bytes or 0) / 2**30 // AUTO_GIB_PER_WORKER)) if gpu_total_bytes else by_cores
+    return max(1, min(by_cores, by_memory, AUTO_MAX_WORKERS))
+
+
+def _gpu_total_bytes(index: int) -> int | None:
+    try:
+        import torch
+
+        return int(torch.cuda.get_device_properties(index).total_memory)
+    except Exception:
+        return None
+
+
 class LocalExecutor(BaseExecutor):
     """Shards on this machine: one host process per GPU, or one in-process pool on CPU.
 
-    :param workers_per_gpu: sandbox workers in each GPU's pool.
+    :param workers_per_gpu: sandbox workers in each GPU's pool; ``"auto"``: sized to the GPU's memory
+        and the host's cores (:func:`auto_workers_per_gpu`).
     :param cpu_workers: interpreter workers per CPU shard (``null``: one per core, shared among shards).
     :param cpu_shards: CPU shards (host processes when more than one).
     :param gpus: GPU indices to use (``null``: every visible GPU).
@@ -56,12 +80,18 @@ class LocalExecutor(BaseExecutor):
     name = "local"
 
     def __init__(self, backend: str, device: str, verifier: Mapping[str, Any] | None = None, *,
-                 workers_per_gpu: int = 2, cpu_workers: int | None = None, cpu_shards: int = 1,
+                 workers_per_gpu: int | str = 2, cpu_workers: int | None = None, cpu_shards: int = 1,
                  gpus: Sequence[int] | None = None, processes: bool = False, cpu_stage: Mapping[str, Any] | None = None, max_attempts: int = 3,
                  verifier_path: str = DEFAULT_VERIFIER, extra_in_flight: int = 1):
         super().__init__(backend, device, verifier, cpu_stage, max_attempts, verifier_path)
         gpu_ids = _visible_gpus(device, gpus)
         self._serial = 0
+        if isinstance(workers_per_gpu, str):
+            if workers_per_gpu.strip().lower() != "auto":
+                workers_per_gpu = int(workers_per_gpu)
+            else:
+                smallest = min((_gpu_total_bytes(g) or 0 for g in gpu_ids), default=0) or None
+                workers_per_gpu = auto_workers_per_gpu(smallest, _cores(), len(gpu_ids) or 1)
         if gpu_ids:
             env: dict[str, str] = {}
             if "OMP_NUM_THREADS" not in os.environ:  # the host's cores shared by every shard's workers
