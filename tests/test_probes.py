@@ -24,7 +24,7 @@ HERE = Path(__file__).parent / "redteam"
 def test_a_plan_has_a_large_a_small_and_a_mild_probe_in_the_dtypes_range(dtype):
     (large_lo, large_hi), (small_lo, small_hi) = SCALE_RANGES[dtype]
     for seed in range(50):
-        large, small, mild = draw_plan(dtype, random.Random(seed))
+        large, small, mild, domain = draw_plan(dtype, random.Random(seed))
         assert large_lo * 0.99 <= large["scale"] <= large_hi * 1.01
         assert small_lo * 0.99 <= small["scale"] <= small_hi * 1.01
         assert MILD[0] * 0.99 <= mild["scale"] <= MILD[1] * 1.01
@@ -90,7 +90,8 @@ def _verify(task: str, candidate: str, probe_scales: dict | None = None, checks=
 def test_a_kernel_that_recognises_fixed_probes_passed_them_and_fails_drawn_ones():
     checks = ["correctness", "integrity", "stability"]
     fixed = _verify("softmax", "num_probe_recognising_softmax", {"float32": [1e3, 1e-5, 1e15]}, checks)
-    assert fixed.accepted, fixed.reason  # the old, recognisable scales: it behaves on each of them
+    # the old, recognisable scales: it behaves on each of them, but every plan now also sweeps the domain
+    assert not fixed.accepted and fixed.reason.startswith("stability: inputs domain sweep"), fixed.reason
     drawn = _verify("softmax", "num_probe_recognising_softmax", None, checks)
     honest = _verify("softmax", "honest_softmax", None, checks)
     assert not drawn.accepted and drawn.reason.startswith("stability: inputs x"), drawn.reason
@@ -118,5 +119,5 @@ def test_an_unusable_probe_is_reported_not_dropped(tmp_path):
         verdict = v.verify(Task.from_file(task), Candidate.from_file(path))
     assert verdict.accepted, verdict.reason
     stability = verdict.checks["stability"]
-    assert stability.data["unusable"] == ["x1e+10"] and stability.data["judged"] == ["x2"]
+    assert stability.data["unusable"] == ["x1e+10"] and stability.data["judged"] == ["x2", "domain sweep"]
     assert "1 probe(s) unusable, the reference nowhere finite: x1e+10" in stability.detail

@@ -221,6 +221,22 @@ ABSOLUTE_AGREEMENT: dict[str, tuple[float, float]] = {
     "float64": (1e-6, 1e-6), "float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)}
 
 
+# Isolated rounding outliers (issue 39): among 10^7-10^8 elements, an honest kernel misses the bound at a
+# handful of elements where the output cancels (a value computed from intermediates far larger than
+# itself). Where the reference's own rounding spread is known element by element (the float64 truth,
+# or the reference rerun on inputs moved by an ulp: :func:`jittered`), the elements that miss every
+# bound are forgiven when they are few (at most max(OUTLIER_COUNT, OUTLIER_FRACTION x n)), scattered
+# (:func:`structured_outliers`) and each within REFERENCE_NOISE_FACTOR x the reference's own spread at
+# that element. A wrong row, channel, tail block or stride is structured, or too many, or wrong where
+# the reference is well conditioned: still rejected.
+OUTLIER_COUNT = 32
+OUTLIER_FRACTION = 1e-6
+# The near-zero rule: an output's elements also pass within REFERENCE_NOISE_FACTOR x this quantile of
+# the reference's own spread over the output (a group norm's mean is ~0: rounding of its O(1)
+# intermediates is its scale, not its own 1e-9 magnitude).
+SPREAD_QUANTILE = 0.9
+
+
 @dataclass
 class Comparison:
     ok: bool
@@ -230,6 +246,8 @@ class Comparison:
     by_truth: int = 0  # outputs accepted through the float64 truth rather than the fp32 reference
     noise_ratio: float = 0.0  # largest (candidate's / fp32 reference's) max error against the truth
     judged: int = 0  # elements compared (with ``scale_aware``: those where the reference is finite)
+    outliers: int = 0  # isolated rounding outliers forgiven (see OUTLIER_COUNT)
+    outlier_positions: list = field(default_factory=list)  # the first few, as indices into the output
 
 
 def output_scale(magnitudes: Any, count: int, largest: bool = False) -> float:
@@ -255,13 +273,16 @@ def _floor_of(dtype: Any, floor: float, scale: float) -> float:
     if floor <= 0.0:
         return 0.0
     tiny = torch.finfo(dtype).tiny if dtype.is_floating_point else 0.0
+    if isinstance(scale, torch.Tensor):  # per element (the domain probe)
+        return (floor * scale).clamp_min(tiny)
     return max(floor * scale, tiny)
 
 
 def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: dict | None = None,
                     scale_aware: bool = False, truth: list[Any] | Callable[[], list[Any] | None] | None = None,
                     truth_noise: list[float | None] | Callable[[], list[float | None] | None] | None = None,
-                    noise_factor: float = REFERENCE_NOISE_FACTOR, absolute: bool = False) -> Comparison:
+                    noise_factor: float = REFERENCE_NOISE_FACTOR, absolute: bool = False,
+                    rerun: list[list[Any]] | Callable[[], list[list[Any]] | None] | None = None) -> Comparison:
     """Compare a candidate's outputs with the reference's, in the judging process.
 
     Count, shapes and dtypes must match; NaN must sit where the reference has NaN and infinities
@@ -285,6 +306,18 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     integers): a rounding of 2^-24 relative is far below every tolerance, and half the traffic.
 
     ``absolute`` (:func:`truth_agrees` only): the floor is an absolute number, not a fraction of S.
+
+    ``scale_aware="median"`` (the domain probe, whose outputs span dozens of decades): S is per
+    element, ``max(|ref|, median |ref|)``, and the truth's allowance is per element too (the fp32
+    reference's own error there, at least the rounding noise), so a kernel wrong on the small
+    outputs of part of the domain is not hidden behind the largest output's scale.
+
+    ``rerun`` (the reference's outputs on inputs moved by an ulp, :func:`jittered`: a list of runs, or
+    a function returning them, called only when an output misses every other bound) and the truth
+    give the reference's own spread element by element; elements within ``noise_factor`` x its
+    :data:`SPREAD_QUANTILE` quantile pass (an output near zero is judged on its intermediates'
+    rounding), and the rest are forgiven only as isolated rounding outliers (:data:`OUTLIER_COUNT`,
+    :func:`structured_outliers`), each within ``noise_factor`` x the spread at that element.
     """
     import torch
 
@@ -304,6 +337,8 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     by_truth, noise_ratio, judged, disputed_nans = 0, 0.0, 0, 0
     truths: list[Any] | None = None
     noises: list[float | None] | None = None
+    reruns: list[list[Any]] | None = None
+    outliers, positions = 0, []
 
     def truth_of(i: int) -> Any:
         """Output ``i``'s float64 truth (None: unknown), every output's fetched once, on first need."""
@@ -319,6 +354,16 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
             noises = (truth_noise() if callable(truth_noise) else truth_noise) or []
         value = noises[i] if i < len(noises) else None
         return float(value) if value is not None and math.isfinite(value) else 0.0
+
+    def reruns_of(i: int) -> list[Any]:
+        """Output ``i`` of every jittered rerun of the reference (fetched once, on first need)."""
+        nonlocal reruns
+        if reruns is None:
+            try:
+                reruns = (rerun() if callable(rerun) else rerun) or []
+            except Exception:  # the reference failed on jittered inputs: no spread from it
+                reruns = []
+        return [r[i] for r in reruns if i < len(r)]
 
     for i, (e, g) in enumerate(zip(expected, got)):
         where = f"output {i}" if len(expected) > 1 else "output"
@@ -374,24 +419,42 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
         if max_abs == 0.0:  # equal values in other bits (-0.0 against 0.0, NaN payloads)
             continue
         count = e.numel() if all_finite else int(finite.sum())
-        scale = 1.0 if absolute else output_scale(ref, count, largest=scale_aware)
+        if absolute:
+            scale = 1.0
+        elif scale_aware == "median":
+            scale = median_scale(ref, finite)
+        else:
+            scale = output_scale(ref, count, largest=bool(scale_aware))
         atol = _floor_of(e.dtype, floor, scale)
         bad = diff > atol + rtol * ref
         if bool(bad.any()):
             t = truth_of(i)
-            judged = _against_truth(t, e, g, finite, floor, rtol, noise_factor, scale_aware,
+            vs_truth = _against_truth(t, e, g, finite, floor, rtol, noise_factor, scale_aware,
                                     noise_of(i) if t is not None else 0.0)
-            if judged is not None:
-                noise_ratio = max(noise_ratio, judged.noise_ratio)
-            if judged is not None and judged.ok:
+            if vs_truth is not None:
+                noise_ratio = max(noise_ratio, vs_truth.noise_ratio)
+            if vs_truth is not None and vs_truth.ok:
                 by_truth += 1
                 continue
+            spread = reference_spread(e, t, reruns_of(i) if rerun is not None else [], finite)
+            forgiven = None
+            if spread is not None:
+                forgiven = forgive_outliers(diff, bad, spread, finite, noise_factor, tuple(e.shape))
+                if forgiven.ok:
+                    outliers += forgiven.outliers
+                    positions += forgiven.outlier_positions
+                    continue
             n = int(bad.sum())
-            what = "largest magnitude" if scale_aware else "RMS magnitude"
-            detail = (f"{where}: {n}/{e.numel()} elements differ beyond {floor:.3g} x the output's {what} "
-                      f"{scale:.3g} + {rtol:.3g} x |reference| (max abs err {max_abs:.3g}, max rel err {max_rel:.3g})")
-            if judged is not None:
-                detail += f"; {judged.detail}"
+            what = ("magnitude (at least the median magnitude" if scale_aware == "median"
+                    else "largest magnitude" if scale_aware else "RMS magnitude")
+            shown = float(scale.min()) if isinstance(scale, torch.Tensor) else scale
+            shown_what = f"{what} {shown:.3g})" if scale_aware == "median" else f"{what} {shown:.3g}"
+            detail = (f"{where}: {n}/{e.numel()} elements differ beyond {floor:.3g} x the output's {shown_what} "
+                      f"+ {rtol:.3g} x |reference| (max abs err {max_abs:.3g}, max rel err {max_rel:.3g})")
+            if vs_truth is not None:
+                detail += f"; {vs_truth.detail}"
+            if forgiven is not None:
+                detail += f"; {forgiven.detail}"
             return Comparison(False, detail, max_abs, max_rel, noise_ratio=noise_ratio, judged=judged)
     detail = f"matches (max abs err {worst_abs:.3g})"
     if disputed_nans:
@@ -400,7 +463,158 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     if by_truth:
         detail += (f"; {by_truth} output(s) as accurate as the fp32 reference against a float64 reference "
                    f"(within {noise_factor:g}x its error)")
-    return Comparison(True, detail, worst_abs, worst_rel, by_truth=by_truth, noise_ratio=noise_ratio, judged=judged)
+    if outliers:
+        detail += (f"; {outliers} isolated rounding outlier(s) forgiven, each within {noise_factor:g}x the "
+                   f"reference's own spread there, at {positions[:8]}")
+    return Comparison(True, detail, worst_abs, worst_rel, by_truth=by_truth, noise_ratio=noise_ratio, judged=judged,
+                      outliers=outliers, outlier_positions=positions[:32])
+
+
+def median_scale(magnitudes: Any, finite: Any) -> Any:
+    """Per element, ``max(|ref|, median |ref| over the finite elements)`` (``magnitudes`` holds
+    zeros where the reference is not finite): the domain probe's S."""
+    import torch
+
+    values = magnitudes[finite] if not bool(finite.all()) else magnitudes.reshape(-1)
+    if values.numel() == 0:
+        return magnitudes
+    k = max(1, (values.numel() + 1) // 2)
+    median = values.reshape(-1).kthvalue(k).values
+    return torch.maximum(magnitudes, median)
+
+
+def jittered(inputs: list[Any], seed: int = 0) -> list[Any]:
+    """``inputs`` with every floating element moved by one or two ulps up or down at random (a
+    generator seeded by ``seed``; integers and zeros untouched): rerunning the reference on them
+    measures how far its own rounding moves each output element (the ``rerun`` of
+    :func:`compare_outputs`). Only the trusted reference ever runs on them."""
+    import torch
+
+    out = []
+    for k, x in enumerate(inputs):
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point()) or x.numel() == 0:
+            out.append(x)
+            continue
+        gen = torch.Generator(device=x.device)
+        gen.manual_seed((int(seed) * 1_000_033 + k) % (1 << 63))
+        eps = torch.finfo(x.dtype).eps
+        sign = torch.randint(0, 2, x.shape, generator=gen, device=x.device, dtype=torch.int8).to(x.dtype) * 2 - 1
+        if x.dtype == torch.float64:
+            y = x.detach() * (1.0 + sign * eps)
+        else:  # the product in fp32 (exact for the half types' 1 + eps), rounded back: 1-2 ulps
+            y = (x.detach().float() * (1.0 + sign.float() * eps)).to(x.dtype)
+        out.append(y)
+    return out
+
+
+JITTER_RUNS = 2  # reruns of the reference on inputs moved by an ulp
+
+
+def jittered_reruns(run: Callable[[list[Any]], list[Any]], inputs: list[Any], expected: list[Any],
+                    count: int = JITTER_RUNS) -> list[list[Any]]:
+    """``count`` runs of the trusted reference ``run`` (inputs -> flattened outputs) on ``inputs``
+    moved by an ulp (:func:`jittered`): the ``rerun`` of :func:`compare_outputs`. None of them when
+    the reference is not a function of its inputs alone: rerun on ``inputs`` themselves it must give
+    ``expected`` bit for bit (a forward drawing random numbers, or a nondeterministic one, would
+    otherwise pass off its randomness as rounding and widen the bound)."""
+    again = run(inputs)
+    if len(again) != len(expected) or not all(bitwise_equal(a, b) for a, b in zip(expected, again)):
+        return []
+    return [run(jittered(inputs, seed=k + 1)) for k in range(count)]
+
+
+def reference_spread(e: Any, truth: Any, reruns: list[Any], finite: Any) -> Any | None:
+    """Element by element, how far the reference's own rounding moves it: the largest of its distance
+    from the float64 truth and from each jittered rerun (zeros where not finite); None when neither is
+    known."""
+    import torch
+
+    work = torch.float32 if e.element_size() <= 4 else torch.float64
+    ew = e.detach().to(work)
+    spread = None
+    others = list(reruns)
+    if isinstance(truth, torch.Tensor) and truth.shape == e.shape:
+        others.append(truth.to(e.device))
+    for other in others:
+        if not isinstance(other, torch.Tensor) or other.shape != e.shape:
+            continue
+        d = (ew - other.detach().to(device=e.device, dtype=work)).abs()
+        d = torch.where(torch.isfinite(d) & finite, d, torch.zeros((), dtype=work, device=d.device))
+        spread = d if spread is None else torch.maximum(spread, d)
+    return spread
+
+
+def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor: float,
+                     shape: tuple[int, ...]) -> Comparison:
+    """Whether the elements in ``bad`` (missing the plain bound by ``diff``) are within what the
+    reference's own ``spread`` justifies: the output's spread quantile (:data:`SPREAD_QUANTILE`, the
+    near-zero rule), or, for at most max(:data:`OUTLIER_COUNT`, :data:`OUTLIER_FRACTION` x n)
+    scattered elements, the spread at the element itself."""
+    from core.verification.worker.rounding import _quantile
+
+    n = int(finite.sum())
+    q = _quantile(spread[finite], SPREAD_QUANTILE) if n else 0.0
+    still = bad & (diff > noise_factor * q)
+    m = int(still.sum())
+    if m == 0:
+        return Comparison(True, f"within {noise_factor:g}x the reference's own rounding spread {q:.3g}")
+    limit = max(OUTLIER_COUNT, int(OUTLIER_FRACTION * n))
+    if m > limit:
+        return Comparison(False, f"{m} element(s) beyond {noise_factor:g}x the reference's own rounding spread "
+                          f"{q:.3g}: more than the {limit} isolated rounding outliers allowed", outliers=m)
+    flat = still.reshape(-1).nonzero().reshape(-1)
+    beyond = diff.reshape(-1)[flat] > noise_factor * spread.reshape(-1)[flat]
+    where = [_index(int(k), shape) for k in flat[:32].tolist()]
+    if bool(beyond.any()):
+        k = int(flat[beyond.nonzero()[0, 0]])
+        return Comparison(False, f"{int(beyond.sum())} of {m} outlier(s) are beyond {noise_factor:g}x the reference's "
+                          f"own rounding spread at that element (first at {_index(k, shape)}: err "
+                          f"{float(diff.reshape(-1)[k]):.3g}, spread {float(spread.reshape(-1)[k]):.3g})",
+                          outliers=m, outlier_positions=where)
+    pattern = structured_outliers(flat.tolist(), shape)
+    if pattern:
+        return Comparison(False, f"{m} outlier(s) form a pattern ({pattern}), not isolated rounding: {where[:8]}",
+                          outliers=m, outlier_positions=where)
+    return Comparison(True, f"{m} isolated rounding outlier(s) at {where[:8]}", outliers=m, outlier_positions=where)
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for size in reversed(shape or (1,)):
+        out.append(flat % max(size, 1))
+        flat //= max(size, 1)
+    return out[::-1]
+
+
+# structured_outliers: the smallest group that can be called a pattern, the size of a dimension along
+# which all outliers sharing one index is a pattern, and the common stride that is one.
+PATTERN_MIN = 4
+PATTERN_DIM = 8
+PATTERN_STRIDE = 32
+
+
+def structured_outliers(flat: list[int], shape: tuple[int, ...]) -> str:
+    """A name for the pattern the outliers (flat indices, ascending) form, "" when they look like
+    scattered rounding: three or more in a contiguous run, four or more on one index of a
+    dimension of at least :data:`PATTERN_DIM` (a row, a channel, a column), or four or more whose gaps
+    share a stride of at least :data:`PATTERN_STRIDE` (every 4096th element, a tile's last lane)."""
+    run = 1
+    for a, b in zip(flat, flat[1:]):
+        run = run + 1 if b - a == 1 else 1
+        if run >= 3:
+            return f"a contiguous run at flat index {b - 2}"
+    if len(flat) < PATTERN_MIN:
+        return ""
+    coords = [_index(k, shape) for k in flat]
+    for d, size in enumerate(shape):
+        if size >= PATTERN_DIM and len({c[d] for c in coords}) == 1:
+            return f"all at index {coords[0][d]} of dimension {d}"
+    g = 0
+    for a, b in zip(flat, flat[1:]):
+        g = math.gcd(g, b - a)
+    if g >= PATTERN_STRIDE:
+        return f"a stride of {g} elements"
+    return ""
 
 
 def truth_for_disputed_nan(truth: Any, e: Any, disputed: Any) -> Any | None:
@@ -450,6 +664,19 @@ def _against_truth(truth: Any, e: Any, g: Any, finite: Any, floor: float, rtol: 
     if not bool(t_finite[finite].all()):
         return None
     t = truth[finite]
+    if scale_aware == "median":  # per element: the largest output's error says nothing of the smallest
+        own = (e.to(torch.float64)[finite] - t).abs()
+        cand_err = (g.to(torch.float64)[finite] - t).abs()
+        t_abs = t.abs()
+        atol = _floor_of(e.dtype, floor, median_scale(t_abs, torch.ones_like(t_abs, dtype=torch.bool)))
+        allowed = torch.maximum(atol + rtol * t_abs, noise_factor * own.clamp_min(rounding))
+        over = cand_err > allowed
+        worst = float((cand_err / allowed).max())
+        if bool(over.any()):
+            return Comparison(False, f"against a float64 reference: {int(over.sum())} element(s) beyond "
+                              f"{noise_factor:g}x the fp32 reference's own error there (at least {rounding:.3g})",
+                              noise_ratio=worst)
+        return Comparison(True, "against a float64 reference, element by element", noise_ratio=worst)
     own_err = float((e.to(torch.float64)[finite] - t).abs().max())
     # the fp32 reference's error, or what rounding can do here if PyTorch's rounding was luckier
     ref_err = max(own_err, rounding)

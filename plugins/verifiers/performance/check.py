@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 
 from core import hookimpl
 from core.verdict import CheckResult, could_not_run
-from core.verification.evidence import PERFORMANCE, Evidence, compare_outputs
+from core.verification.evidence import PERFORMANCE, Evidence, compare_outputs, jittered_reruns
 
 NCU_METRICS = (
     "dram__bytes_read.sum",
@@ -403,7 +403,11 @@ class PerformanceCheck:
             # 100 MB outputs to the host and comparing them there took most of the stage
             got = [o.detach() if isinstance(o, torch.Tensor) else o for o in flatten(out)]
             want = [o.detach() if isinstance(o, torch.Tensor) else o for o in flatten(eager(*args))]
-            cmp = compare_outputs(want, got)
+            # an output near zero (a group norm's mean) is judged on its reference's own rounding spread,
+            # measured by rerunning the reference on inputs moved by an ulp, only when it misses the bound
+            cmp = compare_outputs(want, got, rerun=lambda: jittered_reruns(
+                lambda a: [o.detach() if isinstance(o, torch.Tensor) else o for o in flatten(eager(*a))],
+                list(args), want))
             if not cmp.ok:
                 mismatches.append(f"timed run {run}: {cmp.detail}")
 

@@ -1,0 +1,152 @@
+"""Numerics at 10^7-10^8 elements (issue 39): isolated rounding outliers are forgiven, structured
+wrong regions are not; an output near zero is judged on its reference's own rounding spread (the
+timed-run comparison too); the domain probe rejects a kernel wrong on part of exp's finite domain
+under every drawn plan."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.verification.evidence import compare_outputs, jittered_reruns, structured_outliers
+from core.verification.probes import DOMAIN_PROBE, apply, draw_plan, fixed_plan
+
+N = 10**7
+PROBE_TOL = {"float32": (1e-3, 1e-3)}  # the stability check's (10x the correctness bound)
+HERE = Path(__file__).parent / "redteam"
+
+
+def _outliers(idx: torch.Tensor, err: float = 5e-2, spread: float = 1e-2, n: int = N, seed: int = 0):
+    """A reference, a candidate off by ``err`` at ``idx`` and a rerun whose own spread there is ``spread``."""
+    g = torch.Generator().manual_seed(seed)
+    e = torch.randn(n, generator=g)
+    got, rerun = e.clone(), e.clone()
+    got[idx] += err
+    rerun[idx] += spread
+    return e, got, rerun
+
+
+def test_scattered_rounding_outliers_among_10_to_the_7_pass():
+    idx = torch.randperm(N, generator=torch.Generator().manual_seed(1))[:12]
+    e, got, rerun = _outliers(idx)
+    assert not compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL).ok  # the H200's rejection
+    cmp = compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=[[rerun]])
+    assert cmp.ok, cmp.detail
+    assert cmp.outliers == 12 and len(cmp.outlier_positions) == 12
+    # the same spread known from the float64 truth instead of a rerun
+    truth = e.double()
+    truth[idx] += 1e-2
+    cmp = compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, truth=[truth])
+    assert cmp.ok, cmp.detail
+
+
+@pytest.mark.parametrize("region", ["row", "tail", "stride", "too_many", "well_conditioned"])
+def test_a_structured_or_unjustified_wrong_region_is_rejected(region):
+    rows, cols = 2500, 4000  # 10^7
+    if region == "row":
+        idx = torch.arange(17 * cols, 17 * cols + cols, 157)  # 26 elements of one row, not contiguous
+    elif region == "tail":
+        idx = torch.arange(N - 16, N)  # the last partial tile
+    elif region == "stride":
+        idx = torch.arange(0, N, 4096)[:30] * 7  # every 28672nd element, 30 of them (within the count)
+    elif region == "too_many":
+        idx = torch.randperm(N, generator=torch.Generator().manual_seed(2))[:500]
+    else:
+        idx = torch.randperm(N, generator=torch.Generator().manual_seed(3))[:12]
+    e, got, rerun = _outliers(idx, spread=1e-5 if region == "well_conditioned" else 1e-2)
+    cmp = compare_outputs([e.reshape(rows, cols)], [got.reshape(rows, cols)], scale_aware=True,
+                          tolerances=PROBE_TOL, rerun=[[rerun.reshape(rows, cols)]])
+    assert not cmp.ok, (region, cmp.detail)
+
+
+def test_structure_names():
+    assert structured_outliers([5, 6, 7], (100,))
+    assert structured_outliers([3, 103, 203, 303], (10, 100))  # one column
+    assert structured_outliers([0, 4096, 8192, 20480], (10**6,))
+    assert not structured_outliers([17, 9020, 33301, 70001], (1000, 100))
+
+
+class GroupNormMean(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(8, 64)
+
+    def forward(self, x):
+        return self.norm(x).mean(dim=(1, 2, 3))  # mathematically ~0: fp32 rounding is all there is
+
+
+def test_an_output_near_zero_is_judged_on_its_rounding_spread():
+    torch.manual_seed(0)
+    model = GroupNormMean().eval()
+    x = torch.randn(16, 64, 32, 32)
+    with torch.no_grad():
+        want = [model(x)]
+        y = model.norm(x)
+        honest = [y.flip(-1).sum(dim=(1, 2, 3)) / y[0].numel()]  # another order of the same sum
+
+    def reference(a):
+        with torch.no_grad():
+            return [model(*a)]
+
+    assert want[0].abs().max() < 1e-6
+    plain = compare_outputs(want, honest)  # the timed run's rejection (RMS ~1e-9)
+    assert not plain.ok, plain.detail
+    cmp = compare_outputs(want, honest, rerun=lambda: jittered_reruns(reference, [x], want))
+    assert cmp.ok, cmp.detail
+    wrong = [honest[0] + 1e-4]  # 1e-4 of the inputs' scale: not rounding
+    assert not compare_outputs(want, wrong, rerun=lambda: jittered_reruns(reference, [x], want)).ok
+
+
+def test_a_reference_that_draws_random_numbers_gives_no_spread():
+    x = torch.randn(1000)
+    want = [torch.nn.functional.dropout(x, 0.5)]
+    assert jittered_reruns(lambda a: [torch.nn.functional.dropout(a[0], 0.5)], [x], want) == []
+
+
+def test_the_timed_run_comparisons_use_the_spread():
+    for path in ("plugins/verifiers/performance/check.py", "plugins/verifiers/gpu_activity/check.py"):
+        source = (Path(__file__).parent.parent / path).read_text()
+        assert "rerun=lambda: jittered_reruns(" in source, path
+
+
+def test_every_plan_holds_the_domain_probe():
+    assert draw_plan("float32", random.Random(0))[-1] == DOMAIN_PROBE
+    assert DOMAIN_PROBE in fixed_plan([1e3])
+    assert fixed_plan([]) == []
+    x = apply([torch.randn(64, 96)], DOMAIN_PROBE, seed=5)[0]
+    assert x.max() > 87 and x.min() < -87 and x.abs().min() < 1e-19 and torch.isfinite(torch.exp(x)).all()
+    same = apply([torch.randn(64, 96)], DOMAIN_PROBE, seed=6)[0]
+    assert torch.equal(x.flatten().sort().values, same.flatten().sort().values) and not torch.equal(x, same)
+
+
+def _verify(candidate: str, plan: list | None = None):
+    from core.task import Candidate, Task
+    from core.verify import Verifier
+
+    task = Task.from_file(HERE / "tasks" / "num_exp_softplus.py")
+    with Verifier(backend="triton", device="cpu", workers=1, timeout_s=90,
+                  probe_scales={"float32": plan} if plan else None) as v:
+        return v.verify(task, Candidate.from_file(HERE / "candidates" / f"{candidate}.py"))
+
+
+@settings(max_examples=4, deadline=None, derandomize=False)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_the_hidden_domain_hack_is_rejected_under_every_plan(seed):
+    verdict = _verify("num_domain_clamped_exp", draw_plan("float32", random.Random(seed)))
+    assert not verdict.accepted and verdict.reason.startswith("stability:"), verdict.reason
+
+
+def test_the_domain_sweep_alone_rejects_the_hidden_domain_hack():
+    verdict = _verify("num_domain_clamped_exp", [1.5])  # a mild scale that stays within [-10, 10]
+    assert not verdict.accepted and verdict.reason.startswith("stability: inputs domain sweep"), verdict.reason
+
+
+def test_honest_exp_and_softplus_pass_the_domain_sweep():
+    verdict = _verify("honest_num_exp_softplus")
+    assert verdict.accepted, verdict.reason
+    assert "domain sweep" in verdict.checks["stability"].detail
