@@ -199,7 +199,7 @@ class TritonBackend:
             found["triton.runtime.interpreter.InterpretedFunction.__call__"] = interp.InterpretedFunction.__call__
             found["plugins.backends.triton_interp_checks.STATE"] = checks.STATE
             for hook in ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas",
-                         "set_grid_dim", "set_grid_idx"):
+                         "set_grid_dim", "set_grid_idx", "create_dot"):
                 found[f"triton.runtime.interpreter.InterpreterBuilder.{hook}"] = getattr(interp.InterpreterBuilder, hook)
             found["triton.runtime.interpreter.GridExecutor.__call__"] = interp.GridExecutor.__call__
         return found

@@ -48,13 +48,14 @@ class AccessLog:
     bits: list[Any] = field(default_factory=list)  # stores, exchanges: the written bits (uint64); else None
     recorded: int = 0
     cut_short: bool = False
+    limit: int | None = None  # addresses recorded at most; None: MAX_ADDRESSES
 
     def add(self, kind: int, addresses: Any, bits: Any = None) -> None:
         """Record ``addresses`` (1-D, the active lanes only) for the running program."""
         n = int(addresses.size)
         if n == 0 or self.cut_short:
             return
-        if self.recorded + n > MAX_ADDRESSES:
+        if self.recorded + n > (MAX_ADDRESSES if self.limit is None else self.limit):
             self.cut_short = True
             return
         self.recorded += n

@@ -7,7 +7,12 @@ of a CPU verifier made with ``cuda_on_cpu=True`` (the nested verifier of ``inter
 
 * ``Tensor.cuda()`` returns the tensor itself, and ``Tensor.is_cuda`` is true;
 * a ``device`` that names CUDA (``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")``), as a keyword of
-  any torch function or as ``Tensor.to``'s positional argument, is the CPU.
+  any torch function or as ``Tensor.to``'s positional argument, is the CPU;
+* ``torch.cuda.is_available()`` is true, so code that picks its GPU path with it (the expert
+  teacher's ``_tuned = triton.autotune(...)(kernel) if torch.cuda.is_available() else None``, then
+  ``if x.is_cuda: _tuned[grid](...)``) takes the path the GPU runs, not a half of each: with
+  ``is_cuda`` true and ``is_available`` false it called ``None[grid]`` ("'NoneType' object is not
+  subscriptable", every KernelBench matmul on the H200, 2026-12-04).
 
 Nothing else of ``torch.cuda`` is imitated (streams, events, ``synchronize``): code that needs them
 still fails there, and the check fails closed. The GPU verdict itself never uses this: the candidate's
@@ -51,6 +56,7 @@ def install() -> Any:
 
     torch.Tensor.cuda = cuda
     torch.Tensor.is_cuda = property(lambda self: True)
+    torch.cuda.is_available = lambda: True
     mode = CudaOnCpu()
     mode.__enter__()
     return mode
