@@ -294,6 +294,10 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # baseline(session, config) -> dict: measure the task's reference (eager, torch.compile) in a
         # reference worker; baseline_key(config) -> hashable says which baselines are the same.
         "baseline": None,
+        # baseline_prepare(task, init_seed) -> state: the baseline's set-up (the model, inputs, the
+        # torch.compile build) while the GPU is shared; the worker keeps the state and hands it to
+        # baseline(task, init_seed, prepared=state), which then only times, with the GPU alone.
+        "baseline_prepare": None,
         "baseline_key": None,
         "baseline_per_task": False,  # one baseline per task, shared by its candidates
         "baseline_dirties_worker": _never,  # the baseline leaves the reference worker unusable

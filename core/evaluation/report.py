@@ -63,6 +63,9 @@ class TaskResult:
     median_ms: float | None = None
     candidate_id: str | None = None
     cached: bool = False
+    elapsed_s: float | None = None  # the verification's wall time, and where it went (for slow verdicts)
+    gpu_wait_s: float | None = None
+    stage_s: dict[str, float] | None = None
 
     @classmethod
     def of(cls, task: Task, level: str, candidate: Candidate, verdict: Verdict | None,
@@ -74,7 +77,8 @@ class TaskResult:
         return cls(task.id, task.name or task.id, level, verdict.status, bool(verdict.compiled),
                    bool(verdict.correct), bool(verdict.accepted), {b: speedup_of(verdict, b) for b in BASELINES},
                    verdict.hack_flags, reason=verdict.reason, median_ms=median if _positive(median) else None,
-                   candidate_id=candidate.id, cached=cached)
+                   candidate_id=candidate.id, cached=cached, elapsed_s=verdict.elapsed_s,
+                   gpu_wait_s=verdict.gpu_wait_s, stage_s=dict(verdict.stage_s or {}) or None)
 
     def fast(self, p: float, baseline: str) -> bool:
         if not self.accepted:
@@ -88,6 +92,7 @@ class TaskResult:
         row = asdict(self)
         row.pop("speedup")
         row["hack_flags"] = ";".join(self.hack_flags)
+        row["stage_s"] = " ".join(f"{k}={v:.1f}" for k, v in (self.stage_s or {}).items())
         for b in BASELINES:
             row[f"speedup_{b}"] = self.speedup.get(b)
         return row

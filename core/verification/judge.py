@@ -510,10 +510,19 @@ class Verifier:
             # verification's keeper, and waiting for another one could wait for ever
             worker = keeper.worker if keeper is not None else self.reference_pool.acquire()
             dirty = True
+            seed = fresh_seed()
             try:
+                if optional(check, "Check", "baseline_prepare") is not None:
+                    # the set-up and torch.compile's build while the GPU is shared (seconds to a minute
+                    # at real sizes, all of it CPU work): the exclusive turn below only times
+                    with self._gpu(budget, label=f"{check.name} baseline set-up"):
+                        ready = worker.request(request(Op.BASELINE, check=check.name, config=config, source=task.source,
+                                                       init_seed=seed, phase="prepare"), timeout_s=budget.left())
+                    if not ready.get("ok"):
+                        raise RuntimeError(ready.get("error"))
                 with self._gpu(budget, exclusive=True, label=f"{check.name} baseline"):
                     answer = worker.request(request(Op.BASELINE, check=check.name, config=config, source=task.source,
-                                                    init_seed=fresh_seed()), timeout_s=budget.left())
+                                                    init_seed=seed), timeout_s=budget.left())
                 dirty = bool(optional(check, "Check", "baseline_dirties_worker")())
             finally:
                 if keeper is not None:

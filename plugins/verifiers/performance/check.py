@@ -176,9 +176,24 @@ def ncu_counters(task_source: str, candidate_path: str, scratch: Path, timeout_s
 # --------------------------------------------------------------------------- the check
 
 
+def compile_baseline(reference: Any, make_args: Any) -> tuple[Any, str | None]:
+    """``torch.compile(reference)`` built by one call (Inductor compiles on the first), or the error."""
+    import torch
+
+    try:
+        compiled = torch.compile(reference)
+        with torch.no_grad():
+            compiled(*make_args(0))
+        torch.cuda.synchronize()
+        return compiled, None
+    except Exception as exc:  # the baseline failed to compile: no speedup against it
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+
+
 def time_baselines(reference: Any, make_args: Any, timer: Any, phases: dict[str, float], *,
-                   compare_compile: bool) -> dict[str, Any]:
-    """Eager and (``compare_compile``) ``torch.compile`` times of the task's model."""
+                   compare_compile: bool, compiled: tuple[Any, str | None] | None = None) -> dict[str, Any]:
+    """Eager and (``compare_compile``) ``torch.compile`` times of the task's model; ``compiled``: the
+    compiled model (or its error) built beforehand by :func:`compile_baseline`."""
     import time
 
     import torch
@@ -195,18 +210,18 @@ def time_baselines(reference: Any, make_args: Any, timer: Any, phases: dict[str,
                            "compile_ms": None}
     if compare_compile:
         t = time.perf_counter()
-        try:
-            compiled = torch.compile(reference)
-
+        model, error = compiled if compiled is not None else compile_baseline(reference, make_args)
+        if model is not None:
             def compiled_fn(*args: Any) -> Any:
                 with torch.no_grad():
-                    return compiled(*args)
+                    return model(*args)
 
-            compiled_fn(*make_args(0))
-            torch.cuda.synchronize()
-            out["compile_ms"] = timer.time(compiled_fn, make_args).median_ms
-        except Exception as exc:  # the baseline failed to compile: no speedup against it
-            out["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            try:
+                out["compile_ms"] = timer.time(compiled_fn, make_args).median_ms
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"[:300]
+        if error:
+            out["compile_error"] = error
         phases["compile"] = time.perf_counter() - t
     return out
 
@@ -337,22 +352,39 @@ class PerformanceCheck:
             prepared[self.name] = state
         return {"prepare_s": time.perf_counter() - t}
 
-    def baseline(self, task: types.ModuleType, init_seed: int) -> dict[str, Any]:
-        """Reference-worker side: the task's eager (and torch.compile) times, measured once per task
-        and shared by every candidate of that task (``baseline_per_task``). Measured in a trusted
-        process, so no candidate can slow the baseline it is compared with."""
+    def baseline_prepare(self, task: types.ModuleType, init_seed: int) -> dict[str, Any]:
+        """Reference-worker side, while the GPU is shared: the model, its inputs and the
+        ``torch.compile`` build (seconds to a minute of Inductor at real sizes), so that
+        :meth:`baseline` holds the GPU alone only to time."""
         import time
 
-        from plugins.verifiers.performance.timing import GpuTimer
+        import torch
 
         t = time.perf_counter()
         state = self._setup(task, init_seed)
-        phases = {"prepare": time.perf_counter() - t}
+        with torch.no_grad():
+            state["reference"](*state["make_args"](0))  # eager's first call (cuDNN/cuBLAS autotuning)
+        state["phases"] = {"prepare": time.perf_counter() - t}
+        if self.compare_compile:
+            t = time.perf_counter()
+            state["compiled"] = compile_baseline(state["reference"], state["make_args"])
+            state["phases"]["compile_build"] = time.perf_counter() - t
+        return state
+
+    def baseline(self, task: types.ModuleType, init_seed: int, prepared: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Reference-worker side: the task's eager (and torch.compile) times, measured once per task
+        and shared by every candidate of that task (``baseline_per_task``). Measured in a trusted
+        process, so no candidate can slow the baseline it is compared with. ``prepared``: what
+        :meth:`baseline_prepare` built (else it is built here, under the caller's lock)."""
+        from plugins.verifiers.performance.timing import GpuTimer
+
+        state = prepared if prepared is not None else self.baseline_prepare(task, init_seed)
+        phases = dict(state["phases"])
         spec = state["spec"]
         timer = GpuTimer(self._policy(), l2_bytes=spec.l2_bytes if spec else 0)
         return {**time_baselines(state["reference"], state["make_args"], timer, phases,
-                                compare_compile=self.compare_compile), "device": state["gpu_name"],
-                "phases_s": phases, "measured_in": "reference worker, once per task"}
+                                compare_compile=self.compare_compile, compiled=state.get("compiled")),
+                "device": state["gpu_name"], "phases_s": phases, "measured_in": "reference worker, once per task"}
 
     def collect(self, session: Any) -> dict[str, Any]:
         import time
