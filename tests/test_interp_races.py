@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.task import Candidate, Task
 from core.verification.evidence import Evidence
@@ -160,3 +162,166 @@ def test_a_cpu_verifier_that_cannot_open_fails_closed_at_evaluate_not_at_start(m
     task, source = red("honest_vector_add")
     result = check.evaluate(gpu_evidence(task, source))
     assert not result.passed and result.unchecked and "no interpreter workers here" in result.detail
+
+
+# --------------------------------------------------------------------------- issue 39, item 2: the task's own shapes
+
+# KernelBench level 2's conv + bias (1_Conv2D_ReLU_BiasAdd) at a modest real size: its size constants
+# feed each other (bias_shape is built from out_channels), which the old reduced shape broke ("the
+# expanded size of the tensor (128) must match the existing size (16)").
+CONV_BIAS_TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, bias_shape):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = torch.relu(x)
+        x = x + self.bias
+        return x
+
+
+batch_size = 8
+in_channels = 8
+out_channels = 32
+height = width = 64
+kernel_size = 3
+bias_shape = (out_channels, 1, 1)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, bias_shape]
+'''
+
+
+def test_the_expert_teachers_conv_bias_kernel_is_analysed_at_the_tasks_own_shape_and_passes(check):
+    """Before: the expert's kernels failed in the interpreter ('NoneType' object is not subscriptable:
+    its autotuned GPU path is built only where torch.cuda.is_available()), and the task's sizes were
+    scaled. Now: its own shape, its GPU path, a sample of each launch's programs, named in the detail."""
+    from core.plugins import registry
+
+    task = Task(source=CONV_BIAS_TASK, name="conv_bias")
+    candidate = registry("coder").create("expert").generate([task], "triton")[0][0]
+    assert not candidate.declined, candidate.declined
+    result = check.evaluate(gpu_evidence(task, candidate.source))
+    assert result.passed, result.detail
+    assert "at the task's own shape" in result.detail and "no address shared between programs" in result.detail
+    assert result.data["inputs"] == [[8, 8, 64, 64]]
+    sampled = [launch for launch in result.data["launches"] if launch["programs"] > check.sample]
+    assert sampled, result.data["launches"]
+    for launch in sampled:  # the detail and the data name what ran: grid, count, how chosen
+        assert launch["sampled"] == check.sample and {"first", "last", "neighbour"} <= set(launch["how"])
+        assert f"{launch['sampled']} of {launch['programs']} programs" in result.detail
+
+
+# Program p reads the first output of block p + 1 (times zero: every value is right, so no GPU trial
+# can see it), which program p + 1 writes: a race between neighbours only.
+NEIGHBOUR_RACE = HONEST_ADD.split("@triton.jit")[0] + '''@triton.jit
+def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    s = tl.load(a_ptr + offs, mask=m) + tl.load(b_ptr + offs, mask=m)
+    tl.store(out_ptr + offs, s, mask=m)
+    nxt = (pid + 1) * BLOCK
+    extra = tl.load(out_ptr + nxt, mask=nxt < n, other=0.0)
+    tl.store(out_ptr + offs, s + extra * 0.0, mask=m)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        out = torch.empty_like(a)
+        n = a.numel()
+        add_kernel[(triton.cdiv(n, 1024),)](a, b, out, n, BLOCK=1024)
+        return out
+'''
+
+
+def test_a_race_between_neighbours_in_a_grid_far_larger_than_the_sample_is_found(check):
+    task = Task(source=LARGE_ADD_TASK, name="large_add")
+    result = check.evaluate(gpu_evidence(task, NEIGHBOUR_RACE))
+    assert not result.passed and not result.unchecked, result.detail
+    assert "race: add_kernel" in result.detail and "at the task's own shape" in result.detail
+    (launch,) = result.data["launches"]
+    assert launch["programs"] == 16384 and launch["sampled"] == check.sample  # 0.1% of the programs ran
+
+
+def test_random_inputs_above_the_threshold_are_tiled_blocks_not_constants():
+    import torch
+
+    from plugins.verifiers.interp_races import TILE, fast_random
+
+    torch.manual_seed(0)
+    with fast_random(above=1000):
+        big = torch.rand(3, TILE)  # tiled
+        ints = torch.randint(0, 7, (2, TILE), dtype=torch.int32)
+        like = torch.randn_like(big)
+        small = torch.rand(10)
+        filled = torch.empty(2 * TILE + 5).uniform_(-2.0, -1.0)
+    assert big.shape == (3, TILE) and torch.equal(big[0], big[1]) and big[0].unique().numel() > TILE // 2
+    assert 0.0 <= float(big.min()) and float(big.max()) < 1.0
+    assert ints.dtype == torch.int32 and int(ints.min()) >= 0 and int(ints.max()) < 7 and ints.unique().numel() == 7
+    assert like.shape == big.shape and abs(float(like.mean())) < 0.01 and not torch.equal(like, big)
+    assert small.unique().numel() == 10
+    assert -2.0 <= float(filled.min()) and float(filled.max()) < -1.0 and filled[:TILE].unique().numel() > TILE // 2
+    assert "uniform_" not in vars(torch.Tensor) and torch.rand.__module__ != __name__  # put back as it was
+
+
+def test_a_task_the_host_cannot_hold_could_not_run_and_says_why(check):
+    huge = LARGE_ADD_TASK.replace("N = 4096 * 4096", "N = 4096 * 4096 * 1024")  # 2 x 64 GiB on the meta device
+    result = check.evaluate(gpu_evidence(Task(source=huge, name="huge_add"), HONEST_ADD))
+    from plugins.verifiers.interp_races import host_memory_mb
+
+    if host_memory_mb() > 400_000:
+        pytest.skip("this host holds it")
+    assert not result.passed and result.unchecked
+    assert "MiB of CPU memory at the task's own shape" in result.detail and "this host has" in result.detail
+
+
+# --------------------------------------------------------------------------- the sample itself
+
+
+def _linear(c, grid):
+    return (c[0] * grid[1] + c[1]) * grid[2] + c[2]
+
+
+@settings(max_examples=300, deadline=None)
+@given(grid=st.tuples(st.integers(1, 40), st.integers(1, 40), st.integers(1, 12)), budget=st.integers(1, 40),
+       seed=st.integers(0, 2**62))
+def test_the_sample_is_deterministic_and_holds_the_corners_and_their_neighbours(grid, budget, seed):
+    import random
+
+    from plugins.backends.triton_interp_checks import choose_programs
+
+    programs, how = choose_programs(grid, budget, random.Random(seed))
+    assert (programs, how) == choose_programs(grid, budget, random.Random(seed))
+    total = grid[0] * grid[1] * grid[2]
+    assert programs == sorted(set(programs)) and all(0 <= p < total for p in programs)
+    assert sum(how.values()) == len(programs)
+    if total <= budget:
+        assert programs == list(range(total)) and how == {"all": total}
+        return
+    last = [d - 1 for d in grid]
+    corners = {0, total - 1}
+    for axis in range(3):
+        if grid[axis] > 1:
+            up = [0, 0, 0]
+            up[axis] = 1
+            down = list(last)
+            down[axis] -= 1
+            corners |= {_linear(up, grid), _linear(down, grid)}
+    assert corners <= set(programs)
+    assert len(programs) <= max(budget, len(corners))
+    assert how["first"] == 1 and how["last"] == 1
+    if budget >= len(corners) + 2 and total >= 4 * budget:  # room for random anchors and their neighbours
+        assert how.get("random", 0) >= 1

@@ -278,3 +278,69 @@ def test_cost_stays_linear_in_the_accesses():
     start = time.perf_counter()
     assert find_races(log) is None
     assert time.perf_counter() - start < 2.0
+
+
+# --------------------------------------------------------------------------- sampled launches (issue 39, item 2)
+
+
+def _sampled(backend, launch, sample: int, seed: int = 7) -> tuple[list[str], list[dict]]:
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        stack.enter_context(backend.launch_tracker())
+        findings = stack.enter_context(backend.bounds_checking())
+        launches = stack.enter_context(backend.program_order(seed, sample=sample))
+        launch()
+    return list(findings), list(launches)
+
+
+def test_a_sampled_launch_runs_only_its_sample_with_the_true_ids_and_grid(backend):
+    import torch
+    import triton
+    import triton.language as tl
+
+    from plugins.backends.triton_interp_checks import STATE
+
+    @triton.jit
+    def ids(out_ptr, grid_ptr):
+        x, y, z = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        linear = (x * tl.num_programs(1) + y) * tl.num_programs(2) + z
+        tl.store(out_ptr + linear, linear)
+        tl.store(grid_ptr + linear * 3 + tl.arange(0, 4), tl.where(tl.arange(0, 4) == 0, tl.num_programs(0),
+                 tl.where(tl.arange(0, 4) == 1, tl.num_programs(1), tl.num_programs(2))), mask=tl.arange(0, 4) < 3)
+
+    grid = (20, 30, 4)
+    out = torch.full((2400,), -1, dtype=torch.int32)
+    dims = torch.zeros(2400 * 3 + 1, dtype=torch.int32)
+    findings, launches = _sampled(backend, lambda: ids[grid](out, dims), sample=12)
+    ran = (out >= 0).nonzero().flatten().tolist()
+    (launch,) = launches
+    assert launch["grid"] == list(grid) and launch["programs"] == 2400 and launch["sampled"] == len(ran) >= 12
+    assert ran == launch["ids"] and all(out[p] == p for p in ran)  # each program saw its true id
+    assert {0, 1, 4, 120, 2399, 2398, 2395, 2279} <= set(ran)  # the corners and their neighbours on each axis
+    assert all(dims[p * 3:p * 3 + 3].tolist() == list(grid) for p in ran)  # and the true grid
+    assert not _races(findings)
+    assert STATE.sample == 0 and STATE.sampled is None and STATE.launches is None  # off again after
+
+
+def test_a_lost_update_is_found_in_a_sample_and_honest_tiles_pass(backend, kernels):
+    import torch
+
+    n = 1 << 20
+    x, total, out = torch.randn(n), torch.zeros(1), torch.empty(n)
+    racy, launches = _sampled(backend, lambda: kernels["lost_update"][(n // 256,)](x, total, n, BLOCK=256), sample=8)
+    assert _races(racy) and launches[0]["sampled"] == 8 and launches[0]["programs"] == 4096
+    honest, _ = _sampled(backend, lambda: kernels["own_block"][(n // 256,)](x, out, n, BLOCK=256), sample=8)
+    assert not _races(honest), honest
+    neighbour, _ = _sampled(backend, lambda: kernels["neighbour"][(n // 256,)](x, out, n, BLOCK=256), sample=8)
+    assert _races(neighbour)  # program p reads block p - 1: first and its +1 neighbour are both sampled
+
+
+def test_the_same_seed_samples_the_same_programs(backend, kernels):
+    import torch
+
+    n = 1 << 20
+    x, out = torch.randn(n), torch.empty(n)
+    runs = [_sampled(backend, lambda: kernels["own_block"][(n // 256,)](x, out, n, BLOCK=256), sample=8, seed=s)[1]
+            for s in (3, 3, 4)]
+    assert runs[0][0]["ids"] == runs[1][0]["ids"] != runs[2][0]["ids"]

@@ -136,11 +136,14 @@ class InterpreterRaceCheck:
                 mib, how = 3 * probe(task.source, run_forward=False).mib, "3x its inputs and weights"
             except Exception as exc:  # noqa: BLE001
                 mib, how = None, f"not measurable on the meta device ({type(exc).__name__})"
+        # Pools by size class, 2**(k/2) times the smallest (8, 11, 16, 22, 32, 45, 64, 90 GiB ...).
         if mib is None:  # unmeasured: the largest class that half this host holds
-            memory_mb = self.memory_mb * 2 ** max(0, int(math.log2(max(1.0, host_memory_mb() / 2 / self.memory_mb))))
-        else:
-            need = max(self.memory_mb, int(2 * mib) + 4096)  # inputs, outputs, copies; the interpreter and torch
-            memory_mb = self.memory_mb * 2 ** max(0, math.ceil(math.log2(need / self.memory_mb)))
+            k = max(0, int(2 * math.log2(max(1.0, host_memory_mb() / 2 / self.memory_mb))))
+        else:  # the reference's footprint counts every intermediate (a fused kernel writes fewer); then
+            # the candidate's own copies (a layout change), the interpreter, torch, the address logs
+            need = max(self.memory_mb, int(1.5 * mib) + 4096)
+            k = max(0, math.ceil(2 * math.log2(need / self.memory_mb) - 1e-9))
+        memory_mb = int(math.ceil(self.memory_mb * 2 ** (k / 2) / 1024)) * 1024
         plan = {"init_inputs": init_inputs, "mib": None if mib is None else round(mib, 1), "measured": how,
                 "memory_mb": memory_mb}
         with self._lock:

@@ -2,8 +2,9 @@
 
 KernelBench's own Triton example builds its inputs with ``.cuda()`` and asserts ``x.is_cuda``; the
 interpreter runs only CPU tensors, so the race analysis of such a candidate could not run, and the
-GPU verdict failed closed: KernelBench's example was rejected on the H200 (2026-12-01). In a worker
-of a CPU verifier made with ``cuda_on_cpu=True`` (the nested verifier of ``interp_races``):
+GPU verdict failed closed: KernelBench's example was rejected on the H200 (2026-12-01). In a CPU
+worker started with :data:`ENV` set (``interp_races``' own workers; a ``Verifier`` made with
+``cuda_on_cpu=True``):
 
 * ``Tensor.cuda()`` returns the tensor itself, and ``Tensor.is_cuda`` is true;
 * a ``device`` that names CUDA (``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")``), as a keyword of
