@@ -13,7 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.verification.evidence import compare_outputs, jittered_reruns, structured_outliers
+from core.verification.evidence import compare_outputs, jittered_reruns
+from core.verification.outliers import structured_outliers
 from core.verification.probes import DOMAIN_PROBE, apply, draw_plan, fixed_plan
 
 N = 10**7

@@ -9,11 +9,14 @@ process by a :class:`core.contracts.Check` reading an :class:`Evidence`, so a ca
 from __future__ import annotations
 
 import ast
-import hashlib
 import math
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+# callers import the digests from here too (core.evidence's star import among them)
+from core.verification.digests import device_fingerprint, element_bytes, input_digests  # noqa: F401
+from core.verification.outliers import JITTER_RUNS, forgive_outliers, jittered, reference_spread
 
 # CPython 3.11 keeps the AST converter's recursion depth in interpreter-wide state, so two threads
 # parsing at once can fail with "SystemError: AST constructor recursion depth mismatch"
@@ -221,21 +224,6 @@ ABSOLUTE_AGREEMENT: dict[str, tuple[float, float]] = {
     "float64": (1e-6, 1e-6), "float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)}
 
 
-# Isolated rounding outliers (issue 39): among 10^7-10^8 elements, an honest kernel misses the bound at a
-# handful of elements where the output cancels (a value computed from intermediates far larger than
-# itself). Where the reference's own rounding spread is known element by element (the float64 truth,
-# or the reference rerun on inputs moved by an ulp: :func:`jittered`), the elements that miss every
-# bound are forgiven when they are few (at most max(OUTLIER_COUNT, OUTLIER_FRACTION x n)), scattered
-# (:func:`structured_outliers`) and each within REFERENCE_NOISE_FACTOR x the reference's own spread at
-# that element. A wrong row, channel, tail block or stride is structured, or too many, or wrong where
-# the reference is well conditioned: still rejected.
-OUTLIER_COUNT = 32
-OUTLIER_FRACTION = 1e-6
-# The near-zero rule: an output's elements also pass within REFERENCE_NOISE_FACTOR x this quantile of
-# the reference's own spread over the output (a group norm's mean is ~0: rounding of its O(1)
-# intermediates is its scale, not its own 1e-9 magnitude).
-SPREAD_QUANTILE = 0.9
-
 
 @dataclass
 class Comparison:
@@ -246,7 +234,7 @@ class Comparison:
     by_truth: int = 0  # outputs accepted through the float64 truth rather than the fp32 reference
     noise_ratio: float = 0.0  # largest (candidate's / fp32 reference's) max error against the truth
     judged: int = 0  # elements compared (with ``scale_aware``: those where the reference is finite)
-    outliers: int = 0  # isolated rounding outliers forgiven (see OUTLIER_COUNT)
+    outliers: int = 0  # isolated rounding outliers forgiven (see core.verification.outliers)
     outlier_positions: list = field(default_factory=list)  # the first few, as indices into the output
 
 
@@ -317,7 +305,8 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     give the reference's own spread element by element; elements within ``noise_factor`` x its
     :data:`SPREAD_QUANTILE` quantile pass (an output near zero is judged on its intermediates'
     rounding), and the rest are forgiven only as isolated rounding outliers (:data:`OUTLIER_COUNT`,
-    :func:`structured_outliers`), each within ``noise_factor`` x the spread at that element.
+    :func:`structured_outliers`; all in :mod:`core.verification.outliers`), each within ``noise_factor``
+    x the spread at that element.
     """
     import torch
 
@@ -483,31 +472,6 @@ def median_scale(magnitudes: Any, finite: Any) -> Any:
     return torch.maximum(magnitudes, median)
 
 
-def jittered(inputs: list[Any], seed: int = 0) -> list[Any]:
-    """``inputs`` with every floating element moved by one or two ulps up or down at random (a
-    generator seeded by ``seed``; integers and zeros untouched): rerunning the reference on them
-    measures how far its own rounding moves each output element (the ``rerun`` of
-    :func:`compare_outputs`). Only the trusted reference ever runs on them."""
-    import torch
-
-    out = []
-    for k, x in enumerate(inputs):
-        if not (isinstance(x, torch.Tensor) and x.is_floating_point()) or x.numel() == 0:
-            out.append(x)
-            continue
-        gen = torch.Generator(device=x.device)
-        gen.manual_seed((int(seed) * 1_000_033 + k) % (1 << 63))
-        eps = torch.finfo(x.dtype).eps
-        sign = torch.randint(0, 2, x.shape, generator=gen, device=x.device, dtype=torch.int8).to(x.dtype) * 2 - 1
-        if x.dtype == torch.float64:
-            y = x.detach() * (1.0 + sign * eps)
-        else:  # the product in fp32 (exact for the half types' 1 + eps), rounded back: 1-2 ulps
-            y = (x.detach().float() * (1.0 + sign.float() * eps)).to(x.dtype)
-        out.append(y)
-    return out
-
-
-JITTER_RUNS = 2  # reruns of the reference on inputs moved by an ulp
 
 
 def jittered_reruns(run: Callable[[list[Any]], list[Any]], inputs: list[Any], expected: list[Any],
@@ -521,100 +485,6 @@ def jittered_reruns(run: Callable[[list[Any]], list[Any]], inputs: list[Any], ex
     if len(again) != len(expected) or not all(bitwise_equal(a, b) for a, b in zip(expected, again)):
         return []
     return [run(jittered(inputs, seed=k + 1)) for k in range(count)]
-
-
-def reference_spread(e: Any, truth: Any, reruns: list[Any], finite: Any) -> Any | None:
-    """Element by element, how far the reference's own rounding moves it: the largest of its distance
-    from the float64 truth and from each jittered rerun (zeros where not finite); None when neither is
-    known."""
-    import torch
-
-    work = torch.float32 if e.element_size() <= 4 else torch.float64
-    ew = e.detach().to(work)
-    spread = None
-    others = list(reruns)
-    if isinstance(truth, torch.Tensor) and truth.shape == e.shape:
-        others.append(truth.to(e.device))
-    for other in others:
-        if not isinstance(other, torch.Tensor) or other.shape != e.shape:
-            continue
-        d = (ew - other.detach().to(device=e.device, dtype=work)).abs()
-        d = torch.where(torch.isfinite(d) & finite, d, torch.zeros((), dtype=work, device=d.device))
-        spread = d if spread is None else torch.maximum(spread, d)
-    return spread
-
-
-def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor: float,
-                     shape: tuple[int, ...]) -> Comparison:
-    """Whether the elements in ``bad`` (missing the plain bound by ``diff``) are within what the
-    reference's own ``spread`` justifies: the output's spread quantile (:data:`SPREAD_QUANTILE`, the
-    near-zero rule), or, for at most max(:data:`OUTLIER_COUNT`, :data:`OUTLIER_FRACTION` x n)
-    scattered elements, the spread at the element itself."""
-    from core.verification.worker.rounding import _quantile
-
-    n = int(finite.sum())
-    q = _quantile(spread[finite], SPREAD_QUANTILE) if n else 0.0
-    still = bad & (diff > noise_factor * q)
-    m = int(still.sum())
-    if m == 0:
-        return Comparison(True, f"within {noise_factor:g}x the reference's own rounding spread {q:.3g}")
-    limit = max(OUTLIER_COUNT, int(OUTLIER_FRACTION * n))
-    if m > limit:
-        return Comparison(False, f"{m} element(s) beyond {noise_factor:g}x the reference's own rounding spread "
-                          f"{q:.3g}: more than the {limit} isolated rounding outliers allowed", outliers=m)
-    flat = still.reshape(-1).nonzero().reshape(-1)
-    beyond = diff.reshape(-1)[flat] > noise_factor * spread.reshape(-1)[flat]
-    where = [_index(int(k), shape) for k in flat[:32].tolist()]
-    if bool(beyond.any()):
-        k = int(flat[beyond.nonzero()[0, 0]])
-        return Comparison(False, f"{int(beyond.sum())} of {m} outlier(s) are beyond {noise_factor:g}x the reference's "
-                          f"own rounding spread at that element (first at {_index(k, shape)}: err "
-                          f"{float(diff.reshape(-1)[k]):.3g}, spread {float(spread.reshape(-1)[k]):.3g})",
-                          outliers=m, outlier_positions=where)
-    pattern = structured_outliers(flat.tolist(), shape)
-    if pattern:
-        return Comparison(False, f"{m} outlier(s) form a pattern ({pattern}), not isolated rounding: {where[:8]}",
-                          outliers=m, outlier_positions=where)
-    return Comparison(True, f"{m} isolated rounding outlier(s) at {where[:8]}", outliers=m, outlier_positions=where)
-
-
-def _index(flat: int, shape: tuple[int, ...]) -> list[int]:
-    out = []
-    for size in reversed(shape or (1,)):
-        out.append(flat % max(size, 1))
-        flat //= max(size, 1)
-    return out[::-1]
-
-
-# structured_outliers: the smallest group that can be called a pattern, the size of a dimension along
-# which all outliers sharing one index is a pattern, and the common stride that is one.
-PATTERN_MIN = 4
-PATTERN_DIM = 8
-PATTERN_STRIDE = 32
-
-
-def structured_outliers(flat: list[int], shape: tuple[int, ...]) -> str:
-    """A name for the pattern the outliers (flat indices, ascending) form, "" when they look like
-    scattered rounding: three or more in a contiguous run, four or more on one index of a
-    dimension of at least :data:`PATTERN_DIM` (a row, a channel, a column), or four or more whose gaps
-    share a stride of at least :data:`PATTERN_STRIDE` (every 4096th element, a tile's last lane)."""
-    run = 1
-    for a, b in zip(flat, flat[1:]):
-        run = run + 1 if b - a == 1 else 1
-        if run >= 3:
-            return f"a contiguous run at flat index {b - 2}"
-    if len(flat) < PATTERN_MIN:
-        return ""
-    coords = [_index(k, shape) for k in flat]
-    for d, size in enumerate(shape):
-        if size >= PATTERN_DIM and len({c[d] for c in coords}) == 1:
-            return f"all at index {coords[0][d]} of dimension {d}"
-    g = 0
-    for a, b in zip(flat, flat[1:]):
-        g = math.gcd(g, b - a)
-    if g >= PATTERN_STRIDE:
-        return f"a stride of {g} elements"
-    return ""
 
 
 def truth_for_disputed_nan(truth: Any, e: Any, disputed: Any) -> Any | None:
@@ -744,78 +614,6 @@ def bitwise_equal(a: Any, b: Any) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     return torch.equal(element_bytes(a), element_bytes(b.to(a.device)))
-
-
-def element_bytes(t: Any) -> Any:
-    """Every element's bytes in logical order, as a 1-D uint8 tensor. A fresh standard layout first:
-    ``contiguous()`` keeps odd strides on size-1 dims, which a byte view refuses."""
-    import torch
-
-    flat = t.detach().reshape(-1)
-    if flat.stride() != (1,):
-        flat = torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t.detach()).reshape(-1)
-    return flat.view(torch.uint8)
-
-
-def input_digests(values: list[Any], *, fingerprint: bool | None = None) -> list[str]:
-    """One digest per input: dtype, shape, strides, offset and every element's bytes (tensors), or
-    the repr of a plain value. Two workers that drew the same inputs report the same digests.
-
-    A tensor on a GPU is digested where it lives (:func:`device_fingerprint`, ~1 ms for 100 MB)
-    instead of being copied to the host and hashed there (~0.1 s each, four times a run); a CPU
-    tensor gets sha256. ``fingerprint`` forces one or the other (tests)."""
-    import torch
-
-    out = []
-    for v in values:
-        if not isinstance(v, torch.Tensor):
-            out.append(f"py:{type(v).__name__}:{v!r}")
-            continue
-        layout = f"{v.dtype}|{tuple(v.shape)}|{v.stride()}|{v.storage_offset()}"
-        if fingerprint if fingerprint is not None else v.device.type != "cpu":
-            out.append(f"{layout}|{device_fingerprint(v)}")
-            continue
-        # sha256: with the SHA extensions of current x86 CPUs, 100 MB in ~60 ms against blake2b's ~150
-        # (benchmarks/judge_bench.py)
-        h = hashlib.sha256()
-        h.update(layout.encode())
-        if v.numel():
-            h.update(memoryview(element_bytes(v.detach().to("cpu")).numpy()))
-        out.append(h.hexdigest())
-    return out
-
-
-_WEIGHTS: dict[tuple[int, str], Any] = {}  # fingerprint weights by (words, device), a few sizes kept
-
-
-def device_fingerprint(t: Any) -> str:
-    """128 bits that see every byte of ``t``, computed on its device: the tensor's bytes as 64-bit
-    words, two sums of word x fixed odd pseudo-random weight, mod 2^64 (an odd weight keeps every
-    word's every bit; integer sums do not depend on the reduction's order, so any two processes
-    agree). Not a cryptographic hash, and it need not be one: digests are reported by the
-    candidate's process either way (:func:`inputs_intact`); it must only tell honest inputs apart
-    from changed ones."""
-    import torch
-
-    flat = element_bytes(t.detach())
-    if flat.numel() % 8:
-        flat = torch.cat([flat, flat.new_zeros(8 - flat.numel() % 8)])
-    elif flat.storage_offset() % 8:
-        # a view that starts mid-word (an fp32 tensor sliced by one element: the adversarial offset
-        # probe) cannot be viewed as 64-bit words where it lies; a copy starts a storage of its own
-        flat = flat.clone()
-    words = flat.view(torch.int64)
-    key = (words.numel(), str(words.device))
-    weights = _WEIGHTS.get(key)
-    if weights is None:
-        if len(_WEIGHTS) >= 8:
-            _WEIGHTS.pop(next(iter(_WEIGHTS)))
-        g = torch.Generator(device=words.device).manual_seed(0x6B7A)
-        weights = torch.randint(-(2**63), 2**63 - 1, (2, words.numel()), generator=g, dtype=torch.int64,
-                                device=words.device) | 1
-        _WEIGHTS[key] = weights
-    sums = (words.unsqueeze(0) * weights).sum(dim=1)  # wraps modulo 2^64
-    return "fp:" + "".join(f"{int(x) & 0xFFFFFFFFFFFFFFFF:016x}" for x in sums.tolist())
 
 
 def inputs_intact(trial: Trial) -> tuple[bool, str]:

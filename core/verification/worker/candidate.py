@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.contracts import optional
-from core.verification.evidence import input_digests
+from core.verification.digests import input_digests
 from core.verification.inputs import draw_inputs
 from core.verification.protocol import Op
 from core.verification.sandbox import to_device

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from core.verification.devicemem import TransportError, Vault
-from core.verification.evidence import bitwise_equal, compare_outputs, input_digests
+from core.verification.digests import input_digests
+from core.verification.evidence import bitwise_equal, compare_outputs
 from core.verification.inputs import draw_inputs
 from core.verification.protocol import Op
 from core.verification.sandbox import to_device

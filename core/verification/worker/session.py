@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from core.contracts import optional
-from core.verification.evidence import input_digests
+from core.verification.digests import input_digests
 from core.verification.protocol import TAMPERED
 from core.verification.sandbox import to_device
 from core.verification.worker.process import AuditGuard, describe, make_audit_mode, sandbox_escape

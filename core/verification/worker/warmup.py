@@ -23,7 +23,8 @@ def warm_gpu() -> None:
     comparing them, and copying to the host. Raises what went wrong."""
     import torch
 
-    from core.verification.evidence import compare_outputs, device_fingerprint
+    from core.verification.digests import device_fingerprint
+    from core.verification.evidence import compare_outputs
 
     torch.manual_seed(0)
     x = torch.randn(4096, device="cuda")
