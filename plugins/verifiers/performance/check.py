@@ -226,6 +226,32 @@ def time_baselines(reference: Any, make_args: Any, timer: Any, phases: dict[str,
     return out
 
 
+def timed_setup(task: types.ModuleType, init_seed: int | None, hide_launch_us: float) -> dict[str, Any]:
+    """What a timed stage needs besides the GPU to itself: the task's model and inputs, the
+    device's record, the filler's kernel compiled. Built while the GPU is shared."""
+    import torch
+
+    from plugins.verifiers.performance.roofline import UnknownDeviceError, find_device
+    from plugins.verifiers.performance.timing import fresh_arguments, warm_filler
+
+    torch.manual_seed(init_seed if init_seed is not None else secrets.randbits(31))
+    reference = task.Model(*task.get_init_inputs()).cuda().eval()
+    base = gpu_inputs(task, secrets.randbits(31))
+    make_args = fresh_arguments(base, secrets.randbits(62))
+    gpu_name = torch.cuda.get_device_name()
+    try:
+        spec, device_note = find_device(gpu_name), ""
+    except UnknownDeviceError as exc:
+        spec, device_note = None, str(exc)
+    if hide_launch_us > 0:
+        try:
+            warm_filler()
+        except Exception:  # no Triton for this GPU: the timer says so when it builds its filler
+            pass
+    return {"reference": reference, "base": base, "make_args": make_args, "gpu_name": gpu_name, "spec": spec,
+            "device_note": device_note, "comparable": init_seed is not None or not has_state(reference)}
+
+
 @dataclass
 class PerformanceCheck:
     """Times the candidate on the GPU against eager PyTorch and ``torch.compile``; roofline terms.
@@ -312,31 +338,6 @@ class PerformanceCheck:
                             settle_every=self.settle_every, filler_margin=self.filler_margin,
                             l2_flush_bytes=self.l2_flush_bytes)
 
-    def _setup(self, task: types.ModuleType, init_seed: int | None) -> dict[str, Any]:
-        """What a timed stage needs besides the GPU to itself: the task's model and inputs, the
-        device's record, the filler's kernel compiled. Built while the GPU is shared."""
-        import torch
-
-        from plugins.verifiers.performance.roofline import UnknownDeviceError, find_device
-        from plugins.verifiers.performance.timing import fresh_arguments, warm_filler
-
-        torch.manual_seed(init_seed if init_seed is not None else secrets.randbits(31))
-        reference = task.Model(*task.get_init_inputs()).cuda().eval()
-        base = gpu_inputs(task, secrets.randbits(31))
-        make_args = fresh_arguments(base, secrets.randbits(62))
-        gpu_name = torch.cuda.get_device_name()
-        try:
-            spec, device_note = find_device(gpu_name), ""
-        except UnknownDeviceError as exc:
-            spec, device_note = None, str(exc)
-        if self.hide_launch_us > 0:
-            try:
-                warm_filler()
-            except Exception:  # no Triton for this GPU: the timer says so when it builds its filler
-                pass
-        return {"reference": reference, "base": base, "make_args": make_args, "gpu_name": gpu_name, "spec": spec,
-                "device_note": device_note, "comparable": init_seed is not None or not has_state(reference)}
-
     def prepare(self, session: Any) -> dict[str, Any]:
         """Everything before the timed runs, done while other workers share the GPU: the judge then
         gives the GPU to :meth:`collect` alone (``exclusive_device``) for the timing only."""
@@ -346,7 +347,7 @@ class PerformanceCheck:
         source = task_source_of(session)
         if source is None:
             return {"error": "the worker session exposes no task source (Session.task_source)", "blame": "harness"}
-        state = self._setup(load_task_module(source), getattr(session, "init_seed", None))
+        state = timed_setup(load_task_module(source), getattr(session, "init_seed", None), self.hide_launch_us)
         prepared = getattr(session, "prepared", None)
         if isinstance(prepared, dict):
             prepared[self.name] = state
@@ -361,7 +362,7 @@ class PerformanceCheck:
         import torch
 
         t = time.perf_counter()
-        state = self._setup(task, init_seed)
+        state = timed_setup(task, init_seed, self.hide_launch_us)
         with torch.no_grad():
             state["reference"](*state["make_args"](0))  # eager's first call (cuDNN/cuBLAS autotuning)
         state["phases"] = {"prepare": time.perf_counter() - t}
@@ -402,7 +403,7 @@ class PerformanceCheck:
                              "reference to time against", "blame": "harness"}
         state = (getattr(session, "prepared", None) or {}).pop(self.name, None)
         if state is None:  # not prepared beforehand (a caller that does not know prepare)
-            state = self._setup(load_task_module(source), getattr(session, "init_seed", None))
+            state = timed_setup(load_task_module(source), getattr(session, "init_seed", None), self.hide_launch_us)
             phases["prepare"] = time.perf_counter() - began
         guard = getattr(getattr(session, "worker", None), "guard", None)
         model = session.model
