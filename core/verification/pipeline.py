@@ -243,7 +243,7 @@ class Verification:
         self.ref, self.ref_trials = ref, ref["trials"][:n]
         self.probes = list(zip(scales, probe_seeds, ref["trials"][n:]))
         if ref.get("float64_pending"):
-            self.evidence.truth_loader = self.load_truth
+            self.evidence.truth_loader = lambda: load_truth(self)
         return True
 
     def run_candidate(self) -> bool:
@@ -329,30 +329,6 @@ class Verification:
         (:meth:`Verifier._baseline`), measured in this verification's keeper when it has one."""
         return self.verifier._baseline(check, config, self.evidence, self.budget, self.keeper)
 
-    def load_truth(self) -> None:
-        """The float64 truth of every run, asked of a reference worker when a comparison first needs it
-        (``float64_on_demand``): the same task, init seed and input seeds, so the same inputs."""
-        verifier, evidence = self.verifier, self.evidence
-        try:
-            ref = verifier._request(verifier.reference_pool, {**self.reference_request, "float64_later": False},
-                                    self.budget, on_gpu=True)
-        except WorkerFailure as exc:
-            ref = {"ok": False, "error": exc.detail}
-        if not ref.get("ok"):
-            evidence.config["float64_truth"] = False
-            evidence.config["float64_truth_note"] = f"float64 reference failed: {ref.get('error')}"[:300]
-            return
-        runs = ref["trials"]
-        for trial, r in zip(evidence.trials, runs):
-            trial.truth, trial.truth_noise = r.get("truth"), r.get("truth_noise")
-        first = evidence.trials[0] if evidence.trials else None
-        for trial in [*evidence.shuffled, *evidence.repeat]:
-            trial.truth, trial.truth_noise = (first.truth, first.truth_noise) if first else (None, None)
-        for probe, r in zip(evidence.probes, runs[len(evidence.trials):]):
-            probe.truth, probe.truth_noise = r.get("truth"), r.get("truth_noise")
-        evidence.config["float64_probe_runs"] = runs[len(evidence.trials):]  # their truth and rounding noise
-        vet_truth(evidence, ref)
-
     # -- helpers of the stages
 
     def run_in_candidate(self, runs: list[dict[str, Any]]) -> list[RunObservation]:
@@ -397,3 +373,29 @@ class Verification:
     def finish(self) -> None:
         """Fill accepted/correct/accuracy/status/reason from the recorded checks."""
         finish_verdict(self.verdict, self.verifier.checks)
+
+
+def load_truth(verification: Verification) -> None:
+    """The float64 truth of every run of ``verification``, asked of a reference worker when a
+    comparison first needs it (``float64_on_demand``): the same task, init seed and input seeds, so the
+    same inputs."""
+    verifier, evidence = verification.verifier, verification.evidence
+    try:
+        ref = verifier._request(verifier.reference_pool, {**verification.reference_request, "float64_later": False},
+                                verification.budget, on_gpu=True)
+    except WorkerFailure as exc:
+        ref = {"ok": False, "error": exc.detail}
+    if not ref.get("ok"):
+        evidence.config["float64_truth"] = False
+        evidence.config["float64_truth_note"] = f"float64 reference failed: {ref.get('error')}"[:300]
+        return
+    runs = ref["trials"]
+    for trial, r in zip(evidence.trials, runs):
+        trial.truth, trial.truth_noise = r.get("truth"), r.get("truth_noise")
+    first = evidence.trials[0] if evidence.trials else None
+    for trial in [*evidence.shuffled, *evidence.repeat]:
+        trial.truth, trial.truth_noise = (first.truth, first.truth_noise) if first else (None, None)
+    for probe, r in zip(evidence.probes, runs[len(evidence.trials):]):
+        probe.truth, probe.truth_noise = r.get("truth"), r.get("truth_noise")
+    evidence.config["float64_probe_runs"] = runs[len(evidence.trials):]  # their truth and rounding noise
+    vet_truth(evidence, ref)

@@ -1,0 +1,180 @@
+"""How a :class:`~core.verification.judge.Verifier` shares its GPU with other verifications, a part of
+the judge (its base class :class:`GpuSharing`): turns on the host-wide lock (core.verification.devicelock),
+the worker requests made under it, and GPU memory admission (core.verification.gpumemory): each
+verification reserves its task's estimated footprint around its GPU stages, and a stage that runs out of
+memory raises :class:`~core.verification.gpumemory.GpuOutOfMemory`, which ``Verifier.verify`` judges again
+with the device alone, then calls an error."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from core.contracts import optional
+from core.task import Task
+from core.verification.budget import Budget, GpuBusy, GpuTurn
+from core.verification.devicelock import DeviceLockTimeout
+from core.verification.gpumemory import (Footprint, GpuOutOfMemory, MemoryAdmission, capacity_from, estimate,
+                                         fmt_bytes, is_out_of_memory, unknown_footprint)
+from core.verification.protocol import Op, request
+from core.verification.sandbox import WorkerFailure, WorkerPool
+
+if TYPE_CHECKING:
+    from core.verification.pipeline import Verification
+
+
+def out_of_gpu_memory(answer: dict[str, Any]) -> bool:
+    """A worker's failed answer whose error is PyTorch's or CUDA's allocation failure."""
+    return not answer.get("ok") and is_out_of_memory(answer.get("error"))
+
+
+class GpuSharing:
+    """The judge's GPU turns, the requests made on them and its memory admission. They read what the
+    :class:`~core.verification.judge.Verifier` sets: ``device_lock``, ``gpu_wait_s``, ``gpu_turns``,
+    ``split_transfers``, ``reference_pool``, ``checks``, ``trials``, ``workers``, ``float64_max_elements``."""
+
+    def _init_gpu_memory(self, gpu_memory_gb: float | None, gpu_memory_fraction: float, memory_admission: Any,
+                         wanted: bool) -> None:
+        """The admission's settings (``Verifier``'s ``gpu_memory_gb``, ``gpu_memory_fraction`` and
+        ``memory_admission``); ``wanted``: host-wide admission where none is given (CUDA, a shared GPU)."""
+        # GPU memory admission (core.verification.gpumemory): made on first use, when a worker said
+        # how much memory the device has
+        self.gpu_memory_gb, self.gpu_memory_fraction = gpu_memory_gb, float(gpu_memory_fraction)
+        self.memory_admission: MemoryAdmission | None = memory_admission or None
+        self._admission_wanted = memory_admission is None and wanted
+        self.device_total_bytes: int | None = None
+        self.footprints: dict[str, Footprint] = {}
+        self._footprint_lock = threading.Lock()
+
+    # -- GPU memory (core.verification.gpumemory)
+
+    def does_not_fit(self, task: Task, exc: GpuOutOfMemory) -> str:
+        """The reason of a verdict whose verification ran out of GPU memory with the device alone."""
+        fp = self.footprints.get(task.id)
+        cap = self.memory_admission.capacity if self.memory_admission is not None else None
+        said = [f"estimated footprint {fmt_bytes(fp.bytes)}" if fp is not None else "footprint not estimated",
+                f"{fmt_bytes(cap)} admitted" if cap else "no memory admission",
+                f"{fmt_bytes(self.device_total_bytes)} on the device" if self.device_total_bytes else ""]
+        return (f"the task does not fit the device: it ran out of GPU memory with the device to itself "
+                f"({'; '.join(x for x in said if x)}); {exc.stage}: {exc.error.strip().splitlines()[-1][:240] if exc.error.strip() else ''}")
+
+    def _admission(self, worker: Any) -> MemoryAdmission | None:
+        """The host-wide admission of this GPU, made once a worker said the device's memory."""
+        if self.memory_admission is None and self._admission_wanted:
+            memory = (worker.wait_ready() or {}).get("gpu_memory") or [None, None]
+            self.device_total_bytes = int(memory[1]) if memory[1] else None
+            capacity = capacity_from(self.device_total_bytes, self.gpu_memory_gb, self.gpu_memory_fraction)
+            if capacity:
+                self.memory_admission = MemoryAdmission.for_device(capacity)
+            self._admission_wanted = False
+        return self.memory_admission
+
+    def footprint(self, task: Task, probes: int = 3) -> Footprint:
+        """The task's estimated footprint per verification (:func:`core.verification.gpumemory.estimate`),
+        measured once per task on the meta device by a reference worker; unmeasurable: an even share."""
+        with self._footprint_lock:
+            known = self.footprints.get(task.id)
+        if known is not None:
+            return known
+        worker = self.reference_pool.acquire()
+        ok = False
+        try:
+            admission = self._admission(worker)
+            answer = worker.request(request(Op.FOOTPRINT, source=task.source), timeout_s=120)
+            ok = True
+        except WorkerFailure as exc:
+            answer = {"ok": False, "error": exc.detail}
+        finally:
+            self.reference_pool.release(worker, discard=not ok)
+        capacity = admission.capacity if admission is not None else 0
+        if answer.get("ok"):
+            orders = max((int(optional(c, "Check", "orders") or 0) for c in self.checks if "shuffled" in c.needs),
+                         default=0)
+            fp = estimate(answer["measured"], trials=self.trials, probes=probes, orders=orders,
+                          float64_max_elements=self.float64_max_elements)
+        else:
+            fp = unknown_footprint(capacity, max(1, self.workers),
+                                   f"not measured on meta: {answer.get('error')}"[:300])
+        with self._footprint_lock:
+            self.footprints[task.id] = fp
+        return fp
+
+    @contextlib.contextmanager
+    def _reserved(self, verification: Verification):
+        """Hold ``verification``'s memory reservation around its GPU stages (none without admission);
+        the wait is given back to its budget, a wait past ``gpu_wait_s`` raises :class:`GpuBusy`."""
+        budget, verdict = verification.budget, verification.verdict
+        if self.memory_admission is None and not self._admission_wanted:
+            yield
+            return
+        fp = self.footprint(verification.task)
+        admission = self.memory_admission
+        if admission is None:
+            yield
+            return
+        started = time.monotonic()
+        label = f"{verification.task.name or verification.task.id[:12]}"
+        reservation = admission.reserve(fp.bytes, started + self.gpu_wait_s, label, alone=verification.alone)
+        try:
+            got = reservation.__enter__()
+        except DeviceLockTimeout as exc:
+            raise GpuBusy("error", f"the GPU's memory stayed taken by other verifications: {exc}") from exc
+        with contextlib.ExitStack() as held:
+            held.push(reservation)  # released when the GPU stages end, however they end
+            budget.waited(got.waited_s)
+            verification.ran_alone = got.alone
+            budget.alone = budget.alone or got.alone
+            verdict.gpu_memory = {**(verdict.gpu_memory or {}), "estimate_bytes": fp.bytes,
+                                  "capacity_bytes": admission.capacity, "alone": got.alone,
+                                  "wait_s": round(got.waited_s, 4), **({"note": fp.note} if fp.note else {})}
+            yield
+
+    # -- one worker request, on the GPU's lock where it needs it (every verification's stages use these)
+
+    def _request(self, pool: WorkerPool, message: dict[str, Any], budget: Budget,
+                 on_gpu: bool = False) -> dict[str, Any]:
+        worker = pool.acquire()
+        ok = False
+        try:
+            answer = self._on_gpu(worker, message, budget) if on_gpu else \
+                worker.request(message, timeout_s=budget.left())
+            ok = True
+            return answer
+        except (GpuBusy, GpuOutOfMemory):
+            ok = True  # it never got to the worker, or the worker answered (out of memory) and is fine
+            raise
+        finally:
+            pool.release(worker, discard=not ok)
+
+    def _on_gpu(self, worker, message: dict[str, Any], budget: Budget) -> dict[str, Any]:
+        """A run or reference request under the GPU lock; with ``split_transfers`` its tensors are
+        held back by the worker and fetched after the lock is released: moving 100 MB outputs
+        through a pipe takes seconds, and a timed stage waiting for the lock should not wait for
+        that."""
+        with self._gpu(budget, label=str(message.get("op"))):
+            answer = worker.request({**message, "hold": self.split_transfers}, timeout_s=budget.left())
+        if out_of_gpu_memory(answer):
+            # neighbours filled the GPU, or the task is too large for it: not the candidate's fault;
+            # verify() judges the verification again alone, then calls it an error (core.verification.gpumemory)
+            raise GpuOutOfMemory(f"the {message.get('op')} request", str(answer.get("error")))
+        if answer.get("held"):
+            heavy = worker.request(request(Op.TAKE_HELD), timeout_s=budget.left())
+            items = answer.get("observations") or answer.get("trials") or []
+            if not heavy.get("ok") or len(heavy.get("held") or []) != len(items):
+                raise WorkerFailure("error", f"the worker lost the outputs it held: {heavy.get('error')}")
+            for item, tensors in zip(items, heavy["held"]):
+                item.update(tensors)
+        return answer
+
+    def _gpu(self, budget: Budget, exclusive: bool = False, label: str = ""):
+        """Hold this GPU's host-wide lock (shared, or alone for timing) around one worker request,
+        waiting at most ``gpu_wait_s``; the wait is added to ``budget``, the turn to ``gpu_turns``."""
+        if self.device_lock is None:
+            return contextlib.nullcontext()
+        exclusive = exclusive or getattr(budget, "alone", False)  # a verification retried alone
+        started = time.monotonic()
+        wait_until = started + self.gpu_wait_s
+        inner = self.device_lock.exclusive(wait_until) if exclusive else self.device_lock.shared(wait_until)
+        return GpuTurn(inner, budget, started, self.gpu_turns, label, exclusive)
