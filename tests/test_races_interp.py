@@ -58,8 +58,11 @@ def test_recording_stops_at_the_budget_and_says_so(monkeypatch):
     monkeypatch.setattr(triton_races, "MAX_ADDRESSES", 10)
     log = AccessLog()
     log.add(LOAD, np.arange(8, dtype=np.uint64))
-    log.add(STORE, np.arange(8, dtype=np.uint64), np.zeros(8, dtype=np.uint64))
+    log.add(LOAD, np.arange(8, dtype=np.uint64))  # over: loads are dropped
     assert log.cut_short and log.recorded == 8
+    log.add(STORE, np.arange(8, dtype=np.uint64), np.zeros(8, dtype=np.uint64))  # writes still count, up to 2x
+    log.add(STORE, np.arange(8, dtype=np.uint64), np.zeros(8, dtype=np.uint64))
+    assert log.recorded == 16 and log.kinds == [LOAD, STORE]
 
 
 # --------------------------------------------------------------------------- kernels in the interpreter
@@ -283,13 +286,13 @@ def test_cost_stays_linear_in_the_accesses():
 # --------------------------------------------------------------------------- sampled launches (issue 39, item 2)
 
 
-def _sampled(backend, launch, sample: int, seed: int = 7) -> tuple[list[str], list[dict]]:
+def _sampled(backend, launch, sample: int, seed: int = 7, launch_s: float = 0.0) -> tuple[list[str], list[dict]]:
     from contextlib import ExitStack
 
     with ExitStack() as stack:
         stack.enter_context(backend.launch_tracker())
         findings = stack.enter_context(backend.bounds_checking())
-        launches = stack.enter_context(backend.program_order(seed, sample=sample))
+        launches = stack.enter_context(backend.program_order(seed, sample=sample, launch_s=launch_s))
         launch()
     return list(findings), list(launches)
 
@@ -316,7 +319,8 @@ def test_a_sampled_launch_runs_only_its_sample_with_the_true_ids_and_grid(backen
     ran = (out >= 0).nonzero().flatten().tolist()
     (launch,) = launches
     assert launch["grid"] == list(grid) and launch["programs"] == 2400 and launch["sampled"] == len(ran) >= 12
-    assert ran == launch["ids"] and all(out[p] == p for p in ran)  # each program saw its true id
+    assert ran == sorted(launch["ids"]) and all(out[p] == p for p in ran)  # each program saw its true id
+    assert launch["ids"][:4] == [0, 120, 4, 1]  # the first and its neighbours ran first (axis 0, 1, 2)
     assert {0, 1, 4, 120, 2399, 2398, 2395, 2279} <= set(ran)  # the corners and their neighbours on each axis
     assert all(dims[p * 3:p * 3 + 3].tolist() == list(grid) for p in ran)  # and the true grid
     assert not _races(findings)
@@ -344,3 +348,20 @@ def test_the_same_seed_samples_the_same_programs(backend, kernels):
     runs = [_sampled(backend, lambda: kernels["own_block"][(n // 256,)](x, out, n, BLOCK=256), sample=8, seed=s)[1]
             for s in (3, 3, 4)]
     assert runs[0][0]["ids"] == runs[1][0]["ids"] != runs[2][0]["ids"]
+
+
+def test_a_launch_whose_time_budget_is_spent_starts_no_more_programs_and_the_next_launch_runs(backend, kernels):
+    """Programs with a deep loop (a matmul with a K of 500k): the programs that ran are analysed, in
+    the order chosen (the first and its neighbour first), and forward goes on."""
+    import torch
+
+    n = 1 << 20
+    x, total, out = torch.randn(n), torch.zeros(1), torch.empty(n)
+
+    def two_launches():
+        kernels["lost_update"][(n // 256,)](x, total, n, BLOCK=256)
+        kernels["own_block"][(n // 256,)](x, out, n, BLOCK=256)
+
+    findings, launches = _sampled(backend, two_launches, sample=8, launch_s=1e-9)
+    assert [launch["ran"] for launch in launches] == [1, 1]  # one program each: none starts after the budget
+    assert not _races(findings) and findings[-1].startswith(f"{RACE_SUMMARY}2 launch(es)")

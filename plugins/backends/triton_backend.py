@@ -284,12 +284,13 @@ class TritonBackend:
             checks.reset_findings(None)
 
     @contextmanager
-    def program_order(self, seed: int | None, sample: int = 0) -> Iterator[list[dict]]:
+    def program_order(self, seed: int | None, sample: int = 0, launch_s: float = 0.0) -> Iterator[list[dict]]:
         """Programs run in an order shuffled by ``seed``, and every launch's accesses are analysed
         for races between programs (the shuffled runs are the races check's evidence). ``sample``
         > 0: a launch of more programs runs only a sample of that many, chosen from ``seed``
         (``triton_interp_checks.choose_programs``: first, last, neighbours, random); yields the
-        record of each launch's sample (empty without ``sample``)."""
+        record of each launch's sample (empty without ``sample``). ``launch_s`` > 0: no sampled program
+        starts after a launch has run that long (its record says how many ran)."""
         import random
 
         from plugins.backends.triton_interp_checks import STATE
@@ -298,11 +299,13 @@ class TritonBackend:
         STATE.order_rng = random.Random(seed) if seed is not None else None
         STATE.races = True
         STATE.sample, STATE.launches = max(0, int(sample)), launches if sample else None
+        STATE.launch_s = float(launch_s)
         try:
             yield launches
         finally:
             STATE.order_rng, STATE.perm, STATE.races = None, None, False
             STATE.sample, STATE.launches, STATE.sampled, STATE.true_grid = 0, None, None, None
+            STATE.launch_s = 0.0
 
 
 def _locate_libcuda() -> None:

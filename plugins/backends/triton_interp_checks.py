@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,18 +64,26 @@ class InterpreterState:
     sampled: list[int] | None = None  # the running launch's sampled programs (linear ids), in run order
     true_grid: tuple[int, int, int] | None = None  # the running sampled launch's real grid
     launches: list[dict] | None = None  # while sampling: one record per launch (grid, sample, how chosen)
+    launch_s: float = 0.0  # while sampling: no program of a launch starts after this many seconds (0: no limit)
+    launch_deadline: float = float("inf")  # the running sampled launch's
 
 
 MAX_LAUNCH_RECORDS = 64
 
 
+class SampleBudgetSpent(BaseException):
+    """Raised before a sampled program starts after its launch's time budget: the launch ends there
+    (a BaseException, so the interpreter's ``except Exception`` passes it to the executor's wrapper)."""
+
+
 def choose_programs(grid: tuple[int, int, int], budget: int, rng: random.Random) -> tuple[list[int], dict[str, int]]:
     """A sample of the programs of ``grid`` (linear ids, x slowest as the interpreter walks), at most
     ``budget`` of them unless the corners and their neighbours alone need more, and how many were
-    chosen which way: every program of a grid of at most ``budget``; else the first and the last,
-    the first's +1 and the last's -1 neighbour along each axis longer than 1, then random programs
+    chosen which way: every program of a grid of at most ``budget``; else the first, its +1
+    neighbour along each axis longer than 1, the last and its -1 neighbours, then random programs
     each with its +1 neighbour along every axis (-1 at the edge), then random ones, until the budget
-    is spent. Deterministic given ``rng``'s state."""
+    is spent. The programs come in that order (they run in it: a launch whose time budget is spent
+    has run the first pairs). Deterministic given ``rng``'s state."""
     nx, ny, nz = grid
     total = nx * ny * nz
     if total <= max(budget, 0):
@@ -100,9 +109,9 @@ def choose_programs(grid: tuple[int, int, int], budget: int, rng: random.Random)
         return found
 
     add(0, "first")
-    add(total - 1, "last")
     for n in neighbours(0, 1):
         add(n, "neighbour")
+    add(total - 1, "last")
     for n in neighbours(total - 1, -1):
         add(n, "neighbour")
     anchors = max(1, (budget - len(chosen)) // 4)  # random anchors with neighbours, then plain random ones
@@ -118,7 +127,7 @@ def choose_programs(grid: tuple[int, int, int], budget: int, rng: random.Random)
     while len(chosen) < budget and tries < 4 * budget:
         add(rng.randrange(total), "random")
         tries += 1
-    programs = sorted(chosen)
+    programs = list(chosen)  # in the order chosen: the first and its neighbours run first
     how: dict[str, int] = {}
     for linear in programs:
         how[chosen[linear]] = how.get(chosen[linear], 0) + 1
@@ -342,11 +351,8 @@ def install() -> None:
                 nx, ny, nz = STATE.true_grid
             orig_dim(self, nx, ny, nz)
             STATE.grid = (nx, ny, nz)
-            if sampled is not None:
-                perm = list(sampled)
-                if STATE.order_rng is not None:
-                    STATE.order_rng.shuffle(perm)
-                STATE.perm = perm
+            if sampled is not None:  # in the order chosen (addresses, not values, are analysed)
+                STATE.perm = list(sampled)
             elif STATE.order_rng is not None:
                 perm = list(range(nx * ny * nz))
                 STATE.order_rng.shuffle(perm)
@@ -359,6 +365,8 @@ def install() -> None:
             _, ny, nz = STATE.grid
             # sampled: the executor's (i, 0, 0) is the i-th sampled program
             linear = x if STATE.sampled is not None else (x * ny + y) * nz + z
+            if STATE.sampled is not None and x and time.monotonic() > STATE.launch_deadline:
+                raise SampleBudgetSpent  # no new program of this launch: the ones run are analysed
             if perm is not None:
                 linear = perm[linear]
                 x, rest = divmod(linear, ny * nz)
@@ -411,6 +419,7 @@ def _sample_launches(interp: Any) -> None:
         if STATE.sample <= 0:
             return original(self, *args, **kwargs)
         grid = self.grid
+        record: dict[str, Any] = {}
 
         def sampled_grid(named: Any) -> tuple[int, ...]:
             g = tuple(int(d) for d in (grid(named) if callable(grid) else grid))
@@ -418,22 +427,29 @@ def _sample_launches(interp: Any) -> None:
             rng = STATE.order_rng or random.Random(0)
             programs, how = choose_programs(g, STATE.sample, rng)
             STATE.true_grid, STATE.sampled = g, programs
+            STATE.launch_deadline = time.monotonic() + STATE.launch_s if STATE.launch_s > 0 else float("inf")
+            record.update(kernel=STATE.kernel, grid=list(g), programs=g[0] * g[1] * g[2], sampled=len(programs),
+                          how=how, ids=programs[:32])
             if STATE.launches is not None:
-                record = {"kernel": STATE.kernel, "grid": list(g), "programs": g[0] * g[1] * g[2],
-                          "sampled": len(programs), "how": how, "ids": programs[:32]}
                 if len(STATE.launches) < MAX_LAUNCH_RECORDS:
                     STATE.launches.append(record)
-                else:  # the rest are counted in the last record
+                elif STATE.launches:  # the rest are counted in the last record
                     last = STATE.launches[-1]
                     last["more_launches"] = last.get("more_launches", 0) + 1
             return (len(programs),)
 
         self.grid = sampled_grid
+        started = time.monotonic()
         try:
             return original(self, *args, **kwargs)
+        except SampleBudgetSpent:
+            # the programs run so far wrote in place (CPU tensors are the interpreter's own storage)
+            ran = STATE.log.programs if STATE.log is not None else None
+            record.update(ran=ran, cut_after_s=round(time.monotonic() - started, 1))
+            return None
         finally:
             self.grid = grid
-            STATE.sampled, STATE.true_grid = None, None
+            STATE.sampled, STATE.true_grid, STATE.launch_deadline = None, None, float("inf")
 
     __call__._kz_sampling = True  # type: ignore[attr-defined]
     executor.__call__ = __call__

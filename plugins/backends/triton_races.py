@@ -21,7 +21,8 @@ of one buffer inside a kernel are rare). Synchronisation through atomics (a spin
 kernels are reported as racing.
 
 Cost: the analysis sorts the written addresses and the loads of written addresses, once per launch
-(numpy); recording stops after :data:`MAX_ADDRESSES` addresses, and the summary says so.
+(numpy); after :data:`MAX_ADDRESSES` addresses loads are no longer recorded (writes are, up to twice
+that), and the summary says so.
 """
 
 from __future__ import annotations
@@ -53,11 +54,15 @@ class AccessLog:
     def add(self, kind: int, addresses: Any, bits: Any = None) -> None:
         """Record ``addresses`` (1-D, the active lanes only) for the running program."""
         n = int(addresses.size)
-        if n == 0 or self.cut_short:
+        if n == 0:
             return
-        if self.recorded + n > (MAX_ADDRESSES if self.limit is None else self.limit):
+        limit = MAX_ADDRESSES if self.limit is None else self.limit
+        if self.cut_short or self.recorded + n > limit:
+            # over the budget, loads are dropped; writes (the end of a long loop stores) are still
+            # recorded, up to twice the budget
             self.cut_short = True
-            return
+            if kind == LOAD or self.recorded + n > 2 * limit:
+                return
         self.recorded += n
         self.addresses.append(addresses)
         self.programs_of.append(self.program)

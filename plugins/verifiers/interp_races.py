@@ -73,6 +73,8 @@ class InterpreterRaceCheck:
     needs: frozenset[str] = frozenset({"trials", "interpreter"})
     sample: int = 16  # programs run per launch at most (corners, neighbours, random); every one of a smaller grid
     max_calls: int = 8  # forward calls at most: one per autotune config
+    launch_s: float = 30.0  # no sampled program of a launch starts after it has run this long (a deep loop per program)
+    calls_s: float = 60.0  # no further autotune config's call after the calls took this long
     workers: int = 0  # CPU candidate workers of the smallest memory class; 0: a quarter of the cores, at least 2
     timeout_s: float = 300.0
     memory_mb: int = 8192  # the smallest address-space limit of a CPU worker; larger tasks get a pool sized for them
@@ -190,7 +192,8 @@ class InterpreterRaceCheck:
             if not loaded.get("ok"):
                 return could_not_run(f"the candidate did not load in the Triton interpreter: {loaded.get('error')}"[:500],
                                      data)
-            config = {"seed": seed, "sample": self.sample, "max_calls": self.max_calls}
+            config = {"seed": seed, "sample": self.sample, "max_calls": self.max_calls, "launch_s": self.launch_s,
+                      "calls_s": self.calls_s}
             answer = worker.request(request(Op.COLLECT, check=SAMPLE_CHECK, config=config),
                                     timeout_s=max(1.0, deadline - time.monotonic()))
             tamper = worker.request(request(Op.COLLECT, check="tamper", config={}), timeout_s=60)
@@ -250,8 +253,10 @@ def describe_samples(launches: list[dict[str, Any]]) -> str:
     for record in launches[:6]:
         how = ", ".join(f"{n} {k}" for k, n in (record.get("how") or {}).items())
         grid = "x".join(str(d) for d in record.get("grid") or [])
+        ran = "" if record.get("ran") is None else \
+            f", {record['ran']} run before its {record.get('cut_after_s')} s were spent"
         parts.append(f"{record.get('kernel')} grid {grid}: {record.get('sampled')} of {record.get('programs')} "
-                     f"programs ({how})")
+                     f"programs ({how}{ran})")
     more = len(launches) - 6 + sum(int(r.get("more_launches", 0)) for r in launches)
     return "; ".join(parts) + (f"; {more} more launch(es)" if more > 0 else "")
 
@@ -272,6 +277,8 @@ class InterpreterRaceSample:
     seed: int = 0
     sample: int = 16
     max_calls: int = 8
+    launch_s: float = 30.0
+    calls_s: float = 60.0
 
     def applies(self, backend: str, device: str) -> bool:
         return False
@@ -307,7 +314,7 @@ class InterpreterRaceSample:
         t = time.perf_counter()
         for call in range(max(1, self.max_calls)):
             with backend.launch_tracker() as tracker, backend.bounds_checking() as found, \
-                    backend.program_order(self.seed + call, sample=self.sample) as sampled:
+                    backend.program_order(self.seed + call, sample=self.sample, launch_s=self.launch_s) as sampled:
                 try:
                     if guard is not None:
                         guard.armed = True
@@ -326,7 +333,7 @@ class InterpreterRaceSample:
             # call i runs autotune config i: call again while a launch name (with its config) is new
             new = set(kernels) - names
             names |= set(kernels)
-            if not any("[" in k for k in new):
+            if not any("[" in k for k in new) or time.perf_counter() - t > self.calls_s:
                 break
         seconds["forward"] = round(time.perf_counter() - t, 3)
         return {"findings": findings[:32], "launches": launches[:64], "calls": calls, "seconds": seconds,
