@@ -389,10 +389,12 @@ class Executor(Protocol):
     def verify(self, task: Task, candidate: Candidate) -> Verdict:
         """The verdict of one candidate."""
 
-    def verify_many(self, pairs: Sequence[Pair], on_verdicts: Callable[[list[int], list[Verdict]], None] | None = None
-                    ) -> list[Verdict]:
+    def verify_many(self, pairs: Sequence[Pair], on_verdicts: Callable[[list[int], list[Verdict]], None] | None = None,
+                    deadline: float | None = None) -> list[Verdict | None]:
         """One verdict per ``(task, candidate)`` pair, in input order; ``on_verdicts(indices, verdicts)``
-        reports each verdict once, as it lands (indices into ``pairs``)."""
+        reports each verdict once, as it lands (indices into ``pairs``). ``deadline``
+        (``time.monotonic()``): no verification starts after it (the first excepted); the pairs never
+        started are ``None`` (core.evaluation.runner's ``budget_s``)."""
 
     def describe(self) -> str:
         """One line for the log: the executor's name, its shards and workers."""
