@@ -90,7 +90,7 @@ def test_every_autotune_config_is_analysed(check):
     assert not result.unchecked, result.detail
     kernels = {launch["kernel"] for launch in result.data["launches"]}
     assert len(kernels) >= 2 and all("[" in k for k in kernels), kernels
-    assert result.data["calls"] == len(kernels) + 1  # the last call came back to the first config
+    assert result.data["calls"] == len(kernels) == 2  # one call per config: no call comes back to the first
 
 
 def test_a_gpu_sized_task_is_analysed_at_its_own_shape_on_a_sample(check):
@@ -325,6 +325,6 @@ def test_the_sample_is_deterministic_and_holds_the_corners_and_their_neighbours(
     ups = [_linear([int(a == axis) for a in range(3)], grid) for axis in range(3) if grid[axis] > 1]
     assert programs[1:1 + len(ups)] == ups  # the first pairs run first (a launch's time budget may end it)
     assert len(programs) <= max(budget, len(corners))
-    assert how["first"] == 1 and how["last"] == 1
+    assert how["first"] == 1 and how.get("last", 0) <= 1  # the last may be the first's neighbour already
     if budget >= len(corners) + 2 and total >= 4 * budget:  # room for random anchors and their neighbours
         assert how.get("random", 0) >= 1

@@ -311,6 +311,7 @@ class InterpreterRaceSample:
         launches: list[dict] = []
         names: set[str] = set()
         calls = 0
+        configs = _autotune_configs(session.module)
         t = time.perf_counter()
         for call in range(max(1, self.max_calls)):
             with backend.launch_tracker() as tracker, backend.bounds_checking() as found, \
@@ -333,11 +334,23 @@ class InterpreterRaceSample:
             # call i runs autotune config i: call again while a launch name (with its config) is new
             new = set(kernels) - names
             names |= set(kernels)
-            if not any("[" in k for k in new) or time.perf_counter() - t > self.calls_s:
+            if not any("[" in k for k in new) or time.perf_counter() - t > self.calls_s or calls == configs:
                 break
         seconds["forward"] = round(time.perf_counter() - t, 3)
         return {"findings": findings[:32], "launches": launches[:64], "calls": calls, "seconds": seconds,
                 "inputs": shapes}
+
+
+def _autotune_configs(module: Any) -> int | None:
+    """The most configs of an autotuned kernel at the candidate module's top level (the interpreter
+    runs config i at call i, so that many calls run each once); None: none there (an autotuner kept
+    elsewhere is still called until its launch names repeat)."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return None
+    found = [len(v.configs) for v in list(vars(module).values()) if type(v) is Autotuner]
+    return max(found) if found else None
 
 
 _RANDOM = ("rand", "randn", "randint")
