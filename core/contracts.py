@@ -298,6 +298,10 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # torch.compile build) while the GPU is shared; the worker keeps the state and hands it to
         # baseline(task, init_seed, prepared=state), which then only times, with the GPU alone.
         "baseline_prepare": None,
+        # start(evidence) -> None: begin the check's own work (on other hardware: interp_races' CPU
+        # analysis) as soon as the judge-side checks pass, so it overlaps the GPU stages; its
+        # ``evaluate`` later collects the result.
+        "start": None,
         "baseline_key": None,
         "baseline_per_task": False,  # one baseline per task, shared by its candidates
         "baseline_dirties_worker": _never,  # the baseline leaves the reference worker unusable

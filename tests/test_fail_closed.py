@@ -65,3 +65,63 @@ def test_an_unchecked_check_rejects_unless_accepted_explicitly(register_plugin, 
         assert verdict.reason.startswith(f"{ToolMissingCheck.name}: could not run: the tool")
         assert verdict.accepted_unchecked == []
     assert verdict.to_dict()["unchecked"] == [ToolMissingCheck.name]
+
+
+@dataclass
+class StartedCheck:
+    """A worker-stage check whose own work starts when the judge-side checks pass (``start``)."""
+
+    name: str = "started_early"
+    stage: int = 5
+    hard: bool = True
+    where: str = "worker"
+    needs: frozenset = frozenset({"trials"})
+
+    def applies(self, backend: str, device: str) -> bool:
+        return True
+
+    def start(self, evidence) -> None:
+        StartedCheck.log.append(("start", evidence.trials == []))
+
+    def evaluate(self, evidence) -> CheckResult:
+        StartedCheck.log.append(("evaluate", bool(evidence.trials)))
+        return CheckResult(True, "ok")
+
+
+class _StartedPlugin:
+    @hookimpl
+    def register_verifiers(self, register):
+        register(StartedCheck.name, StartedCheck)
+
+
+def test_a_checks_own_work_starts_before_the_trials_and_is_evaluated_after_them(register_plugin, pair):
+    # interp_races' CPU analysis needs only the task and the candidate: started before the trials it
+    # overlaps the GPU stages instead of adding its minutes after them
+    StartedCheck.log = []
+    register_plugin(_StartedPlugin(), name="started-test")
+    with Verifier(backend="triton", device="cpu", workers=1, checks=[*CHECKS[:4], StartedCheck.name]) as v:
+        verdict = v.verify(*pair)
+    assert verdict.accepted, verdict.reason
+    assert StartedCheck.log == [("start", True), ("evaluate", True)]
+
+
+def test_interp_races_evaluate_collects_the_analysis_it_started_in_the_background(monkeypatch):
+    import threading
+    from types import SimpleNamespace
+
+    from plugins.verifiers.interp_races import InterpreterRaceCheck
+
+    check, ran = InterpreterRaceCheck(), []
+
+    def analyse(evidence):
+        ran.append(threading.current_thread().name)
+        return CheckResult(True, f"analysed {evidence.task}")
+
+    monkeypatch.setattr(check, "analyse", analyse)
+    evidence = SimpleNamespace(backend="triton", task="t1")
+    check.start(evidence)
+    assert check.evaluate(evidence).detail == "analysed t1"
+    assert ran and ran[0].startswith("kz-interp-races")  # once, in the background
+    assert check.evaluate(SimpleNamespace(backend="triton", task="t2")).detail == "analysed t2"  # never started: now
+    assert len(ran) == 2
+    check.close()

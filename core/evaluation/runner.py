@@ -75,8 +75,12 @@ def verdict_line(task: Task, verdict: Verdict, at_s: float) -> str:
         if timing.get("speedup_compile") is not None:
             speed += f" {timing['speedup_compile']:.2f}x compile"
     why = "" if verdict.accepted else f" - {(verdict.reason or '')[:160]}"
+    stages = sorted((verdict.stage_s or {}).items(), key=lambda kv: -kv[1])[:4]
+    where = ", ".join(f"{k} {v:.1f}" for k, v in stages)
+    if verdict.gpu_wait_s >= 0.5:
+        where += f"; waited {verdict.gpu_wait_s:.1f} for the GPU"
     return (f"[{at_s:6.1f} s] {level_of(task)}/{task.name or task.id}: {verdict.status}{speed} "
-            f"({verdict.elapsed_s:.1f} s){why}")
+            f"({verdict.elapsed_s:.1f} s{': ' + where if where else ''}){why}")
 
 
 def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:

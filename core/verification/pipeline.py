@@ -132,6 +132,8 @@ class Verification:
         verdict.stage_s["static"] = time.perf_counter() - stage_t
         if not passed:
             return
+        for starter in filter(None, (optional(c, "Check", "start") for c in self.checks)):
+            starter(self.evidence)  # work on other hardware, overlapping the GPU stages
         self.budget = Budget(self.timeout_s, verdict)
         self.budget.alone = self.alone
         if verifier.compile_only is not None:

@@ -119,6 +119,10 @@ def choose_programs(grid: tuple[int, int, int], budget: int, rng: random.Random)
         if len(chosen) >= budget:
             break
         anchor = rng.randrange(total)
+        for _ in range(8):  # an anchor that is a corner's neighbour already would add no random program
+            if anchor not in chosen:
+                break
+            anchor = rng.randrange(total)
         add(anchor, "random")
         for n in neighbours(anchor, 1):
             if len(chosen) < budget:

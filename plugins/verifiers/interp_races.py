@@ -81,6 +81,8 @@ class InterpreterRaceCheck:
     _pools: dict[int, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     _plans: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    _started: dict[int, tuple[Any, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _runner: Any = field(default=None, init=False, repr=False, compare=False)
 
     def applies(self, backend: str, device: str) -> bool:
         return backend == "triton" and device == "cuda"
@@ -98,6 +100,10 @@ class InterpreterRaceCheck:
         """Close the CPU pools' workers (the GPU verifier calls this from its own close)."""
         with self._lock:
             pools, self._pools = list(self._pools.values()), {}
+            runner, self._runner = self._runner, None
+            self._started.clear()
+        if runner is not None:
+            runner.shutdown(wait=False, cancel_futures=True)
         for pool in pools:
             pool.close()
 
@@ -152,7 +158,30 @@ class InterpreterRaceCheck:
             self._plans[key] = plan
         return plan
 
+    def start(self, evidence: Evidence) -> None:
+        """Begin the analysis when the judge-side checks pass: it needs only the task and the
+        candidate, and its CPU minutes then overlap the GPU stages instead of following them."""
+        if evidence.backend != "triton":
+            return
+        with self._lock:
+            if self._runner is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._runner = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kz-interp-races")
+            for key in [k for k, (f, _) in self._started.items() if f.done() and len(self._started) > 64]:
+                self._started.pop(key)  # verifications that ended before evaluating (an earlier failure)
+            # the evidence is kept beside its future, so its id is not reused while the entry lives
+            self._started[id(evidence)] = (self._runner.submit(self.analyse, evidence), evidence)
+
     def evaluate(self, evidence: Evidence) -> CheckResult:
+        with self._lock:
+            started = self._started.pop(id(evidence), None)
+        if started is not None:
+            return started[0].result()
+        return self.analyse(evidence)
+
+    def analyse(self, evidence: Evidence) -> CheckResult:
+        """The analysis itself, now (``start`` runs it in the background)."""
         if evidence.backend != "triton":
             return CheckResult(True, "not a Triton candidate")
         try:
