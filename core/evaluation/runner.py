@@ -74,7 +74,7 @@ def verdict_line(task: Task, verdict: Verdict, at_s: float) -> str:
         speed = f" {timing['speedup_eager']:.2f}x eager"
         if timing.get("speedup_compile") is not None:
             speed += f" {timing['speedup_compile']:.2f}x compile"
-    why = "" if verdict.accepted else f" - {(verdict.reason or '')[:160]}"
+    why = "" if verdict.accepted else f" - {(verdict.reason or '')[:400]}"
     stages = sorted((verdict.stage_s or {}).items(), key=lambda kv: -kv[1])[:4]
     where = ", ".join(f"{k} {v:.1f}" for k, v in stages)
     if verdict.gpu_wait_s >= 0.5:
