@@ -117,10 +117,31 @@ class Training:
         if self.settings.resume == "auto" and path.exists():
             progress = json.loads(path.read_text())
             self.console.print(f"[yellow]resuming[/] from {path}: phases done {progress.get('done', [])}")
+            self._check_finished_phases(progress)
             return progress
         if self.settings.resume == "never" and self.metrics.rows and not self.reader:
             self.metrics.truncate(-1)
         return {"done": [], "model": None, "step_offset": 0}
+
+    def _check_finished_phases(self, progress: dict[str, Any]) -> None:
+        """Refuse to resume when a phase the run finished is now asked for more steps than it ran.
+
+        A finished phase is skipped on resume; extending it would leave the phases and held-out
+        evaluations after it built on the shorter phase's model, so the run stops here and says so
+        instead of adding no steps in silence. A control arm's steps are a cap (its wall clock decides)."""
+        done = set(progress.get("done", []))
+        recorded = {**progress.get("steps_done", {}), **progress.get("phase_steps", {})}
+        for phase in self.settings.phases:
+            if phase.name not in done or phase.control_for is not None:
+                continue
+            ran = int(recorded.get(phase.name, 0))
+            if phase.steps > ran:
+                raise TrainingError(
+                    f"{self.out} already finished phase {phase.name!r} with {ran} steps; "
+                    f"trainer.phases.{phase.name}.steps={phase.steps} asks for {phase.steps - ran} more, but a "
+                    f"resumed run does not extend a finished phase (the phases and held-out evaluations after it "
+                    f"started from its {ran}-step model). Train the longer run in a new directory "
+                    f"(hydra.run.dir=...), or retrain this one from the start with trainer.resume=never")
 
     def _write_progress(self) -> None:
         path = self.out / PROGRESS_FILE
@@ -151,6 +172,7 @@ class Training:
                     # the held-out pass rate between phases (the last phase's is the "after" evaluation)
                     self.progress.setdefault("eval_phases", {})[phase.name] = self.evaluate(eval_tasks, f"after {phase.name}")
             self.progress["done"].append(phase.name)
+            self.progress.setdefault("phase_steps", {})[phase.name] = phase.steps
             self._write_progress()
         if "eval_after" not in self.progress:
             self.progress["eval_after"] = self.evaluate(eval_tasks, "after training")
