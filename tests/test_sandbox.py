@@ -201,3 +201,15 @@ def test_the_triton_worker_may_start_the_ptxas_triton_is_pointed_at(tmp_path, mo
     guard = AuditGuard(str(tmp_path / "scratch"), allowed)
     assert any(str(ptxas) == d for d in guard.allowed_exec_dirs)  # the exact program, not its folder
     assert not any(d == str(tmp_path) for d in guard.allowed_exec_dirs)
+
+
+@settings(max_examples=25, deadline=None)
+@given(timeout_s=st.floats(1, 900), threads=st.integers(1, 64))
+def test_a_worker_requests_cpu_limit_covers_every_thread_it_may_run(timeout_s, threads):
+    # a reference on a 4 GiB input ran past one thread's worth of CPU time on a busy H200 (SIGXCPU,
+    # 2026-12-04): the CPU limit is a runaway's, the wall-clock limit times the request
+    from core.verification.judge import cpu_seconds
+
+    limit = cpu_seconds(timeout_s, {"OMP_NUM_THREADS": str(threads)})
+    assert limit >= (timeout_s + 4) * (threads + 1)  # every thread busy for the whole wall-clock limit
+    assert cpu_seconds(timeout_s, {"OMP_NUM_THREADS": "x"}) >= timeout_s  # unreadable: at least one thread's

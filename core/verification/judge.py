@@ -102,6 +102,18 @@ def worker_env(backend: Any, device: str, processes: int, cuda_on_cpu: bool = Fa
     return env
 
 
+def cpu_seconds(timeout_s: float, env: dict[str, str]) -> int:
+    """A worker request's CPU-time limit: the wall-clock limit times the threads it may run (OpenMP's,
+    and the CUDA runtime's spin while it waits on a busy GPU), so only a runaway hits it. One thread's
+    worth killed an honest reference on a 4 GiB input with SIGXCPU on the H200 (2026-12-04)."""
+    threads = env.get("OMP_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "1"
+    try:
+        count = max(1, int(threads))
+    except ValueError:
+        count = 1
+    return (int(max(timeout_s, 1)) + 5) * (count + 1)
+
+
 def resolve_compare_on_device(wanted: bool | None, device: str, compile_only: str | None) -> bool:
     """Whether outputs stay on the device and are compared there (see ``Verifier``'s parameter)."""
     if compile_only is not None or wanted is False:
@@ -208,12 +220,12 @@ class Verifier(GpuSharing):
         self.checks = self._build_checks(checks, check_options)
         # A check that could not run fails closed unless named here (True: every check).
         self.accept_unchecked = accept_unchecked if isinstance(accept_unchecked, bool) else frozenset(accept_unchecked)
-        limits = Limits(memory_mb=memory_mb, isolate=isolate, cpu_s_per_request=int(max(timeout_s, 1)) + 5)
         self.compare_on_device = resolve_compare_on_device(compare_on_device, self.device, self.compile_only)
         if self.compare_on_device:
             # each verification holds its keeper from the reference to the verdict
             reference_workers = max(int(reference_workers), self.workers)
         env = worker_env(self.backend, self.device, max(1, int(workers)) + max(1, int(reference_workers)), cuda_on_cpu)
+        limits = Limits(memory_mb=memory_mb, isolate=isolate, cpu_s_per_request=cpu_seconds(timeout_s, env))
         self.pool = WorkerPool("candidate", backend, self.device, size=max(1, self.workers), limits=limits,
                                extra_env=env, max_jobs=max_jobs_per_worker)
         self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),
