@@ -8,8 +8,9 @@
 Per level and overall: compiled, correct, fast_p at p = 0, 1, 1.2, 1.5, 2 against eager and against
 torch.compile, geometric-mean speedup, hack-flag counts; a rich table, and results.json,
 results.csv, summary.csv and fast_p.png in the run's output directory. Verdicts are cached by
-(task, candidate, hardware, software) so a rerun verifies only what changed, and every evaluated
-task is recorded as held out so training can exclude it (:mod:`core.evaluation.suites`). The work is
+(task, candidate, hardware, software) so a rerun verifies only what changed; with
+``heldout.record=true`` every evaluated task is recorded as held out so later training excludes it
+(:mod:`core.evaluation.suites`; off by default, so an evaluation never changes a later run). The work is
 :func:`core.evaluation.runner.evaluate`.
 
 When every task is declined (the coder answered none), a warning with the commonest reasons is

@@ -102,3 +102,36 @@ def test_unknown_key_is_rejected():
 
     with pytest.raises(HydraCompositionError, match="tasks_per_rund"):
         compose_with("tasks_per_rund=3")
+
+
+def test_misspelled_experiment_fails_and_lists_the_presets():
+    # `experiment` was an optional group: a typo composed the default training job and ran it.
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException) as info:
+        compose_with("experiment=selfply")
+    message = str(info.value)
+    assert "selfply" in message
+    for preset in options("experiment"):
+        assert preset in message
+
+
+def test_no_experiment_still_composes_the_default_job():
+    assert compose_with().trainer.name == compose_with("trainer=embedded").trainer.name
+
+
+@pytest.mark.parametrize("coder", ["llm", "embedded"])
+def test_eval_composes_the_llm_coder_as_docs_eval_shows_it(coder, tmp_path):
+    # docs/eval.md: python -m core.eval suite=tasks.jsonl coder=llm coder.model=ckpt/
+    # coder/llm.yaml reads ${seed}; eval.yaml had none ("Interpolation key 'seed' not found").
+    cfg = compose_with("suite=tasks.jsonl", f"coder={coder}", f"coder.model={tmp_path}", config_name="eval")
+    name, kwargs = node_kwargs(cfg.coder)
+    assert kwargs["model"] == str(tmp_path) and kwargs["seed"] == cfg.seed
+    coder_obj = build("coder", cfg.coder)  # builds the coder object; the weights load only on first use
+    assert coder_obj.model_path() == str(tmp_path) and coder_obj._model is None
+
+
+def test_eval_records_held_out_tasks_only_when_asked():
+    # Recording by default changed later training runs on the same machine (issue 42).
+    assert compose_with("suite=x", config_name="eval").heldout.record is False
+    assert compose_with("suite=x", "heldout.record=true", config_name="eval").heldout.record is True

@@ -250,7 +250,7 @@ def run_eval(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_core_eval_contract_on_cpu_then_a_rerun_verifies_nothing(generated_suite, tmp_path):
     common = [f"suite={generated_suite}", "coder=expert", f"cache.path={tmp_path}/cache.sqlite",
-              f"heldout.path={tmp_path}/heldout.txt"]
+              f"heldout.path={tmp_path}/heldout.txt", "heldout.record=true"]
     first = run_eval(*common, f"hydra.run.dir={tmp_path}/run1", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "fast_p" in first.stdout and "no timing on cpu" in first.stdout

@@ -114,3 +114,11 @@ def test_core_run_runs_the_trainer_a_plugin_registers(register_plugin, tmp_path)
         cfg.trainer.name = "recording"
     assert run_config(cfg) == 0.25
     assert len(seen) == 1 and seen[0].trainer.name == "recording"
+
+
+def test_misspelled_experiment_exits_non_zero_with_the_presets_and_runs_nothing(tmp_path):
+    # `experiment=selfply` used to run the whole default training job and exit 0.
+    proc = run("experiment=selfply", f"hydra.run.dir={tmp_path}", timeout=120)
+    assert proc.returncode != 0
+    assert "selfply" in proc.stderr and "selfplay" in proc.stderr and "density_mcts" in proc.stderr
+    assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "verdicts.jsonl").exists()
