@@ -72,3 +72,39 @@ def test_resuming_a_finished_run_with_the_same_or_fewer_steps_still_works(tmp_pa
     # the control arm's steps are a cap, never compared; fewer steps than ran is nothing to add
     training = Training(compose(str(tmp_path), ["trainer.phases.distill.steps=2"]), StaticVerifier())
     assert training.progress["done"][-1] == "more_sft"
+
+
+class WordTokenizer:
+    """One token per whitespace-separated word."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": text.split()}
+
+
+def sft_run(max_new_tokens: int):
+    from rich.console import Console
+
+    coder = SimpleNamespace(hf_tokenizer=WordTokenizer(), max_prompt_tokens=8, max_new_tokens=max_new_tokens)
+    return SimpleNamespace(coder=coder, console=Console(file=None, quiet=True))
+
+
+def test_teacher_answers_all_dropped_as_too_long_say_so_and_what_to_raise():
+    from core.loop.sft import fitting
+
+    # 16 accepted teacher answers, each 4 prompt words + 20 completion words: 24 tokens against 8 + 4
+    rows = [{"prompt": "write a relu kernel\n", "completion": " ".join(["tok"] * 20)} for _ in range(16)]
+    with pytest.raises(TrainingError) as err:
+        fitting(sft_run(max_new_tokens=4), rows, Phase("distill", "sft", 3))
+    message = str(err.value)
+    assert "all 16 accepted teacher answers were dropped as too long" in message
+    assert "coder.max_new_tokens (now 4) to at least 17" in message
+    # at that value the shortest pair fits
+    assert len(fitting(sft_run(max_new_tokens=17), rows, Phase("distill", "sft", 3))) == 16
+
+
+def test_an_explicit_max_length_is_the_setting_named():
+    from core.loop.sft import fitting
+
+    rows = [{"prompt": "p\n", "completion": "a b c d e"}]
+    with pytest.raises(TrainingError, match=r"trainer.phases.distill.max_length \(now 3\) to at least 7"):
+        fitting(sft_run(max_new_tokens=4), rows, Phase("distill", "sft", 3, max_length=3))

@@ -150,7 +150,7 @@ def pairs_from_jsonl(training: Any, path: Path, exclude: set[str], phase: Phase)
         prompt = coder.prompt(task, backend) if task is not None else row["prompt"]
         rows.append({"task_id": row.get("task_id"), "prompt": prompt,
                      "completion": coder.completion_for(coder.extract(row["completion"]))})
-    return fitting(training, rows, phase)
+    return fitting(training, rows, phase, source=f"accepted pairs of {path}")
 
 
 def sft_budget(coder: Any, phase: Phase) -> int:
@@ -160,11 +160,29 @@ def sft_budget(coder: Any, phase: Phase) -> int:
     return int(optional(coder, "Coder", "max_prompt_tokens")) + int(optional(coder, "Coder", "max_new_tokens"))
 
 
-def fitting(training: Any, rows: list[dict[str, str]], phase: Phase) -> list[dict[str, str]]:
-    """Drop pairs longer than the SFT budget: a truncated target never learns to stop."""
+def fitting(training: Any, rows: list[dict[str, str]], phase: Phase,
+            source: str = "accepted teacher answers") -> list[dict[str, str]]:
+    """Drop pairs longer than the SFT budget: a truncated target never learns to stop.
+
+    When every pair is too long the phase stops here, saying how many ``source`` pairs there were,
+    that all were dropped as too long, and which setting to raise to what."""
     budget = sft_budget(training.coder, phase)
     tok = training.coder.hf_tokenizer
-    kept = [r for r in rows if len(tok(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"]) < budget]
+    lengths = [len(tok(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"]) for r in rows]
+    kept = [r for r, n in zip(rows, lengths) if n < budget]
+    if rows and not kept:
+        need = min(lengths) + 1  # what keeps at least the shortest pair
+        if phase.max_length:
+            setting = f"trainer.phases.{phase.name}.max_length (now {budget}) to at least {need}"
+        else:
+            prompt_tokens = int(optional(training.coder, "Coder", "max_prompt_tokens"))
+            new_tokens = int(optional(training.coder, "Coder", "max_new_tokens"))
+            setting = (f"coder.max_new_tokens (now {new_tokens}) to at least {need - prompt_tokens}, or set "
+                       f"trainer.phases.{phase.name}.max_length")
+        raise TrainingError(f"phase {phase.name!r}: the distillation dataset is empty: all {len(rows)} {source} "
+                            f"were dropped as too long (the shortest pair has {min(lengths)} tokens, the SFT budget "
+                            f"is {budget}, coder.max_prompt_tokens + coder.max_new_tokens unless "
+                            f"trainer.phases.{phase.name}.max_length is set). Raise {setting}")
     if len(kept) < len(rows):
         training.console.print(f"[yellow]dropped {len(rows) - len(kept)} of {len(rows)} pairs longer than "
                                f"{budget} tokens (trainer.phases.{phase.name}.max_length, default "
