@@ -7,8 +7,8 @@ Density and accept rate are the GRPO steps' means; the density ratio is over the
 seeds then steps resampled (``core.loop.stats``).
 
     python -m benchmarks.compare_arms \\
-        --arm default docs/results/cpu-2026-12-02-s2/training/default/seed{0,1,2} \\
-        --arm replay docs/results/cpu-2026-12-02-s2/training/replay/seed{0,1,2}
+        --arm default RUNS/default/seed{0,1,2} \\
+        --arm replay RUNS/replay/seed{0,1,2}
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Does the verdict's feedback help? pass@1 after turn 1 vs after turn k on a training run's held-out tasks.
 
     python -m benchmarks.refinement --run RUN_DIR [--turns 3] [--feedback-sft 300] \
-        [--out docs/results/refinement.json] [--plot docs/results/refinement.png]
+        [--out refinement.json] [--plot refinement.png]
 
 ``RUN_DIR`` is the output directory of a ``python -m core.run`` training run (its ``.hydra/config.yaml``
 and ``train_state.json`` say which coder, tasks and model). The held-out tasks are the run's own

@@ -129,7 +129,7 @@ def test_steps_run_in_order_and_one_past_its_limit_is_reported_as_timeout(tmp_pa
     assert "3 failed" in (out / "measure.log").read_text()
 
 
-# excerpts of real step logs (docs/results/) and the key figure the table shows for them
+# excerpts of real step logs (run outputs, no longer kept in the repository) and the key figure the table shows for them
 _SANITIZER = """variant                  at once wall s/run CPU s/run runs/min
 python+torch+context           1       4.36      8.27     13.8
 memcheck stage driver          1       7.34     10.84      8.2

@@ -3,7 +3,7 @@
 - ``negative_advantage_scale``: negative advantages are multiplied by it (1: plain GRPO; 0: only
   completions better than their group's mean are reinforced). A small model that memorised its
   teacher pairs is pushed off them by the many failed samples of a step (measured on the embedded
-  default, docs/results/cpu-2026-12-01/training/rl-gain/NOTES.md); down-weighting the pushes keeps
+  default, CHANGELOG.md's history); down-weighting the pushes keeps
   the pulls toward verified kernels.
 - ``replay_weight`` / ``replay_batch``: each step also adds ``replay_weight`` x the SFT loss of
   ``replay_batch`` pairs drawn from the warm start's verified teacher pairs (the pretraining mix of
