@@ -2,12 +2,17 @@
 
 This is the loop of DESIGN.md with the coder held fixed (an expert teacher, or a frozen model);
 ``core.loop.training`` runs the same data flow with a TRL trainer updating the coder between steps.
+
+Self-play that cannot judge anything fails instead of reporting a pass rate over nothing: a backend
+that cannot run kernels on this machine (``backend=cuda`` without a GPU) is refused before the first
+round, and a run whose every answer the coder declined ends with the decline reasons and an error.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -17,10 +22,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from core.config import build
+from core.config import build, resolve_device
 from core.loop.attempts import attempt
 from core.loop.rewards import RewardMix
-from core.plugins import notify
+from core.plugins import PluginError, notify
 from core.task import Candidate, Task
 from core.verdict import Verdict
 
@@ -36,6 +41,8 @@ class RoundResult:
     declined: int
     seconds: float
     metrics: dict[str, float] = field(default_factory=dict)
+    # why the coder declined, with how many answers for each reason
+    decline_reasons: Counter = field(default_factory=Counter)
 
 
 def round_metrics(result: RoundResult, reward_terms: Sequence[str]) -> dict[str, float]:
@@ -105,6 +112,8 @@ class SelfPlay:
         self.proposer.feedback(attempts.solve_rates())
         result = RoundResult(round_index, tasks, [c for _, c in pairs], verdicts, rewards, per_term, declined,
                              time.perf_counter() - start)
+        result.decline_reasons = Counter(str(c.declined) for samples in attempts.answers for c in samples
+                                         if c.declined)
         result.metrics = round_metrics(result, list(self.reward.terms))
         decisions = self.curriculum.update(result.metrics)
         for decision in decisions:
@@ -115,6 +124,8 @@ class SelfPlay:
         return result
 
     def run(self, rounds: int) -> list[dict[str, float]]:
+        """``rounds`` rounds; every round's metrics. PluginError when the coder declined every answer."""
+        declines: Counter = Counter()
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=self.console, transient=False) as progress:
             for r in range(rounds):
@@ -127,9 +138,19 @@ class SelfPlay:
                     f"declined {m['declined']:.0f}, {m['seconds']:.1f}s",
                     soft_wrap=True,
                 )
+                if result.decline_reasons:
+                    declines.update(result.decline_reasons)
+                    progress.console.print(f"round {r}: declined because " + reasons(result.decline_reasons),
+                                           soft_wrap=True, markup=False, highlight=False)
                 if self.out_dir is not None:
                     self._write_round(result)
         self.print_summary()
+        if declines and not sum(m["attempts"] for m in self.history):
+            name = getattr(self.coder, "name", type(self.coder).__name__)
+            raise PluginError(
+                f"coder {name!r} declined all {sum(declines.values())} answers on backend {self.backend!r}, so "
+                f"nothing was verified: {reasons(declines)}. Choose a coder that writes for {self.backend!r} "
+                f"(coder=llm), or a backend this coder writes for")
         return self.history
 
     def _write_round(self, result: RoundResult) -> None:
@@ -154,7 +175,27 @@ class SelfPlay:
         attempts = sum(m["attempts"] for m in self.history)
         passed = sum(m["pass_rate"] * m["attempts"] for m in self.history)
         rate = passed / attempts if attempts else 0.0
-        self.console.print(f"overall pass rate {rate:.3f} over {attempts:.0f} attempts")
+        declined = sum(m["declined"] for m in self.history)
+        self.console.print(f"overall pass rate {rate:.3f} over {attempts:.0f} attempts"
+                           + (f" ({declined:.0f} answers declined, never verified)" if declined else ""))
+
+
+def reasons(counts: Counter) -> str:
+    """``"6 x the expert lowers to ('triton',), not 'cuda'"`` for the most common reasons."""
+    return "; ".join(f"{n} x {why}" for why, n in counts.most_common(3)) + (
+        f"; and {len(counts) - 3} other reason(s)" if len(counts) > 3 else "")
+
+
+def refuse_unrunnable_backend(cfg: DictConfig) -> None:
+    """PluginError, before anything starts, when the backend cannot run kernels on this run's device.
+
+    Self-play accepts an answer only when it ran correctly; where the backend cannot execute (CUDA C
+    without a GPU only compiles, to PTX) every verdict would stop at compile and nothing could pass."""
+    device = resolve_device(str(cfg.device))
+    why = build("backend", cfg.backend).supports(device)
+    if why:
+        raise PluginError(f"backend {cfg.backend.name!r} cannot run kernels on {device} here, so self-play could "
+                          f"accept no answer (verification would stop after compiling): {why}")
 
 
 def run_selfplay(cfg: DictConfig) -> list[dict[str, float]]:
@@ -163,6 +204,7 @@ def run_selfplay(cfg: DictConfig) -> list[dict[str, float]]:
     from core.verification.executor import executor_for_run
 
     backend_name = cfg.backend.name
+    refuse_unrunnable_backend(cfg)
     # Tasks ever used for evaluation (core.eval's registry) never reach training or self-play.
     proposer = HeldOut.load().guard(build("proposer", cfg.proposer, seed=cfg.seed))
     coder = build("coder", cfg.coder)
