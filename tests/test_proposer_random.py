@@ -156,3 +156,17 @@ def test_adversarial_tags_describe_the_task():
             assert first.scale != 1.0
         check_task(task, CATALOG)
     assert len(seen) >= 7, seen
+
+
+def test_degenerate_filter_rejects_an_output_that_is_mostly_nan():
+    # what the MCTS proposer emitted (issue 42): rsqrt -> mul -> sqrt on randn, ~80% NaN
+    nodes = [Node("rsqrt", (0,)), Node("mul", (2, 1)), Node("sqrt", (3,))]
+    task = program_to_task(Program([TensorSpec((16, 32)), TensorSpec((16, 32))], nodes), CATALOG, seed=0)
+    reason = degeneracy(task).reason
+    assert reason and reason.startswith("output is mostly not finite (7") and "NaN or Inf" in reason
+    # one op off half its domain (sqrt of randn: about half NaN) is still a task
+    assert not degeneracy(program_to_task(Program([TensorSpec((16, 32))], [Node("sqrt", (0,))]), CATALOG, seed=0))
+    # planted NaN/Inf inputs are meant to spread: an adversarial nan_inf task is not judged by its share
+    planted = program_to_task(Program([TensorSpec((16, 32)), TensorSpec((16, 32))], nodes), CATALOG, seed=0,
+                              adversarial=["nan_inf"])
+    assert not degeneracy(planted)

@@ -1,7 +1,9 @@
 """Running a task's reference on CPU: validity checks and the degenerate-task filter.
 
 A task is *degenerate* (METR's and robust-kbench's filters) when a kernel could pass it without
-doing the work: its output is constant, (near) zero everywhere, or does not depend on the inputs.
+doing the work: its output is constant, (near) zero everywhere, or does not depend on the inputs;
+or when its output is mostly not finite on its own inputs (a chain of ops off their domain, such as
+rsqrt -> mul -> sqrt on randn: 80% NaN), so most of what a kernel writes is never compared as a value.
 The check runs the reference twice on fresh inputs, at the task's (small) shapes, on CPU.
 """
 
@@ -13,6 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
+
+# Largest share of an output that may be NaN or infinite (both runs together). One op off half its
+# domain on randn (sqrt, log, rsqrt) is NaN on about half of it and stays; chains that compound it go.
+MAX_NON_FINITE = 0.6
 
 from core.program import OpSpec, Program
 from core.task import Task
@@ -45,11 +51,14 @@ class Degeneracy:
         return self.reason is not None
 
 
-def degeneracy(task: Task, *, near_zero: float = 1e-6, allow_empty: bool = False) -> Degeneracy:
+def degeneracy(task: Task, *, near_zero: float = 1e-6, allow_empty: bool = False,
+               max_non_finite: float = MAX_NON_FINITE) -> Degeneracy:
     """Check a task's reference output on CPU. Returns a falsy :class:`Degeneracy` when the task is fine.
 
     :param near_zero: outputs whose largest finite magnitude is below this are "near zero".
     :param allow_empty: accept an empty output (adversarial zero-size tasks are empty on purpose).
+    :param max_non_finite: largest share of NaN/Inf output elements; not applied to ``nan_inf``
+        adversarial tasks, whose planted NaN and Inf inputs are meant to spread.
     """
     try:
         module = load_module(task.source)
@@ -65,6 +74,9 @@ def degeneracy(task: Task, *, near_zero: float = 1e-6, allow_empty: bool = False
     finite = torch.isfinite(a)
     if not bool(finite.any()):
         return Degeneracy("output has no finite value")
+    share = float((~finite).sum() + (~torch.isfinite(b)).sum()) / (a.numel() + b.numel())
+    if share > max_non_finite and "nan_inf" not in (task.adversarial or ()):
+        return Degeneracy(f"output is mostly not finite ({100 * share:.0f}% NaN or Inf on its own inputs)")
     values = a[finite]
     if float(values.abs().max()) < near_zero:
         return Degeneracy(f"output is near zero (max |y| < {near_zero:g})")
