@@ -14,6 +14,17 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+class TaskIdMismatch(ValueError):
+    """A task's given ``id`` is not the content hash of its ``source`` (the source was edited after the id
+    was written). Loaders that know the file and line re-raise it with them."""
+
+    def __init__(self, given: str, expected: str):
+        self.given, self.expected = given, expected
+        super().__init__(f"task id {given!r} does not match its source (content hash {expected!r}): the source "
+                         f"was edited after the id was written; delete the \"id\" key (it is recomputed from the "
+                         f"source) or set it to {expected!r}")
+
+
 @dataclass
 class Task:
     """A KernelBench-format module (``Model``, ``get_inputs``, ``get_init_inputs``) plus metadata.
@@ -43,7 +54,7 @@ class Task:
         if not self.id:
             self.id = expected
         elif self.id != expected:
-            raise ValueError(f"task id {self.id!r} does not match its source (content hash {expected!r})")
+            raise TaskIdMismatch(self.id, expected)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,46 +22,121 @@ from core.verification.judge import MIN_TRIALS, Verifier, VerifierConfigError
 __all__ = ["Verifier", "VerifierConfigError", "MIN_TRIALS", "main"]
 
 
-def _load_pairs(path: Path) -> list[tuple[str, Task, Candidate]]:
-    """Pairs from a JSONL file or a directory.
+def reference_syntax_error(source: str) -> tuple[int | None, str] | None:
+    """``(line, message)`` when a reference does not compile, else None. A reference that cannot be read
+    is the caller's mistake, not the candidate's: it is reported before anything is verified."""
+    try:
+        compile(source, "<reference>", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return exc.lineno, str(exc.msg)
+    except ValueError as exc:  # e.g. a null byte in the source
+        return None, str(exc)
+    return None
+
+
+def reference_problem(source: str, path: Path | str) -> str | None:
+    """``FILE:LINE: the reference does not compile: ...`` for a reference file, or None when it compiles."""
+    error = reference_syntax_error(source)
+    if error is None:
+        return None
+    line, message = error
+    return f"{path}{f':{line}' if line else ''}: the reference does not compile: {message}"
+
+
+class PairError(ValueError):
+    """One pair of a ``--batch`` that cannot be verified (its message names the row and what is wrong)."""
+
+
+def _jsonl_pair(path: Path, n: int, line: str) -> tuple[str, Task, Candidate]:
+    """The pair on line ``n`` of a ``--batch`` JSONL file; :class:`PairError` naming the line if it is malformed."""
+    where = f"{path}:{n}"
+
+    def text_or_file(value: Any, key: str) -> tuple[str, Path | None]:
+        if not isinstance(value, str):
+            raise PairError(f"{where}: {key!r} must be a file path, a source text or an object; "
+                            f"found {type(value).__name__}")
+        if "\n" in value:
+            return value, None
+        p = Path(value) if Path(value).is_absolute() else path.parent / value
+        if not p.is_file():
+            raise PairError(f"{where}: {key} file {p} does not exist")
+        return p.read_text(), p
+
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise PairError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(row, dict):
+        raise PairError(f"{where}: expected an object with 'reference' and 'candidate', found {type(row).__name__}")
+    missing = [k for k, present in (("reference", "reference" in row or "task" in row),
+                                    ("candidate", "candidate" in row)) if not present]
+    if missing:
+        raise PairError(f"{where}: row {n} has no {' or '.join(repr(k) for k in missing)} key (each row needs "
+                        f"'reference' and 'candidate'; found {sorted(row) or 'no keys'})")
+    ref, cand = row.get("reference", row.get("task")), row["candidate"]
+    file = None
+    try:
+        if isinstance(ref, dict):
+            task = Task.from_dict(ref)
+        else:
+            source, file = text_or_file(ref, "reference")
+            task = Task(source=source, name=file.stem if file else None)
+    except (TypeError, ValueError) as exc:  # TaskIdMismatch: a hand-edited source under a stale id
+        raise PairError(f"{where}: reference: {exc}") from None
+    if file is not None and (problem := reference_problem(task.source, file)):
+        raise PairError(f"{problem} (row {n} of {path})")
+    if file is None and (error := reference_syntax_error(task.source)):
+        line, message = error
+        raise PairError(f"{where}: the reference source does not compile{f' (its line {line})' if line else ''}: "
+                        f"{message}")
+    try:
+        candidate = (Candidate.from_dict(cand) if isinstance(cand, dict)
+                     else Candidate(source=text_or_file(cand, "candidate")[0]))
+    except TypeError as exc:
+        raise PairError(f"{where}: candidate: {exc}") from None
+    return str(row.get("name") or f"{path.name}:{n}"), task, candidate
+
+
+def _load_pairs(path: Path) -> tuple[list[tuple[str, Task, Candidate]], list[str]]:
+    """Pairs from a JSONL file or a directory, and a message for each pair that cannot be verified.
 
     JSONL: one object per line with ``reference`` and ``candidate``, each a file path (relative to
     the JSONL's folder), a source text, or a Task/Candidate dict. Directory: ``NAME.py`` beside
     ``NAME_solution.py`` (searched recursively, so a KernelBench layout works), or ``ref/NAME.py``
-    with ``cand/NAME.py``.
+    with ``cand/NAME.py``. A malformed row, or a reference that does not compile, is a problem
+    (``FILE:LINE: ...``) rather than a pair; the other pairs are still verified.
     """
-    def text_or_file(value: str) -> tuple[str, Path | None]:
-        if "\n" in value:
-            return value, None
-        p = Path(value) if Path(value).is_absolute() else path.parent / value
-        return p.read_text(), p
-
     pairs: list[tuple[str, Task, Candidate]] = []
+    problems: list[str] = []
     if path.is_file():
         for n, line in enumerate(path.read_text().splitlines(), start=1):
             if not line.strip():
                 continue
-            row = json.loads(line)
-            ref, cand = row.get("reference", row.get("task")), row["candidate"]
-            if isinstance(ref, dict):
-                task = Task.from_dict(ref)
-            else:
-                source, ref_path = text_or_file(ref)
-                task = Task(source=source, name=ref_path.stem if ref_path else None)
-            candidate = Candidate.from_dict(cand) if isinstance(cand, dict) else Candidate(source=text_or_file(cand)[0])
-            pairs.append((row.get("name") or f"{path.name}:{n}", task, candidate))
-        return pairs
+            try:
+                pairs.append(_jsonl_pair(path, n, line))
+            except PairError as exc:
+                problems.append(str(exc))
+        return pairs, problems
+
+    def add(name: str, ref: Path, cand: Path) -> None:
+        task = Task.from_file(ref)
+        problem = reference_problem(task.source, ref)
+        if problem:
+            problems.append(problem)
+        else:
+            pairs.append((name, task, Candidate.from_file(cand)))
+
     ref_dir, cand_dir = path / "ref", path / "cand"
     if ref_dir.is_dir() and cand_dir.is_dir():
         for ref in sorted(ref_dir.glob("*.py")):
             if (cand_dir / ref.name).exists():
-                pairs.append((ref.stem, Task.from_file(ref), Candidate.from_file(cand_dir / ref.name)))
-        return pairs
+                add(ref.stem, ref, cand_dir / ref.name)
+        return pairs, problems
     for cand in sorted(path.rglob("*_solution.py")):
         ref = cand.with_name(cand.name[: -len("_solution.py")] + ".py")
         if ref.exists():
-            pairs.append((str(ref.relative_to(path)), Task.from_file(ref), Candidate.from_file(cand)))
-    return pairs
+            add(str(ref.relative_to(path)), ref, cand)
+    return pairs, problems
 
 
 def pool_for(pairs: int, workers: int, warm_up: str = "auto") -> tuple[int, bool | None]:
@@ -115,9 +190,18 @@ def main(argv: list[str] | None = None) -> int:
             return usage(f"unknown check(s) {', '.join(unknown)}; known checks: {', '.join(registry('verifier').names())}")
     if args.trials < MIN_TRIALS:
         return usage(f"--trials must be at least {MIN_TRIALS}")
-    items = _load_pairs(args.batch) if args.batch is not None else None
-    if items is not None and not items:
-        return usage(f"no pairs found in {args.batch}")
+    problems: list[str] = []
+    if args.batch is not None:
+        items, problems = _load_pairs(args.batch)
+        for problem in problems:
+            print(f"python -m core.verify: error: {problem}", file=sys.stderr)
+        if not items:
+            return usage(f"no pairs to verify in {args.batch}" if problems else f"no pairs found in {args.batch}")
+    else:
+        items = None
+        problem = reference_problem(args.reference.read_text(), args.reference)
+        if problem:
+            return usage(f"{problem} (fix the reference: only the candidate is judged)")
     workers, warm_up = pool_for(1 if items is None else len(items), args.workers, args.warm_up)
     try:
         verifier = Verifier(backend=args.backend, device=args.device, checks=checks, workers=workers,
@@ -137,7 +221,12 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 _print_verdict(out)
             return 0
-        return _batch(verifier, args, items)
+        status = _batch(verifier, args, items)
+    if problems:
+        print(f"python -m core.verify: error: {len(problems)} of {len(problems) + len(items)} pair(s) not verified "
+              "(see the errors above)", file=sys.stderr)
+        return 2
+    return status
 
 
 def _print_verdict(out: dict[str, Any]) -> None:

@@ -125,7 +125,7 @@ def test_eval_composes_the_llm_coder_as_docs_eval_shows_it(coder, tmp_path):
     # docs/eval.md: python -m core.eval suite=tasks.jsonl coder=llm coder.model=ckpt/
     # coder/llm.yaml reads ${seed}; eval.yaml had none ("Interpolation key 'seed' not found").
     cfg = compose_with("suite=tasks.jsonl", f"coder={coder}", f"coder.model={tmp_path}", config_name="eval")
-    name, kwargs = node_kwargs(cfg.coder)
+    _, kwargs = node_kwargs(cfg.coder)
     assert kwargs["model"] == str(tmp_path) and kwargs["seed"] == cfg.seed
     coder_obj = build("coder", cfg.coder)  # builds the coder object; the weights load only on first use
     assert coder_obj.model_path() == str(tmp_path) and coder_obj._model is None

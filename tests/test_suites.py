@@ -202,3 +202,16 @@ def test_guard_gives_up_with_an_explanation_when_everything_is_heldout():
     heldout.add([Task(source=RELU)])
     with pytest.raises(RuntimeError, match="held-out"):
         heldout.guard(ListProposer([RELU]), max_redraws=3).propose(2)
+
+
+def test_a_hand_edited_task_with_a_stale_id_names_the_file_line_and_the_fix(tmp_path):
+    # A raw ValueError with no file or line, from inside Task.
+    rows = [Task(source=RELU).to_dict(), Task(source=relu_variant(1)).to_dict()]
+    rows[1]["source"] = rows[1]["source"].replace("def get_inputs", "# edited by hand\ndef get_inputs")
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:2: task id {rows[1]['id']!r} does not match its source")
+    assert 'delete the "id" key' in message

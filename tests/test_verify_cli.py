@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -104,3 +105,104 @@ def test_a_reference_that_builds_cuda_inputs_on_a_cpu_host_says_where_to_verify_
     assert verdict["status"] == "error" and not verdict["accepted"]
     assert "the task needs a CUDA device" in verdict["reason"] and "verify it on a GPU host" in verdict["reason"]
     assert verdict["warm_up"] == "not warmed up"
+
+
+# --------------------------------------------------------------------------- mistakes in the input, in-process
+
+class _StubVerifier:
+    """Stands in for the judge: what is verified is recorded, every pair is accepted."""
+
+    judged: ClassVar[list] = []
+
+    def __init__(self, **kwargs):
+        self.isolation, self.warm_up_report = "stub", "not warmed up"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def verify(self, task, candidate):
+        return self.verify_many([(task, candidate)])[0]
+
+    def verify_many(self, pairs, progress=None):
+        from core.verdict import Verdict
+
+        _StubVerifier.judged.extend(pairs)
+        return [Verdict(accepted=True, compiled=True, correct=True, status="accepted") for _ in pairs]
+
+
+@pytest.fixture
+def stub_verifier(monkeypatch):
+    import core.verify
+
+    _StubVerifier.judged = []
+    monkeypatch.setattr(core.verify, "Verifier", _StubVerifier)
+    return _StubVerifier
+
+
+def test_a_reference_that_does_not_compile_exits_2_naming_the_file_and_line(tmp_path, capsys, stub_verifier):
+    # It printed ERROR and exited 0, as if the candidate had been judged.
+    from core.verify import main
+
+    ref = tmp_path / "broken_ref.py"
+    ref.write_text("import torch\n\ndef get_inputs(:\n    return []\n")
+    code = main(["--reference", str(ref), "--candidate", str(REDTEAM / "candidates" / "honest_vector_add.py"),
+                 "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{ref}:3: the reference does not compile" in err
+    assert stub_verifier.judged == []
+
+
+def test_a_batch_row_without_a_candidate_names_its_row_and_the_other_rows_are_verified(tmp_path, capsys,
+                                                                                        stub_verifier):
+    # A raw KeyError: 'candidate' ended the whole batch.
+    from core.verify import main
+
+    vector_add = str(REDTEAM / "tasks" / "vector_add.py")
+    rows = [{"name": "good", "reference": vector_add, "candidate": str(REDTEAM / "candidates" / "honest_vector_add.py")},
+            {"name": "no candidate", "reference": vector_add},
+            {"name": "broken", "reference": "import torch\ndef f(:\n    pass\n", "candidate": "x = 1\n"}]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    code = main(["--batch", str(pairs), "--device", "cpu", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert f"{pairs}:2: row 2 has no 'candidate' key" in err
+    assert f"{pairs}:3: the reference source does not compile (its line 2)" in err
+    assert "2 of 3 pair(s) not verified" in err
+    assert [json.loads(line)["pair"] for line in out.splitlines() if line.strip()] == ["good"]
+    assert len(stub_verifier.judged) == 1
+
+
+def test_a_batch_reference_with_a_stale_id_says_where_and_what_to_do(tmp_path, capsys, stub_verifier):
+    from core.task import Task
+    from core.verify import main
+
+    task = Task(source=(REDTEAM / "tasks" / "vector_add.py").read_text()).to_dict()
+    task["source"] = task["source"].replace("def get_inputs", "# hand-edited\ndef get_inputs")
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n" + json.dumps({"reference": task, "candidate": "x = 1\n"}) + "\n")
+    code = main(["--batch", str(pairs), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{pairs}:2: reference: task id {task['id']!r} does not match its source" in err
+    assert 'delete the "id" key' in err
+    assert "no pairs to verify" in err and stub_verifier.judged == []
+
+
+def test_a_batch_directory_with_a_broken_reference_verifies_the_rest(tmp_path, capsys, stub_verifier):
+    from core.verify import main
+
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "cand").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "ref" / f"{name}.py").write_text((REDTEAM / "tasks" / "vector_add.py").read_text())
+        (tmp_path / "cand" / f"{name}.py").write_text("x = 1\n")
+    (tmp_path / "ref" / "b.py").write_text("def broken(:\n")
+    code = main(["--batch", str(tmp_path), "--device", "cpu", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 2 and f"{tmp_path / 'ref' / 'b.py'}:1: the reference does not compile" in err
+    assert [json.loads(line)["pair"] for line in out.splitlines() if line.strip()] == ["a"]

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.task import Candidate, Task
+from core.task import Candidate, Task, TaskIdMismatch
 
 LEVEL_DIR = re.compile(r"^level[\w-]*$", re.IGNORECASE)
 ENV_HELDOUT = "KERNELZERO_HELDOUT"
@@ -134,7 +134,10 @@ def load_jsonl(path: str | Path) -> Suite:
             raise SuiteError(f"{path}:{lineno}: not valid JSON ({exc})") from None
         if not isinstance(data, dict) or "source" not in data:
             raise SuiteError(f"{path}:{lineno}: expected a task object with a 'source' key")
-        tasks.append(Task.from_dict(data))
+        try:
+            tasks.append(Task.from_dict(data))
+        except TaskIdMismatch as exc:  # a hand-edited source: say where, and what to do
+            raise SuiteError(f"{path}:{lineno}: {exc}") from None
     if not tasks:
         raise SuiteError(f"{path}: no tasks (the file is empty)")
     return Suite(name=path.stem, source=str(path), tasks=tasks)
