@@ -311,7 +311,7 @@ def _sanitizer(ctx: Context) -> list[Command]:
 # What every GPU-scale training run shares: verdicts on the GPU (the fast check set, as on CPU), one torch
 # thread per process (up to 15 runs share the host's 16 cores), and sampling at T 1.0: at the default's
 # T 0.6 this model's 8 samples of a task were nearly always identical after SFT (58 distinct of 256,
-# information density 0.00 in 6 of 8 steps; measured alone on one H200, docs/training.md "GPU recipe"),
+# information density 0.00 in 6 of 8 steps; measured alone on one H200, docs/training.md "GPU scale"),
 # which leaves GRPO no advantages; at T 1.0 density was 0.25-0.75 a step (2026-12-02).
 _GPU_RUN = ("device=cuda", "verifier=fast", "coder.temperature=1.0", "trainer.torch_threads=1")
 # GRPO runs save every 4 steps, so one cut at a device call's end resumes in the next from at most 4 steps

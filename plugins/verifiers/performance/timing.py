@@ -50,7 +50,7 @@ class TimingPolicy:
     """How hard to look. Defaults aim at 1% repeatability of the median for kernels >= 50 us."""
 
     # 5 ms of warm-up runs: the first call (compilation, loading) is made, untimed, before them; on the
-    # H200 5 ms kept repeated medians within 1% as 25 ms did (docs/benchmarks.md, 2026-11-30 third session)
+    # H200 5 ms kept repeated medians within 1% as 25 ms did (2026-11-30, CHANGELOG.md's history)
     warmup_ms: float = 5.0
     min_warmup: int = 3
     max_warmup: int = 200
