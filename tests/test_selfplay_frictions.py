@@ -28,8 +28,8 @@ def compose(tmp_path, *overrides):
 
 
 def test_cuda_selfplay_without_a_gpu_is_refused_before_it_starts(tmp_path, monkeypatch):
-    import plugins.backends.cuda_backend as cuda_backend
     from core.loop.selfplay import run_selfplay
+    from plugins.backends import cuda_backend
 
     monkeypatch.setattr(cuda_backend, "cupy_missing", lambda: None)  # CuPy or not, the GPU is what is missing
 
@@ -79,7 +79,7 @@ def test_selfplay_whose_every_answer_is_declined_says_why_and_fails():
     with pytest.raises(PluginError) as err:
         loop.run(2)
     reason = "the expert lowers to ('triton',), not 'cuda'"
-    assert f"coder 'expert' declined all 6 answers on backend 'cuda'" in str(err.value)
+    assert "coder 'expert' declined all 6 answers on backend 'cuda'" in str(err.value)
     assert f"6 x {reason}" in str(err.value)
     printed = out.getvalue()
     assert f"round 0: declined because 3 x {reason}" in printed

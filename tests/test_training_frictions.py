@@ -12,9 +12,9 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from train_fakes import StaticVerifier  # noqa: E402
+from train_fakes import StaticVerifier
 
-from core.loop.training_config import Phase, TrainingError  # noqa: E402
+from core.loop.training_config import Phase, TrainingError
 
 
 @pytest.fixture
