@@ -290,3 +290,22 @@ def test_auto_workers_per_gpu_fit_the_memory_and_the_cores(gib, cores, gpus):
     assert 1 <= n <= AUTO_MAX_WORKERS
     assert n == 1 or 2 * n * gpus <= cores  # a candidate worker and a keeper per verification
     assert n == 1 or gib is None or n * AUTO_GIB_PER_WORKER <= gib
+
+
+def test_each_request_s_peak_memory_is_kept_per_role_and_request_beside_the_estimate():
+    # the H200 ran out of memory alone on tasks estimated at 25-102 GiB of 126 admitted: the verdict must
+    # say which request took how much, so the estimate can be checked against what was used
+    from types import SimpleNamespace
+
+    from core.verdict import Verdict
+    from core.verification.gpusharing import GpuSharing, record_peak
+
+    verdict = Verdict()
+    budget = SimpleNamespace(verdict=verdict)
+    record_peak(budget, "reference reference", {"ok": True, "gpu_peak": 3 << 30})
+    record_peak(budget, "reference reference", {"ok": True, "gpu_peak": 5 << 30})
+    record_peak(budget, "candidate run", {"ok": True, "gpu_peak": 2 << 30})
+    record_peak(budget, "candidate run", {"ok": True})  # a CPU worker reports none
+    assert verdict.gpu_memory["peak_bytes"] == {"reference reference": 5 << 30, "candidate run": 2 << 30}
+    assert GpuSharing.peaks_line(verdict) == "reference reference 5.0 GiB, candidate run 2.0 GiB"
+    assert GpuSharing.peaks_line(Verdict()) == ""

@@ -30,6 +30,17 @@ def out_of_gpu_memory(answer: dict[str, Any]) -> bool:
     return not answer.get("ok") and is_out_of_memory(answer.get("error"))
 
 
+def record_peak(budget: Budget, what: str, answer: dict[str, Any]) -> None:
+    """Keep the largest device memory a worker reported for ``what`` (a role and request) in the verdict's
+    ``gpu_memory["peak_bytes"]``, beside the admission's estimate."""
+    peak, verdict = answer.get("gpu_peak"), getattr(budget, "verdict", None)
+    if not isinstance(peak, int) or verdict is None:
+        return
+    memory = verdict.gpu_memory = verdict.gpu_memory or {}
+    peaks = memory.setdefault("peak_bytes", {})
+    peaks[what] = max(peaks.get(what, 0), peak)
+
+
 class GpuSharing:
     """The judge's GPU turns, the requests made on them and its memory admission. They read what the
     :class:`~core.verification.judge.Verifier` sets: ``device_lock``, ``gpu_wait_s``, ``gpu_turns``,
@@ -59,6 +70,12 @@ class GpuSharing:
                 f"{fmt_bytes(self.device_total_bytes)} on the device" if self.device_total_bytes else ""]
         return (f"the task does not fit the device: it ran out of GPU memory with the device to itself "
                 f"({'; '.join(x for x in said if x)}); {exc.stage}: {exc.error.strip().splitlines()[-1][:240] if exc.error.strip() else ''}")
+
+    @staticmethod
+    def peaks_line(verdict: Any) -> str:
+        """The largest memory each worker request took so far, for a reason that says where memory went."""
+        peaks = ((verdict.gpu_memory or {}).get("peak_bytes") or {}) if verdict is not None else {}
+        return ", ".join(f"{k} {fmt_bytes(v)}" for k, v in sorted(peaks.items(), key=lambda kv: -kv[1])[:4])
 
     def _admission(self, worker: Any) -> MemoryAdmission | None:
         """The host-wide admission of this GPU, made once a worker said the device's memory."""
@@ -141,6 +158,7 @@ class GpuSharing:
             answer = self._on_gpu(worker, message, budget) if on_gpu else \
                 worker.request(message, timeout_s=budget.left())
             ok = True
+            record_peak(budget, f"{pool.role} {message.get('op')}", answer)
             return answer
         except (GpuBusy, GpuOutOfMemory):
             ok = True  # it never got to the worker, or the worker answered (out of memory) and is fine

@@ -370,7 +370,8 @@ class Verifier(GpuSharing):
                 Verification(self, task, candidate, verdict, limit, alone=True).run()
         except GpuOutOfMemory as exc:
             verdict.accepted, verdict.status = False, "error"
-            verdict.reason = f"error: {self.does_not_fit(task, exc)}"
+            peaks = self.peaks_line(verdict)
+            verdict.reason = f"error: {self.does_not_fit(task, exc)}" + (f"; largest requests: {peaks}" if peaks else "")
         finally:
             verdict.elapsed_s = round(time.perf_counter() - start, 4)
             verdict.gpu_wait_s = round(verdict.gpu_wait_s, 4)

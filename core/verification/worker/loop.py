@@ -51,6 +51,18 @@ def release_cached_gpu_memory(keep_bytes: int = CACHED_GPU_BYTES_KEPT) -> bool:
     return True
 
 
+def peak_gpu_bytes() -> int | None:
+    """The most device memory this worker's allocator reserved since the last call (then reset): what one
+    request really took, beside the judge's estimate (core.verification.gpumemory)."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return None
+    peak = int(torch.cuda.max_memory_reserved())
+    torch.cuda.reset_peak_memory_stats()
+    return peak
+
+
 def exact_fp32_reference() -> None:
     """float32 references (and their eager and torch.compile baselines) run in float32, not TF32.
     cuDNN's default lets convolutions use TF32, whose ~5e-4 relative error is over the float32
@@ -149,6 +161,8 @@ class WorkerMain:
                 return answer
         handler = self.handlers.get(op) if isinstance(op, str) else None
         answer = handler(req) if handler is not None else refusal(self.role, op)
+        if self.device == "cuda" and isinstance(answer, dict):
+            answer["gpu_peak"] = peak_gpu_bytes()  # the judge compares it with its memory estimate
         if self.device == "cuda" and op in (Op.REFERENCE, Op.RUN, Op.BASELINE):
             release_cached_gpu_memory()
         elif self.device == "cuda" and op == Op.FORGET:  # a verification ended: its memory goes back whole
