@@ -17,12 +17,12 @@ group. The work lives in :mod:`core.loop.distillation`.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from core.cli import cannot_start
 from core.config import build, store_plugin_configs
 from core.contracts import CurriculumState
 from core.loop.distillation import (
@@ -49,7 +49,7 @@ def _main(cfg: DictConfig) -> None:
     from core.propose import propose_tasks
     from core.verification.executor import executor_for_run
 
-    try:
+    with cannot_start():  # a configuration mistake or a missing package: one error line, exit 2
         # Distillation pairs are training data: evaluation tasks (core.eval's registry) are excluded.
         proposer = HeldOut.load().guard(build("proposer", cfg.proposer, seed=cfg.seed))
         teacher = build("coder", cfg.coder)
@@ -61,14 +61,11 @@ def _main(cfg: DictConfig) -> None:
         except Exception:  # a backend that cannot be built here still has a name and a fallback guide
             backend_obj = None
         fmt = load_format(cfg.student)
-    except PluginError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    curriculum = CurriculumState(**OmegaConf.to_container(cfg.curriculum, resolve=True))
-    tasks = propose_tasks(proposer, int(cfg.n), curriculum, progress=bool(cfg.progress))
-    with executor_for_run(cfg) as verifier:
-        rows, summary = distill(tasks, teacher, verifier, backend_name, backend_obj, fmt,
-                                accepted_only=bool(cfg.accepted_only), progress=bool(cfg.progress))
+        curriculum = CurriculumState(**OmegaConf.to_container(cfg.curriculum, resolve=True))
+        tasks = propose_tasks(proposer, int(cfg.n), curriculum, progress=bool(cfg.progress))
+        with executor_for_run(cfg) as verifier:
+            rows, summary = distill(tasks, teacher, verifier, backend_name, backend_obj, fmt,
+                                    accepted_only=bool(cfg.accepted_only), progress=bool(cfg.progress))
     out, dataset_path = write_rows(rows, cfg.out, dataset=bool(cfg.dataset))
     summary_path = out.with_name(out.name + ".summary.json")
     summary_path.write_text(json.dumps(summary.to_dict(), indent=2, sort_keys=True))

@@ -26,12 +26,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from core.cli import cannot_start
 from core.config import store_plugin_configs
 from core.evaluation.runner import evaluate
 from core.evaluation.suites import SuiteError
-from core.plugins import PluginError
-from core.verification.executor import ExecutorError
-from core.verification.judge import VerifierConfigError
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 EXIT_ALL_DECLINED = 3  # with fail_if_all_declined=true: no task was attempted (2: the run could not start)
@@ -39,12 +37,9 @@ EXIT_ALL_DECLINED = 3  # with fail_if_all_declined=true: no task was attempted (
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="eval")
 def _main(cfg: DictConfig) -> float | None:
-    try:
+    # what cannot run here (a missing extra, no GPU, a bad suite path): one line, no traceback
+    with cannot_start(SuiteError):
         payload = evaluate(cfg)
-    except (PluginError, SuiteError, VerifierConfigError, ExecutorError) as exc:
-        # what cannot run here (a missing extra, no GPU, a bad suite path): one line, no traceback
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
     if payload["all_declined"] and cfg.get("fail_if_all_declined", False):
         print(f"error: all {payload['declined']} task(s) were declined (fail_if_all_declined=true)", file=sys.stderr)
         sys.exit(EXIT_ALL_DECLINED)

@@ -23,7 +23,6 @@ import collections
 import dataclasses
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,9 +30,9 @@ from typing import Any, Sequence
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from core.cli import cannot_start
 from core.config import build, store_plugin_configs
 from core.contracts import CurriculumState
-from core.plugins import PluginError
 from core.task import Task
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -139,12 +138,9 @@ def print_summary(summary: dict[str, Any], seconds: float, out: Path, generation
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="propose")
 def _main(cfg: DictConfig) -> None:
-    try:
+    with cannot_start(ValueError):  # a bad output path, an unknown proposer, a missing package: one line, exit 2
         check_output(cfg.out, cfg.format, cfg.get("layout", "flat"))
         proposer = build("proposer", cfg.proposer, seed=cfg.seed)
-    except (PluginError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
     curriculum = CurriculumState(**OmegaConf.to_container(cfg.curriculum, resolve=True))
     started = time.perf_counter()
     tasks = propose_tasks(proposer, int(cfg.n), curriculum, chunk=int(cfg.chunk), progress=bool(cfg.progress))

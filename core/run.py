@@ -11,23 +11,26 @@ are in plugins/trainers.py); the self-play and training loops live in :mod:`core
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from core.cli import cannot_start
 from core.config import store_plugin_configs
 from core.loop.selfplay import run_selfplay  # noqa: F401  (re-exported: it lived here before core.loop)
-from core.plugins import PluginError, registry
+from core.plugins import registry
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
 def run(cfg: DictConfig) -> float | None:
     """Run the trainer ``cfg.trainer.name``; the pass rate of its final metrics (None without any)."""
+    from core.loop.console import announcing_run_dir
+
     trainer = registry("trainer").create(str(cfg.trainer.name))
-    result = trainer(cfg)
+    with announcing_run_dir(cfg.out_dir):  # where the results go, at the start and at the end
+        result = trainer(cfg)
     return (result or {}).get("pass_rate")
 
 
@@ -36,12 +39,9 @@ def _main(cfg: DictConfig) -> float | None:
     from core.loop.console import quiet_console
 
     quiet_console(cfg.out_dir)
-    try:
+    # Configuration mistakes and missing packages: say what is wrong and what to do, without a traceback.
+    with cannot_start():
         return run(cfg)
-    except PluginError as exc:
-        # Configuration mistakes: say what is wrong and what is valid, without a traceback.
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
 
 
 def main() -> None:

@@ -208,6 +208,12 @@ def main(argv: list[str] | None = None) -> int:
                             timeout_s=args.timeout, trials=args.trials, isolate=not args.no_isolate, warm_up=warm_up)
     except VerifierConfigError as exc:
         return usage(str(exc))
+    except ImportError as exc:  # a package the backend or the sandbox needs is not installed
+        from core.cli import missing_dependency
+
+        if (line := missing_dependency(exc)) is None:
+            raise
+        return usage(line)
     with verifier:
         if items is None:
             task = Task.from_file(args.reference)
