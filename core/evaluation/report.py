@@ -66,6 +66,7 @@ class TaskResult:
     elapsed_s: float | None = None  # the verification's wall time, and where it went (for slow verdicts)
     gpu_wait_s: float | None = None
     stage_s: dict[str, float] | None = None
+    gpu_memory: dict[str, Any] | None = None  # the admission's estimate and each request's peak
 
     @classmethod
     def of(cls, task: Task, level: str, candidate: Candidate, verdict: Verdict | None,
@@ -78,7 +79,8 @@ class TaskResult:
                    bool(verdict.correct), bool(verdict.accepted), {b: speedup_of(verdict, b) for b in BASELINES},
                    verdict.hack_flags, reason=verdict.reason, median_ms=median if _positive(median) else None,
                    candidate_id=candidate.id, cached=cached, elapsed_s=verdict.elapsed_s,
-                   gpu_wait_s=verdict.gpu_wait_s, stage_s=dict(verdict.stage_s or {}) or None)
+                   gpu_wait_s=verdict.gpu_wait_s, stage_s=dict(verdict.stage_s or {}) or None,
+                   gpu_memory=verdict.gpu_memory or None)
 
     def fast(self, p: float, baseline: str) -> bool:
         if not self.accepted:
@@ -93,6 +95,7 @@ class TaskResult:
         row.pop("speedup")
         row["hack_flags"] = ";".join(self.hack_flags)
         row["stage_s"] = " ".join(f"{k}={v:.1f}" for k, v in (self.stage_s or {}).items())
+        row.pop("gpu_memory")  # results.json keeps it; a CSV cell would not
         for b in BASELINES:
             row[f"speedup_{b}"] = self.speedup.get(b)
         return row
