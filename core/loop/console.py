@@ -7,12 +7,20 @@ from our own code. What goes only to the log file (Hydra's ``<run dir>/<job>.log
 records of transformers, datasets, TRL, accelerate and torch, and INFO records of our own modules.
 The tqdm bars that transformers and datasets draw ("Writing model shards" at every checkpoint,
 "Tokenizing train dataset") are switched off.
+
+Tables (:func:`print_table`) are drawn by rich where they fit the terminal; without a terminal (output
+to a file or a pipe, where rich assumes 80 columns and wraps every cell), or where they would not fit,
+they are printed as plain aligned lines that are never cut. :func:`announcing_run_dir` prints the run's
+output directory when a run starts and where its results are when it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 LIBRARY_LOGGERS = ("py.warnings", "transformers", "datasets", "trl", "accelerate", "torch", "huggingface_hub")
 
@@ -59,3 +67,68 @@ def quiet_console(out_dir: str | Path) -> Path:
         if name != "py.warnings":
             lib.setLevel(logging.WARNING)  # their INFO chatter is not worth a log line per checkpoint
     return Path(files[0].baseFilename)
+
+
+def fits(console: Any, renderable: Any) -> bool:
+    """Whether rich would draw ``renderable`` on ``console`` at its natural width (nothing wrapped or cut):
+    only on a terminal, where the width is the terminal's and not rich's 80-column guess."""
+    from rich.measure import Measurement
+
+    if not console.is_terminal or console.is_dumb_terminal:
+        return False
+    natural = Measurement.get(console, console.options.update_width(10**6), renderable).maximum
+    return natural <= console.width
+
+
+def print_table(console: Any, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                left: Sequence[str] = ()) -> None:
+    """A table of ``rows`` under ``columns``: rich's where it fits the terminal, else plain aligned lines
+    (the title, a header, one line per row; columns in ``left`` left-aligned, the others right-aligned)."""
+    from rich.table import Table
+
+    cells = [[str(c) for c in row] for row in rows]
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="left" if col in left else "right")
+    for row in cells:
+        table.add_row(*row)
+    if fits(console, table):
+        console.print(table)
+        return
+    widths = [max([len(col)] + [len(row[i]) for row in cells]) for i, col in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.ljust(w) if col in left else v.rjust(w)
+                         for v, w, col in zip(values, widths, columns)).rstrip()
+
+    for text in (f"{title}:", line(list(columns)), *(line(row) for row in cells)):
+        console.print(text, soft_wrap=True, markup=False, highlight=False, emoji=False)
+
+
+RESULT_FILES = ("result.json", "summary.png", "metrics.jsonl", "verdicts.jsonl", "train_state.json", "models")
+
+
+@contextlib.contextmanager
+def announcing_run_dir(out_dir: str | Path, print_line: Any = print) -> Iterator[Path]:
+    """Print where the run writes before it starts, and where its results are when it ends (also when it fails)."""
+    out = Path(out_dir).resolve()
+    print_line(f"run directory: {out}")
+    ok = False
+    try:
+        yield out
+        ok = True
+    finally:
+        kept = [name for name in RESULT_FILES if (out / name).exists()]
+        what = f" ({', '.join(kept)})" if kept else ""
+        print_line(f"results in {out}{what}" if ok else f"run stopped; what it wrote is in {out}{what}")
+
+
+def run_console(**kwargs: Any) -> Any:
+    """The console a run prints to: without a terminal it soft-wraps (a long line stays one line, where
+    rich would otherwise break it at its 80-column guess)."""
+    from rich.console import Console
+
+    console = Console(**kwargs)
+    if not console.is_terminal:
+        console.soft_wrap = True
+    return console

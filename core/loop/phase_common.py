@@ -47,8 +47,30 @@ def quiet(trainer: Any) -> None:
     trainer.remove_callback(PrinterCallback)
 
 
+def _bar_with_status_line():
+    """A rich ``Progress`` that draws the bar on one line and the status under it, cut at the terminal's
+    width: on one line a long status (GRPO's step metrics) squeezed the bar and the count out of it."""
+    from rich.progress import Progress
+    from rich.text import Text
+
+    class BarWithStatus(Progress):
+        status = ""
+
+        def get_renderables(self):
+            yield self.make_tasks_table(self.tasks)
+            if self.status:
+                yield Text(self.status, no_wrap=True, overflow="ellipsis")
+
+    return BarWithStatus
+
+
 class PhaseProgress(TrainerCallback):
-    """A rich progress bar over the phase's steps; measures its training loop's wall clock.
+    """The phase's progress (a rich bar on a terminal, a plain line every few steps without one);
+    measures its training loop's wall clock.
+
+    Without a terminal (output to a file or a pipe) rich draws a bar only when it stops, so the
+    progress is printed as lines: every step of a phase of up to :attr:`LINES` steps, else every
+    ``steps / LINES`` steps, and at least once a minute.
 
     The seconds and steps go to ``training.progress`` (``seconds``, ``steps_done``,
     ``seconds_per_step``): control arms (:mod:`core.loop.control`) get the same time as the phase
@@ -57,16 +79,22 @@ class PhaseProgress(TrainerCallback):
     by :class:`StateCallback`), so its control arm's budget is the whole phase's, not the resumed part's.
     """
 
+    LINES = 20  # progress lines a phase prints at most without a terminal (plus one a minute)
+    LINE_EVERY_S = 60.0
+
     def __init__(self, training: Any, phase: Phase):
         self.training, self.phase = training, phase
         self.status = ""
+        self._total = 0
+        self._stride = 1
+        self._last_line = 0.0  # when the last plain progress line was printed
         self._bar: Any = None
         self._task: Any = None
         self._t0 = 0.0
         self._before = 0.0  # seconds spent in the phase before the checkpoint it resumed from
 
     def on_train_begin(self, args, state, control, **kwargs):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
         self._t0, self._before = time.perf_counter(), 0.0
         if state.global_step > 0:  # resumed by TRL from checkpoint-<global_step>
@@ -77,18 +105,29 @@ class PhaseProgress(TrainerCallback):
             else:  # a checkpoint from before the clock was saved: this phase's time counts from here
                 self.training.console.print(f"[yellow]note[/]: {resumed} holds no phase clock; {self.phase.name}'s "
                                             "recorded time (a control arm's budget) counts from this resume only")
-        self._bar = Progress(TextColumn(f"{self.phase.name} ({self.phase.kind})"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
-                             console=self.training.console, transient=False)
-        self._task = self._bar.add_task(self.phase.name, total=state.max_steps or self.phase.steps,
-                                        completed=state.global_step, status="")
+        self._total = int(state.max_steps or self.phase.steps)
+        console = self.training.console
+        if not console.is_terminal or console.is_dumb_terminal:
+            self._stride = max(1, -(-self._total // self.LINES))
+            self._last_line = time.perf_counter()
+            self._plain(f"{self._total} steps" + (f", from step {state.global_step}" if state.global_step else ""))
+            return
+        self._bar = _bar_with_status_line()(
+            TextColumn(f"{self.phase.name} ({self.phase.kind})"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console, transient=False)
+        self._task = self._bar.add_task(self.phase.name, total=self._total, completed=state.global_step)
         self._bar.start()
 
+    def _plain(self, text: str) -> None:
+        self.training.console.print(f"{self.phase.name} ({self.phase.kind}) {text}", soft_wrap=True, markup=False,
+                                    highlight=False, emoji=False)
+
     def set_status(self, text: str) -> None:
-        """Text shown after the bar (GRPO: the last step's pass rate and information density)."""
+        """Text shown under the bar (GRPO: the last step's pass rate and information density)."""
         self.status = text
         if self._bar is not None:
-            self._bar.update(self._task, status=text)
+            self._bar.status = text
+            self._bar.refresh()
 
     def elapsed(self) -> float:
         """The phase's training seconds so far, those before a resume included."""
@@ -97,6 +136,12 @@ class PhaseProgress(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self._bar is not None:
             self._bar.update(self._task, completed=state.global_step)
+        else:
+            step, now = state.global_step, time.perf_counter()
+            if step % self._stride == 0 or step >= self._total or now - self._last_line >= self.LINE_EVERY_S:
+                self._last_line = now
+                minutes, seconds = divmod(int(self.elapsed()), 60)
+                self._plain(f"step {step}/{self._total} {minutes}:{seconds:02d}" + (f"  {self.status}" if self.status else ""))
         limit = getattr(self.training, "time_limit_s", None)
         if limit is not None and self.elapsed() >= limit:
             control.should_training_stop = True

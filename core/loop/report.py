@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
+from core.loop.console import print_table
 from core.loop.metrics import sparkline
 from core.loop.training_config import Phase
 
@@ -32,6 +32,32 @@ def evaluations(progress: Mapping[str, Any], phases: Sequence[Phase]) -> list[tu
         kind = next((p.kind for p in phases if p.name == name), "?")
         rows.append((f"control {name}: same time as {evaluation['control_for']}, spent on more {kind}", name, evaluation))
     return rows
+
+
+def headline(progress: Mapping[str, Any], phases: Sequence[Phase]) -> list[tuple[str, float, int]]:
+    """The run's headline comparison, ``(stage, held-out pass rate, tasks)``: before training, after each
+    phase (after SFT, after GRPO) and each control arm (what the summary plot's last panel shows)."""
+    short = []
+    for label, _, e in evaluations(progress, phases):
+        if label.startswith("control "):
+            label = label.split(":")[0]
+        short.append((label, float(e["pass_rate"]), int(e.get("tasks", 0))))
+    return short
+
+
+def proposer_label(cfg: Any) -> str:
+    """The proposer as the run chose it: the config group the user named (``single_op``, the default) with
+    the registered plugin it builds when that differs (``single_op (random)``); outside Hydra, the plugin."""
+    name = str(cfg.proposer.name)
+    choice = None
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            choice = HydraConfig.get().runtime.choices.get("proposer")
+    except (ImportError, ValueError, AttributeError):
+        choice = None
+    return f"{choice} ({name})" if choice and choice != name else name
 
 
 def start_pass_rate(progress: Mapping[str, Any], phases: Sequence[Phase], name: str) -> float | None:
@@ -63,16 +89,16 @@ def run_summary(progress: Mapping[str, Any], eval_tasks: int) -> dict[str, Any]:
 def print_results(console: Console, progress: Mapping[str, Any], phases: Sequence[Phase]) -> None:
     """The final table: held-out pass rate before, after each phase, and of each control arm."""
     seconds, steps = progress.get("seconds", {}), progress.get("steps_done", {})
-    table = Table(title="held-out pass rate (greedy first sample, tasks never trained on)")
-    for col in ("stage", "pass rate", "change", "passed", "compile rate", "train time", "steps"):
-        table.add_column(col, justify="left" if col == "stage" else "right")
+    rows = []
     for label, name, e in evaluations(progress, phases):
         start = start_pass_rate(progress, phases, name) if name else None
         change = f"{100 * (e['pass_rate'] - start):+.1f} pts" if start is not None else ""
-        table.add_row(label, f"{e['pass_rate']:.3f}", change, f"{round(e['pass_rate'] * e['tasks'])}/{e['tasks']}",
-                      f"{e['compile_rate']:.3f}", f"{seconds[name]:.0f}s" if name in seconds else "",
-                      str(steps.get(name, "")))
-    console.print(table)
+        rows.append((label, f"{e['pass_rate']:.3f}", change, f"{round(e['pass_rate'] * e['tasks'])}/{e['tasks']}",
+                     f"{e['compile_rate']:.3f}", f"{seconds[name]:.0f}s" if name in seconds else "",
+                     str(steps.get(name, ""))))
+    print_table(console, "held-out pass rate (greedy first sample, tasks never trained on)",
+                ("stage", "pass rate", "change", "passed", "compile rate", "train time", "steps"), rows,
+                left=("stage",))
 
 
 def read_decisions(path: Path) -> list[dict[str, Any]]:
@@ -86,15 +112,14 @@ def print_learning_curve(console: Console, rows: Sequence[Mapping[str, Any]]) ->
     """The GRPO steps' metrics as a table (at most ~20 rows) and sparklines."""
     if not rows:
         return
-    table = Table(title="learning curve (GRPO steps)")
-    for col in ("step", "phase", "pass rate", "pass@k", "info density", "reward", "hack flags", "tiers"):
-        table.add_column(col, justify="right")
     stride = max(1, len(rows) // 20)
+    cells = []
     for r in list(rows[::stride]) + ([rows[-1]] if (len(rows) - 1) % stride else []):
         tiers = ",".join(f"{k.split('tier')[-1]}:{int(v)}" for k, v in sorted(r.items()) if k.startswith("tasks/tier"))
-        table.add_row(str(r["step"]), str(r.get("phase", "")), f"{r['pass_rate']:.3f}", f"{r['pass_at_k']:.3f}",
-                      f"{r['information_density']:.3f}", f"{r['reward']:.3f}", f"{r['hack_flag_rate']:.3f}", tiers)
-    console.print(table)
+        cells.append((str(r["step"]), str(r.get("phase", "")), f"{r['pass_rate']:.3f}", f"{r['pass_at_k']:.3f}",
+                      f"{r['information_density']:.3f}", f"{r['reward']:.3f}", f"{r['hack_flag_rate']:.3f}", tiers))
+    print_table(console, "learning curve (GRPO steps)",
+                ("step", "phase", "pass rate", "pass@k", "info density", "reward", "hack flags", "tiers"), cells)
     console.print("pass rate   " + sparkline([r["pass_rate"] for r in rows]))
     console.print("pass@k      " + sparkline([r["pass_at_k"] for r in rows]))
     console.print("info dens.  " + sparkline([r["information_density"] for r in rows]))

@@ -20,10 +20,10 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from core.config import build, resolve_device
 from core.loop.attempts import attempt
+from core.loop.console import print_table, run_console
 from core.loop.rewards import RewardMix
 from core.plugins import PluginError, notify
 from core.task import Candidate, Task
@@ -79,7 +79,7 @@ class SelfPlay:
         self.reward, self.curriculum, self.backend = reward, curriculum, backend
         self.tasks_per_round, self.samples_per_task = tasks_per_round, samples_per_task
         self.out_dir = Path(out_dir) if out_dir else None
-        self.console = console or Console()
+        self.console = console or run_console()
         self.history: list[dict[str, float]] = []
 
     def run_round(self, round_index: int, progress: Progress | None = None) -> RoundResult:
@@ -165,13 +165,10 @@ class SelfPlay:
     def print_summary(self) -> None:
         if not self.history:
             return
-        table = Table(title="self-play rounds")
-        for col in ("round", "tasks", "attempts", "pass rate", "mean reward", "hack flags", "seconds"):
-            table.add_column(col, justify="right")
-        for m in self.history:
-            table.add_row(f"{m['round']:.0f}", f"{m['tasks']:.0f}", f"{m['attempts']:.0f}", f"{m['pass_rate']:.3f}",
-                          f"{m['mean_reward']:.3f}", f"{m['hack_flag_rate']:.3f}", f"{m['seconds']:.1f}")
-        self.console.print(table)
+        rows = [(f"{m['round']:.0f}", f"{m['tasks']:.0f}", f"{m['attempts']:.0f}", f"{m['pass_rate']:.3f}",
+                 f"{m['mean_reward']:.3f}", f"{m['hack_flag_rate']:.3f}", f"{m['seconds']:.1f}") for m in self.history]
+        print_table(self.console, "self-play rounds",
+                    ("round", "tasks", "attempts", "pass rate", "mean reward", "hack flags", "seconds"), rows)
         attempts = sum(m["attempts"] for m in self.history)
         passed = sum(m["pass_rate"] * m["attempts"] for m in self.history)
         rate = passed / attempts if attempts else 0.0
