@@ -135,13 +135,19 @@ class MetricsLog:
 DECISION_COLOURS = {"shrink": "tab:red", "new APIs": "tab:green", "performance": "tab:orange", "hold": "tab:gray"}
 
 
+HEADLINE_TITLE = "held-out pass rate"
+
+
 def plot_summary(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str = "KernelZero training",
-                 decisions: Sequence[Mapping[str, Any]] = ()) -> Path:
-    """A PNG with pass rates, information density, the curriculum, rewards per term and hack flags against step.
+                 decisions: Sequence[Mapping[str, Any]] = (),
+                 headline: Sequence[tuple[str, float, int]] = ()) -> Path:
+    """A PNG with pass rates, information density, the curriculum, rewards per term and hack flags against step,
+    and the run's headline comparison.
 
     ``decisions`` (``curriculum.jsonl`` rows: ``step``, ``decision``) are drawn as vertical lines on the
     learning-curve panels, coloured by kind, so each change of the task distribution sits on the curve
-    that caused it.
+    that caused it. ``headline``: ``(stage, held-out pass rate, tasks)`` in order (before training, after
+    each phase, each control arm; :func:`core.loop.report.headline`), drawn as bars in the last panel.
     """
     import matplotlib
 
@@ -183,7 +189,21 @@ def plot_summary(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str
         if keys or ax is axes[0][0]:
             ax.legend(fontsize=7)
     fig.delaxes(axes[1][2])
-    for ax in axes[1]:
+    if headline:
+        ax = fig.add_subplot(2, 3, 6)  # its own x axis: stages, not steps
+        labels = [label for label, _, _ in headline]
+        rates = [float(rate) for _, rate, _ in headline]
+        colours = ["tab:gray" if label.startswith("before") else "tab:olive" if label.startswith("control")
+                   else "tab:blue" for label in labels]
+        bars = ax.bar(range(len(labels)), rates, color=colours)
+        for bar, rate, (_, _, tasks) in zip(bars, rates, headline):
+            ax.annotate(f"{rate:.3f}\n({round(rate * tasks)}/{tasks})", (bar.get_x() + bar.get_width() / 2, rate),
+                        ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=7)
+        ax.set_ylim(0, 1.15)
+        ax.set_title(HEADLINE_TITLE)
+        ax.grid(alpha=0.3, axis="y")
+    for ax in axes[1][:2]:
         ax.set_xlabel("step")
     axes[0][2].set_xlabel("step")
     axes[0][2].xaxis.set_tick_params(labelbottom=True)

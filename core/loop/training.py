@@ -34,11 +34,19 @@ from core.config import build, resolve_device
 from core.contracts import CurriculumState, optional
 from core.evaluation.suites import HeldOut
 from core.loop.attempts import attempt, copy_state
+from core.loop.console import run_console
 from core.loop.control import run_control
 from core.loop.grpo import run_grpo
 from core.loop.metrics import MetricsLog, plot_summary
 from core.loop.phase_common import STATE_FILE
-from core.loop.report import print_learning_curve, print_results, read_decisions, run_summary
+from core.loop.report import (
+    headline,
+    print_learning_curve,
+    print_results,
+    proposer_label,
+    read_decisions,
+    run_summary,
+)
 from core.loop.run_lock import hold_run_dir
 from core.loop.sft import run_sft
 from core.loop.shared_verification import ScoredBatch, SharedVerification
@@ -80,7 +88,7 @@ class Training:
         """``reader``: this process only evaluates the run's saved models; it shares the run directory with
         other readers and waits for no trainer (core/loop/run_lock.py)."""
         self.cfg, self.verifier = cfg, verifier
-        self.console = console or Console()
+        self.console = console or run_console()
         self.settings = TrainSettings.from_config(cfg.trainer)
         if self.settings.torch_threads:
             import torch
@@ -185,8 +193,9 @@ class Training:
             self.progress["done"].append(phase.name)
             self._write_progress()
         plot = plot_summary(self.metrics.rows, self.out / "summary.png",
-                            title=f"KernelZero: {self.cfg.coder.name} on {self.cfg.proposer.name}/{self.backend}",
-                            decisions=read_decisions(self.curriculum_log))
+                            title=f"KernelZero: {self.cfg.coder.name} on {proposer_label(self.cfg)}/{self.backend}",
+                            decisions=read_decisions(self.curriculum_log),
+                            headline=headline(self.progress, self.settings.phases))
         print_learning_curve(self.console, self.metrics.rows)
         summary = run_summary(self.progress, len(eval_tasks))
         summary.update(steps=len(self.metrics.rows), metrics=str(self.metrics.path), plot=str(plot),
