@@ -26,8 +26,11 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 def run(cfg: DictConfig) -> float | None:
     """Run the trainer ``cfg.trainer.name``; the pass rate of its final metrics (None without any)."""
+    from core.loop.console import announcing_run_dir
+
     trainer = registry("trainer").create(str(cfg.trainer.name))
-    result = trainer(cfg)
+    with announcing_run_dir(cfg.out_dir):  # where the results go, at the start and at the end
+        result = trainer(cfg)
     return (result or {}).get("pass_rate")
 
 
