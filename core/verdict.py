@@ -51,6 +51,9 @@ class Verdict:
     elapsed_s: float = 0.0
     stage_s: dict[str, float] = field(default_factory=dict)
     gpu_wait_s: float = 0.0  # of elapsed_s, spent waiting for a turn on the GPU (neighbours' timed stages)
+    # seconds this verification held the GPU lock, per turn label ("... alone" when exclusive): what
+    # its neighbours waited for
+    gpu_held_s: dict[str, float] = field(default_factory=dict)
     # checks that could not run and were let pass only because the verifier was told to (accept_unchecked)
     accepted_unchecked: list[str] = field(default_factory=list)
     # GPU memory admission (core.verification.gpumemory): estimate, capacity, alone, wait, retried

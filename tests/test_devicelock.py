@@ -190,3 +190,21 @@ def test_the_gpu_time_divides_into_alone_shared_and_idle(timeline):
     assert s["exclusive_s"] + s["shared_s"] + s["idle_s"] == pytest.approx(s["span_s"], abs=1e-6)
     assert s["exclusive_turns"] == sum(t["exclusive"] for t in turns)
     assert sum(s["shared_by_label_s"].values()) >= s["shared_s"] - 1e-6  # overlapping readers count each
+
+
+def test_a_verdict_says_how_long_it_held_the_gpu_per_turn_and_which_turns_were_alone(tmp_path):
+    # on the H200 verdicts waited 38-185 s for the GPU (2026-12-04): each verdict records what it held,
+    # so a run shows which exclusive turns the others waited for
+    from core.verdict import Verdict
+    from core.verification.budget import Budget, GpuTurn
+
+    lock, verdict = DeviceLock("held-test", directory=tmp_path), Verdict()
+    budget = Budget(60, verdict)
+    with GpuTurn(lock.exclusive(time.monotonic() + 5), budget, time.monotonic(), [], "performance", exclusive=True):
+        time.sleep(0.05)
+    for _ in range(2):
+        with GpuTurn(lock.shared(time.monotonic() + 5), budget, time.monotonic(), [], "run"):
+            time.sleep(0.01)
+    assert set(verdict.gpu_held_s) == {"performance alone", "run"}
+    assert verdict.gpu_held_s["performance alone"] >= 0.05 and verdict.gpu_held_s["run"] >= 0.02
+    assert Verdict.from_json(verdict.to_json()).gpu_held_s == verdict.gpu_held_s

@@ -67,6 +67,7 @@ class TaskResult:
     gpu_wait_s: float | None = None
     stage_s: dict[str, float] | None = None
     gpu_memory: dict[str, Any] | None = None  # the admission's estimate and each request's peak
+    gpu_held_s: dict[str, float] | None = None  # seconds it held the GPU lock per turn ("... alone": exclusive)
 
     @classmethod
     def of(cls, task: Task, level: str, candidate: Candidate, verdict: Verdict | None,
@@ -80,7 +81,7 @@ class TaskResult:
                    verdict.hack_flags, reason=verdict.reason, median_ms=median if _positive(median) else None,
                    candidate_id=candidate.id, cached=cached, elapsed_s=verdict.elapsed_s,
                    gpu_wait_s=verdict.gpu_wait_s, stage_s=dict(verdict.stage_s or {}) or None,
-                   gpu_memory=verdict.gpu_memory or None)
+                   gpu_memory=verdict.gpu_memory or None, gpu_held_s=dict(verdict.gpu_held_s or {}) or None)
 
     def fast(self, p: float, baseline: str) -> bool:
         if not self.accepted:
@@ -96,6 +97,7 @@ class TaskResult:
         row["hack_flags"] = ";".join(self.hack_flags)
         row["stage_s"] = " ".join(f"{k}={v:.1f}" for k, v in (self.stage_s or {}).items())
         row.pop("gpu_memory")  # results.json keeps it; a CSV cell would not
+        row["gpu_held_s"] = " ".join(f"{k}={v:.1f}" for k, v in (self.gpu_held_s or {}).items())
         for b in BASELINES:
             row[f"speedup_{b}"] = self.speedup.get(b)
         return row

@@ -79,6 +79,9 @@ def verdict_line(task: Task, verdict: Verdict, at_s: float) -> str:
     where = ", ".join(f"{k} {v:.1f}" for k, v in stages)
     if verdict.gpu_wait_s >= 0.5:
         where += f"; waited {verdict.gpu_wait_s:.1f} for the GPU"
+    alone = sum(v for k, v in (verdict.gpu_held_s or {}).items() if k.endswith(" alone"))
+    if alone >= 0.5:
+        where += f"; held it alone {alone:.1f}"
     return (f"[{at_s:6.1f} s] {level_of(task)}/{task.name or task.id}: {verdict.status}{speed} "
             f"({verdict.elapsed_s:.1f} s{': ' + where if where else ''}){why}")
 

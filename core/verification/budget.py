@@ -58,6 +58,10 @@ class GpuTurn(contextlib.AbstractContextManager):
         self.budget.waited(self.got - self.started)
 
     def __exit__(self, *exc: Any) -> None:
+        verdict = getattr(self.budget, "verdict", None)
+        if verdict is not None:  # how long this turn kept the others waiting
+            key = f"{self.label} alone" if self.exclusive else self.label
+            verdict.gpu_held_s[key] = round(verdict.gpu_held_s.get(key, 0.0) + time.monotonic() - self.got, 4)
         try:
             return self.inner.__exit__(*exc)
         finally:
