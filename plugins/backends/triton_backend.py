@@ -171,6 +171,7 @@ class TritonBackend:
         for cls in classes:
             _count_launches(cls)
         if device == "cuda" and not self._interpreted(device):
+            _autotune_every_config_in_trials()
             try:
                 _locate_libcuda()
             except Exception as exc:
@@ -420,6 +421,55 @@ def _autotune_without_benchmarks() -> None:
 
     run._kz_interpreted = True  # type: ignore[attr-defined]
     Autotuner.run = run
+
+
+def every_config_in_trials(original: Any) -> Any:
+    """``Autotuner.run`` for GPU workers: forward call ``i`` of the judged calls (those under a launch
+    tracker: the correctness trials, then the shuffled orders, the repeat and the probes) runs config
+    ``i`` without benchmarking, so every config's output is compared with the reference, as in the
+    interpreter (:func:`_autotune_without_benchmarks`); later calls, and calls outside a tracker (the
+    timed stage), run the autotuner itself, so the time is the chosen config's. A config this GPU cannot
+    build (out of shared memory, ptxas) is skipped, as the autotuner's benchmark skips it. Without
+    this a wrong config that the GPU's benchmark did not pick passed unseen (the sampled race analysis
+    compares no outputs)."""
+
+    def run(self, *args, **kwargs):
+        tracker = _current_tracker()
+        if tracker is None or len(self.configs) < 2:
+            return original(self, *args, **kwargs)
+        self.nargs = dict(zip(self.arg_names, args))
+        try:
+            configs = list(self.prune_configs(kwargs)) or list(self.configs)
+        except Exception:  # a pruning hook that needs the benchmark's state: every config
+            configs = list(self.configs)
+        if tracker.call >= len(configs):
+            self.nargs = None
+            return original(self, *args, **kwargs)
+        config = configs[tracker.call]
+        self.best_config = config
+        if config.pre_hook is not None:
+            config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
+        _local.config = ", ".join(f"{k}={v}" for k, v in config.kwargs.items())
+        try:
+            return self.fn.run(*args, **kwargs, **config.all_kwargs())
+        except Exception as exc:
+            if type(exc).__name__ not in ("OutOfResources", "CompileTimeAssertionFailure", "PTXASError"):
+                raise
+            self.nargs = None
+            return original(self, *args, **kwargs)
+        finally:
+            _local.config = None
+            self.nargs = None
+
+    run._kz_every_config = True  # type: ignore[attr-defined]
+    return run
+
+
+def _autotune_every_config_in_trials() -> None:
+    from triton.runtime.autotuner import Autotuner
+
+    if not getattr(Autotuner.run, "_kz_every_config", False):
+        Autotuner.run = every_config_in_trials(Autotuner.run)
 
 
 @hookimpl

@@ -1,0 +1,76 @@
+"""GPU workers run every autotune config in the judged calls (plugins.backends.triton_backend.every_config_in_trials).
+
+The sampled race analysis compares no outputs, so a wrong config the GPU's benchmark did not pick would pass
+unseen; these tests drive the policy with a stand-in autotuner (the real one needs a GPU to benchmark)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plugins.backends import triton_backend as tb
+
+
+class Config(SimpleNamespace):
+    def all_kwargs(self):
+        return dict(self.kwargs)
+
+
+class OutOfResources(Exception):
+    pass
+
+
+def autotuner(n: int, broken: set[int] = frozenset()):
+    calls = []
+
+    def fn_run(*args, **kw):
+        if kw["BLOCK"] in {16 * (i + 1) for i in broken}:
+            raise OutOfResources("shared memory")
+        calls.append(kw["BLOCK"])
+        return kw["BLOCK"]
+
+    configs = [Config(kwargs={"BLOCK": 16 * (i + 1)}, pre_hook=None) for i in range(n)]
+    tuner = SimpleNamespace(configs=configs, arg_names=["x"], fn=SimpleNamespace(run=fn_run),
+                            prune_configs=lambda kwargs: configs, nargs=None, best_config=None)
+    return tuner, calls
+
+
+def benchmarked(self, *args, **kwargs):  # the real autotuner: benchmarks, then runs its best (the last, here)
+    return self.fn.run(*args, **kwargs, **self.configs[-1].all_kwargs())
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 8), calls=st.integers(1, 12))
+def test_judged_call_i_runs_config_i_then_the_autotuners_choice(n, calls):
+    run = tb.every_config_in_trials(benchmarked)
+    tuner, ran = autotuner(n)
+    with pytest.MonkeyPatch.context() as mp:
+        for call in range(calls):
+            mp.setattr(tb, "_current_tracker", lambda call=call: SimpleNamespace(call=call))
+            run(tuner, 1.0)
+    expected = [16 * (i + 1) if i < n else 16 * n for i in range(calls)]
+    assert ran == expected  # every config reached by the judged calls, in order; then the chosen one
+
+
+def test_outside_the_judged_calls_the_autotuner_itself_runs(monkeypatch):
+    # the timed stage runs outside a launch tracker: its time is the config the benchmark picks
+    monkeypatch.setattr(tb, "_current_tracker", lambda: None)
+    tuner, ran = autotuner(4)
+    assert tb.every_config_in_trials(benchmarked)(tuner, 1.0) == 64 and ran == [64]
+
+
+def test_a_config_this_gpu_cannot_build_falls_back_to_the_autotuner(monkeypatch):
+    monkeypatch.setattr(tb, "_current_tracker", lambda: SimpleNamespace(call=1))
+    tuner, ran = autotuner(3, broken={1})
+    assert tb.every_config_in_trials(benchmarked)(tuner, 1.0) == 48 and ran == [48]
+
+
+def test_a_config_that_fails_otherwise_fails_the_call(monkeypatch):
+    monkeypatch.setattr(tb, "_current_tracker", lambda: SimpleNamespace(call=0))
+    tuner, _ = autotuner(2)
+    tuner.fn.run = lambda *a, **k: (_ for _ in ()).throw(ValueError("wrong"))
+    with pytest.raises(ValueError):
+        tb.every_config_in_trials(benchmarked)(tuner, 1.0)
