@@ -9,6 +9,22 @@ from omegaconf import DictConfig, OmegaConf
 from core.plugins import create, get_plugin_manager, register_configs
 
 
+def conf_dir(source: str | None = None) -> str:
+    """The Hydra config tree: ``conf/`` beside the packages in a source tree or an editable install,
+    else where a wheel installs it (``<prefix>/share/kernelzero/conf``, pyproject's data-files)."""
+    import site
+    import sysconfig
+    from pathlib import Path
+
+    source = Path(source) if source is not None else Path(__file__).resolve().parent.parent / "conf"
+    candidates = [source, Path(sysconfig.get_paths()["data"]) / "share" / "kernelzero" / "conf",
+                  Path(site.getuserbase()) / "share" / "kernelzero" / "conf"]
+    for candidate in candidates:
+        if (candidate / "config.yaml").is_file():
+            return str(candidate)
+    return str(source)  # Hydra then says which config it could not find, under this path
+
+
 def node_kwargs(node: DictConfig | dict | None) -> tuple[str, dict[str, Any]]:
     """Split a group node ``{name: x, **kwargs}`` into the plugin name and its keyword arguments."""
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})

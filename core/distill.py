@@ -17,13 +17,12 @@ group. The work lives in :mod:`core.loop.distillation`.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from core.cli import cannot_start
-from core.config import build, store_plugin_configs
+from core.config import build, conf_dir, store_plugin_configs
 from core.contracts import CurriculumState
 from core.loop.distillation import (
     PromptFormat,
@@ -37,7 +36,7 @@ from core.loop.distillation import (
 )
 from core.plugins import PluginError
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = conf_dir()
 
 __all__ = ["PromptFormat", "Summary", "builtin_format", "distill", "load_format", "main", "print_summary",
            "task_families", "write_rows"]

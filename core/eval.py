@@ -21,17 +21,16 @@ missing extra such as CuPy or Ray, no GPU, a bad suite path) prints one ``error:
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
 from core.cli import cannot_start
-from core.config import store_plugin_configs
+from core.config import conf_dir, store_plugin_configs
 from core.evaluation.runner import evaluate
 from core.evaluation.suites import SuiteError
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = conf_dir()
 EXIT_ALL_DECLINED = 3  # with fail_if_all_declined=true: no task was attempted (2: the run could not start)
 
 

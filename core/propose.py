@@ -24,18 +24,19 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from core.cli import cannot_start
-from core.config import build, store_plugin_configs
+from core.config import build, conf_dir, store_plugin_configs
 from core.contracts import CurriculumState
 from core.task import Task
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = conf_dir()
 
 
 def propose_tasks(proposer: Any, n: int, curriculum: CurriculumState, chunk: int = 10,

@@ -11,17 +11,15 @@ are in plugins/trainers.py); the self-play and training loops live in :mod:`core
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import hydra
 from omegaconf import DictConfig
 
 from core.cli import cannot_start
-from core.config import store_plugin_configs
+from core.config import conf_dir, store_plugin_configs
 from core.loop.selfplay import run_selfplay  # noqa: F401  (re-exported: it lived here before core.loop)
 from core.plugins import registry
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = conf_dir()
 
 
 def run(cfg: DictConfig) -> float | None:

@@ -146,7 +146,7 @@ class SelfPlay:
                     self._write_round(result)
         self.print_summary()
         if declines and not sum(m["attempts"] for m in self.history):
-            name = getattr(self.coder, "name", type(self.coder).__name__)
+            name = self.coder.name
             raise PluginError(
                 f"coder {name!r} declined all {sum(declines.values())} answers on backend {self.backend!r}, so "
                 f"nothing was verified: {reasons(declines)}. Choose a coder that writes for {self.backend!r} "
