@@ -225,23 +225,52 @@ def _plugin_name(pm: pluggy.PluginManager, impl: Any) -> str:
 
 
 def build_registry(kind: str, pm: pluggy.PluginManager | None = None) -> Registry:
-    """Call every implementation of the registry hook of ``kind`` and collect what it registers."""
+    """Call the registry hook of ``kind`` through pluggy and collect what every implementation registers.
+
+    The hook is called once, as pluggy calls any hook, so ``hookwrapper=True`` and ``wrapper=True``
+    implementations run around the others (and may register names themselves). Each registration is
+    owned by the implementation whose code made it: the innermost frame of the calling stack that
+    runs one of the hook's implementations (a helper it calls to register is fine).
+    """
     if kind not in REGISTRY_HOOKS:
         raise UnknownPluginError("registry kind", kind, list(REGISTRY_HOOKS))
     pm = pm or get_plugin_manager()
     hook_name = REGISTRY_HOOKS[kind]
     registry = Registry(kind)
     hook_caller = getattr(pm.hook, hook_name)
-    # Call implementations one at a time so every registration knows its owner.
-    for impl in reversed(hook_caller.get_hookimpls()):
-        owner = _plugin_name(pm, impl)
-        before = set(registry.entries)
-        impl.function(register=lambda n, f, _o=owner: registry.register(n, f, owner=_o))
-        if _tracing():  # registry hooks are called one implementation at a time, not through the monitor
-            import sys
+    impls = list(reversed(hook_caller.get_hookimpls()))  # pluggy's calling order (the last registered first)
+    by_code: dict[Any, list[Any]] = {}
+    for impl in impls:
+        for fn in {impl.function, inspect.unwrap(impl.function)}:
+            code = getattr(fn, "__code__", None)
+            if code is not None and impl not in by_code.setdefault(code, []):
+                by_code[code].append(impl)
+    added: dict[str, list[str]] = {_plugin_name(pm, impl): [] for impl in impls}
 
-            added = sorted(set(registry.entries) - before)
-            print(f"[kernelzero] hook {hook_name}(register) by {owner}: {', '.join(added) or 'nothing'}",
+    def owner_of_caller() -> str:
+        frame = inspect.currentframe()
+        frame = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+        while frame is not None:
+            candidates = by_code.get(frame.f_code)
+            if candidates:
+                if len(candidates) > 1:  # one function (a method) shared by several plugins: match its ``self``
+                    this = frame.f_locals.get("self")
+                    candidates = [i for i in candidates if i.plugin is this] or candidates
+                return _plugin_name(pm, candidates[0])
+            frame = frame.f_back
+        return "?"
+
+    def register(name: str, factory: Callable[..., Any]) -> None:
+        owner = owner_of_caller()
+        registry.register(name, factory, owner=owner)
+        added.setdefault(owner, []).append(name)
+
+    hook_caller(register=register)
+    if _tracing():  # one line per implementation, with what it registered
+        import sys
+
+        for owner, names in added.items():
+            print(f"[kernelzero] hook {hook_name}(register) by {owner}: {', '.join(sorted(names)) or 'nothing'}",
                   file=sys.stderr)
     return registry
 

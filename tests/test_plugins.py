@@ -161,6 +161,70 @@ def test_duplicate_registration_names_both_plugins(register_plugin):
         plugins.registry("reward")
 
 
+def test_registry_hooks_run_wrapper_implementations(register_plugin):
+    # Registry hooks are called through pluggy, so wrappers (new-style and old-style) run around the
+    # other implementations, see the call's outcome, and may register names themselves.
+    seen: list[str] = []
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def register_rewards(self, register):
+            seen.append("new-style before")
+            register("wrapper_term", dict)  # owned by this plugin
+            result = yield
+            seen.append("new-style after")
+            return result
+
+    class OldWrapper:
+        @hookimpl(hookwrapper=True)
+        def register_rewards(self, register):
+            seen.append("old-style before")
+            outcome = yield
+            seen.append(f"old-style after, raised {outcome.exception!r}")
+
+    class Helper:
+        @hookimpl
+        def register_rewards(self, register):
+            seen.append("helper")
+            _register_through_a_helper(register)
+
+    register_plugin(Wrapper(), name="wrapper")
+    register_plugin(OldWrapper(), name="old_wrapper")
+    register_plugin(Helper(), name="helper")
+    reg = plugins.registry("reward")
+    assert seen == ["old-style before", "new-style before", "helper", "new-style after",
+                    "old-style after, raised None"]
+    assert reg.owners["wrapper_term"] == "wrapper"
+    assert reg.owners["helper_term"] == "helper"  # registered by a helper the implementation called
+    assert reg.owners["correctness"] == "plugins.rewards.builtin"
+
+
+def test_a_wrapper_sees_a_duplicate_registration_fail(register_plugin):
+    outcomes = []
+
+    class Watcher:
+        @hookimpl(hookwrapper=True)
+        def register_rewards(self, register):
+            outcome = yield
+            outcomes.append(outcome.exception)
+
+    class Dup:
+        @hookimpl
+        def register_rewards(self, register):
+            register("correctness", dict)
+
+    register_plugin(Watcher(), name="watcher")
+    register_plugin(Dup(), name="dup")
+    with pytest.raises(plugins.PluginError, match="'correctness' is registered twice: by 'dup' and by "
+                                                  "'plugins.rewards.builtin'"):
+        plugins.registry("reward")
+    assert len(outcomes) == 1 and isinstance(outcomes[0], plugins.PluginError)
+
+
+def _register_through_a_helper(register):
+    register("helper_term", dict)
+
+
 def test_misspelled_hook_fails_loudly(plugin_manager):
     class Typo:
         @hookimpl
