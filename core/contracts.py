@@ -114,6 +114,10 @@ class RewardTerm(Protocol):
 
         Rejected candidates are given the mix's ``failure_reward`` unless the term sets
         ``scores_failures = True`` and scores them itself.
+
+        A term that can only be nonzero where something is measured (GPU timing) says so through the
+        optional ``supports(device) -> str | None``: None where it can be nonzero on ``device``
+        ("cpu"/"cuda"), else why not (a sentence); a run that weighs it there warns once at start.
         """
 
 
@@ -283,6 +287,10 @@ def _compiles_on_cpu(device: str) -> bool:
     return device == "cpu"
 
 
+def _every_device(device: str) -> None:
+    return None
+
+
 OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
     "Check": {
         # collect(session) -> dict: the check's own measurement inside the worker (GPU timing, a
@@ -357,6 +365,10 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
     },
     "RewardTerm": {
         "scores_failures": False,  # True: the term scores rejected candidates itself (no failure_reward)
+        # supports(device) -> str | None: None where the term can be nonzero for candidates verified on
+        # device ("cpu"/"cuda"); else why not (speedup and roofline need GPU timing). A run whose reward
+        # weighs such a term warns once at start (core.loop.rewards.reward_notes). The default: every device.
+        "supports": _every_device,
     },
 }
 

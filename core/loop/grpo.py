@@ -32,7 +32,7 @@ from core.loop.phase_common import (
     resume_checkpoint,
 )
 from core.loop.refinement import training_env
-from core.loop.rewards import RewardMix
+from core.loop.rewards import RewardMix, phase_reward
 from core.loop.shared_verification import SharedVerification
 from core.loop.taskstream import TaskStream
 from core.loop.training_config import Phase, TrainingError
@@ -45,8 +45,7 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     """Train ``training.coder`` by GRPO on streamed tasks for ``phase.steps`` steps."""
     from trl import GRPOConfig
 
-    mix_kwargs = phase.reward if phase.reward is not None else OmegaConf.to_container(training.cfg.reward, resolve=True)
-    mix = RewardMix(**{k: v for k, v in dict(mix_kwargs).items() if k != "name"})
+    mix = phase_mix(training.cfg, phase)
     if not mix.terms:
         raise TrainingError(f"phase {phase.name!r} has no reward terms; give it reward.weights")
     s = training.settings
@@ -96,6 +95,13 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     training.console.print(f"{phase.name}: {(env or shared).verifications} verifications, {stream.streamed} tasks streamed "
                            f"({stream.distinct} distinct), {stream.skipped} skipped (held out or too long)")
     finish_phase(training, phase, trainer)
+
+
+def phase_mix(cfg: Any, phase: Phase) -> RewardMix:
+    """The reward mix a GRPO phase trains on: the run's ``reward`` group, plus what the phase's own
+    ``reward`` block adds (:func:`core.loop.rewards.phase_reward`; the run's values win)."""
+    kwargs, _ = phase_reward(OmegaConf.to_container(cfg.reward, resolve=True), phase.reward)
+    return RewardMix(**kwargs)
 
 
 class StepCallback(TrainerCallback):

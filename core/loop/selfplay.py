@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from core.config import build, resolve_device
 from core.loop.attempts import attempt
 from core.loop.console import print_table, run_console
-from core.loop.rewards import RewardMix
+from core.loop.rewards import RewardMix, mix_kwargs, unmeasurable_terms
 from core.plugins import PluginError, notify
 from core.task import Candidate, Task
 from core.verdict import Verdict
@@ -206,7 +206,10 @@ def run_selfplay(cfg: DictConfig) -> list[dict[str, float]]:
     proposer = HeldOut.load().guard(build("proposer", cfg.proposer, seed=cfg.seed))
     coder = build("coder", cfg.coder)
     curriculum = build("curriculum", cfg.curriculum)
-    reward = RewardMix(**OmegaConf.to_container(cfg.reward, resolve=True))
+    reward = RewardMix(**mix_kwargs(OmegaConf.to_container(cfg.reward, resolve=True)))
+    unmeasured = unmeasurable_terms({"the run's reward": reward}, resolve_device(str(cfg.device)))
+    if unmeasured:
+        run_console().print(f"[bold yellow]warning[/]: {unmeasured}")
     with executor_for_run(cfg) as verifier:
         loop = SelfPlay(proposer=proposer, coder=coder, verifier=verifier, reward=reward, curriculum=curriculum,
                         backend=backend_name, tasks_per_round=cfg.tasks_per_round,

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from core.config import build, resolve_device
@@ -47,6 +47,7 @@ from core.loop.report import (
     read_decisions,
     run_summary,
 )
+from core.loop.rewards import reward_notes
 from core.loop.run_lock import hold_run_dir
 from core.loop.sft import run_sft
 from core.loop.shared_verification import ScoredBatch, SharedVerification
@@ -161,6 +162,7 @@ class Training:
 
     def run(self) -> dict[str, Any]:
         start = time.perf_counter()
+        self.announce_rewards()
         self._load_coder()
         eval_tasks = self._held_out_tasks()
         if "eval_before" not in self.progress:
@@ -203,6 +205,15 @@ class Training:
         (self.out / "result.json").write_text(json.dumps(summary, indent=2))
         print_results(self.console, self.progress, self.settings.phases)
         return summary
+
+    def announce_rewards(self) -> list[str]:
+        """Warn once at start where a GRPO phase's own reward block gives way to the run's ``reward`` group,
+        and about weighted terms that cannot be nonzero on this device (core.loop.rewards.reward_notes)."""
+        notes = reward_notes(OmegaConf.to_container(self.cfg.reward, resolve=True), self.settings.phases, self.device)
+        for note in notes:
+            log.info("reward: %s", note)
+            self.console.print(f"[bold yellow]warning[/]: {note}")
+        return notes
 
     def load_model_dir(self, model_dir: str | None) -> None:
         """Generate (and train) from the model saved in ``model_dir`` from now on."""

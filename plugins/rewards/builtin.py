@@ -11,6 +11,13 @@ from core.loop.rewards import correctness_reward, roofline_reward
 from core.task import Task
 from core.verdict import Verdict
 
+GPU_TIMING_ONLY = "GPU timing is measured only on device=cuda (the performance check)"
+
+
+def needs_gpu_timing(device: str) -> str | None:
+    """``supports(device)`` of a term read from the performance check's timing (RewardTerm contract)."""
+    return None if device == "cuda" else GPU_TIMING_ONLY
+
 
 @dataclass
 class CorrectnessTerm:
@@ -41,6 +48,9 @@ class RooflineTerm:
 
     name: str = "roofline"
 
+    def supports(self, device: str) -> str | None:
+        return needs_gpu_timing(device)
+
     def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task], **context) -> list[float]:
         out = []
         for v in verdicts:
@@ -63,6 +73,9 @@ class SpeedupTerm:
     name: str = "speedup"
     baseline: str = "eager"
     max_speedup: float = 4.0
+
+    def supports(self, device: str) -> str | None:
+        return needs_gpu_timing(device)
 
     def __call__(self, verdicts: Sequence[Verdict], tasks: Sequence[Task], **context) -> list[float]:
         out = []
