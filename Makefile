@@ -1,5 +1,5 @@
 # The two commands of the README. Both install what they need into .venv first.
-.PHONY: install run selfplay test test-all lint
+.PHONY: install run selfplay test test-e2e test-all lint
 
 install: .venv/.installed
 
@@ -13,8 +13,11 @@ run: install  ## the main job on its embedded default: tiny local model, SFT fro
 selfplay: install  ## self-play rounds with the expert teacher, no learning (seconds)
 	.venv/bin/python -m core.run experiment=selfplay
 
-test: install  ## the default test run (no slow or GPU tests)
-	.venv/bin/python -m pytest -q -m "not slow and not gpu" -n 2 --durations=20
+test: install  ## the default test run, in-process (no red team, end-to-end, slow or GPU tests: ~5 min on 2 cores)
+	.venv/bin/python -m pytest -q -m "not slow and not gpu and not e2e" -n 2 --durations=20
+
+test-e2e: install  ## the red team, the verifier suites of real workers and the CLIs in subprocesses (CI runs it too)
+	.venv/bin/python -m pytest -q -m "e2e and not slow and not gpu" -n 2 --durations=20
 
 test-all: install  ## every test, slow ones included (GPU tests skip without a GPU)
 	.venv/bin/python -m pytest -q

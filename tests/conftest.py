@@ -23,7 +23,38 @@ if not HAS_CUDA:
     restore_after_device_calls()
 
 
+# `make test-e2e`'s tests (marker `e2e`; `make test` leaves them out, CI runs both): the red team and the
+# verifier suites that judge many candidates in real sandboxed workers, and the CLIs run as subprocesses.
+E2E_PATHS = (
+    "tests/redteam/",
+    "tests/test_train_e2e.py",
+    "tests/test_run_cli.py",
+    "tests/test_verify_cli.py",
+    "tests/test_cuda_backend_cli.py",
+    "tests/test_propose_cli.py",
+    "tests/test_external_plugin.py",
+    "tests/test_wheel.py",
+    "tests/test_ray.py",
+    "tests/test_runtime_guard.py",
+    "tests/test_stability_float64.py",
+    "tests/test_compare_on_device.py",
+)
+
+
+def is_e2e(path: str) -> bool:
+    """Whether the test file at ``path`` (relative to the repository, / separated) is an e2e one."""
+    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in E2E_PATHS)
+
+
 def pytest_collection_modifyitems(config, items):
+    root = config.rootpath
+    for item in items:
+        try:
+            rel = item.path.relative_to(root).as_posix()
+        except ValueError:
+            continue
+        if is_e2e(rel):
+            item.add_marker(pytest.mark.e2e)
     if HAS_CUDA:
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none is visible")
