@@ -51,8 +51,10 @@ def test_judged_call_i_runs_config_i_then_the_autotuners_choice(n, calls):
         for call in range(calls):
             mp.setattr(tb, "_current_tracker", lambda call=call: SimpleNamespace(call=call))
             run(tuner, 1.0)
-    expected = [16 * (i + 1) if i < n else 16 * n for i in range(calls)]
-    assert ran == expected  # every config reached by the judged calls, in order; then the chosen one
+    expected = [16 * i if 1 <= i <= n else 16 * n for i in range(calls)]
+    # the first judged call runs the benchmark's choice (the last config here), so a wrong config the
+    # benchmark picks is judged however many configs there are; then every config in order
+    assert ran == expected
 
 
 def test_outside_the_judged_calls_the_autotuner_itself_runs(monkeypatch):
@@ -63,14 +65,24 @@ def test_outside_the_judged_calls_the_autotuner_itself_runs(monkeypatch):
 
 
 def test_a_config_this_gpu_cannot_build_falls_back_to_the_autotuner(monkeypatch):
-    monkeypatch.setattr(tb, "_current_tracker", lambda: SimpleNamespace(call=1))
+    monkeypatch.setattr(tb, "_current_tracker", lambda: SimpleNamespace(call=2))
     tuner, ran = autotuner(3, broken={1})
     assert tb.every_config_in_trials(benchmarked)(tuner, 1.0) == 48 and ran == [48]
 
 
 def test_a_config_that_fails_otherwise_fails_the_call(monkeypatch):
-    monkeypatch.setattr(tb, "_current_tracker", lambda: SimpleNamespace(call=0))
+    monkeypatch.setattr(tb, "_current_tracker", lambda: SimpleNamespace(call=1))
     tuner, _ = autotuner(2)
     tuner.fn.run = lambda *a, **k: (_ for _ in ()).throw(ValueError("wrong"))
     with pytest.raises(ValueError):
         tb.every_config_in_trials(benchmarked)(tuner, 1.0)
+
+
+def test_the_benchmarks_choice_is_judged_even_beyond_the_judged_calls(monkeypatch):
+    # 20 configs and 11 judged calls: a wrong fastest config at index 15 must still run in a judged call
+    tuner, ran = autotuner(20)
+    run = tb.every_config_in_trials(benchmarked)
+    for call in range(11):
+        monkeypatch.setattr(tb, "_current_tracker", lambda call=call: SimpleNamespace(call=call))
+        run(tuner, 1.0)
+    assert ran[0] == 16 * 20 and ran[1:] == [16 * (i + 1) for i in range(10)]

@@ -424,14 +424,14 @@ def _autotune_without_benchmarks() -> None:
 
 
 def every_config_in_trials(original: Any) -> Any:
-    """``Autotuner.run`` for GPU workers: forward call ``i`` of the judged calls (those under a launch
-    tracker: the correctness trials, then the shuffled orders, the repeat and the probes) runs config
-    ``i`` without benchmarking, so every config's output is compared with the reference, as in the
+    """``Autotuner.run`` for GPU workers. The first judged call (calls under a launch tracker: the
+    correctness trials, then the shuffled orders, the repeat and the probes) runs the autotuner itself,
+    so the config its benchmark picks is always judged; judged call ``i >= 1`` runs config ``i - 1``
+    without benchmarking, so every config's output is compared with the reference, as in the
     interpreter (:func:`_autotune_without_benchmarks`); later calls, and calls outside a tracker (the
-    timed stage), run the autotuner itself, so the time is the chosen config's. A config this GPU cannot
-    build (out of shared memory, ptxas) is skipped, as the autotuner's benchmark skips it. Without
-    this a wrong config that the GPU's benchmark did not pick passed unseen (the sampled race analysis
-    compares no outputs)."""
+    timed stage), run the autotuner's choice again. A config this GPU cannot build (out of shared
+    memory, ptxas) is skipped, as the autotuner's benchmark skips it. Without this a wrong config that
+    the GPU's benchmark did not pick passed unseen (the sampled race analysis compares no outputs)."""
 
     def run(self, *args, **kwargs):
         tracker = _current_tracker()
@@ -442,10 +442,10 @@ def every_config_in_trials(original: Any) -> Any:
             configs = list(self.prune_configs(kwargs)) or list(self.configs)
         except Exception:  # a pruning hook that needs the benchmark's state: every config
             configs = list(self.configs)
-        if tracker.call >= len(configs):
+        if tracker.call == 0 or tracker.call > len(configs):
             self.nargs = None
             return original(self, *args, **kwargs)
-        config = configs[tracker.call]
+        config = configs[tracker.call - 1]
         self.best_config = config
         if config.pre_hook is not None:
             config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
