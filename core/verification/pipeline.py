@@ -192,12 +192,7 @@ class Verification:
             verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
             verdict.accepted = False
         finally:
-            if not discard and worker.alive:
-                try:
-                    worker.request(request(Op.UNLOAD), timeout_s=30)
-                except WorkerFailure:
-                    discard = True
-            pool.release(worker, discard=discard)
+            pool.release_unloaded(worker, discard=discard)
             self.worker = None
 
     def reference(self) -> bool:

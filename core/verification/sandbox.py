@@ -469,6 +469,18 @@ class WorkerPool:
             return
         self._idle.put(worker)
 
+    def release_unloaded(self, worker: Worker, *, discard: bool = False) -> None:
+        """Give a candidate worker back once it forgot its candidate (``unload``); one that cannot
+        forget it, or is flagged (``discard``), is replaced."""
+        if not discard and worker.alive:
+            from core.verification.protocol import Op, request
+
+            try:
+                worker.request(request(Op.UNLOAD), timeout_s=30)
+            except WorkerFailure:
+                discard = True
+        self.release(worker, discard=discard)
+
     def wait_ready(self) -> list[str]:
         """Block until every idle worker finished start-up; return their isolation descriptions."""
         with self._lock:

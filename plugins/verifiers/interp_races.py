@@ -231,12 +231,7 @@ class InterpreterRaceCheck:
             return could_not_run(f"the race analysis did not run in the Triton interpreter {where}: the CPU worker "
                                  f"{exc.status}: {exc.detail}"[:500], data)
         finally:
-            if not discard and worker.alive:
-                try:
-                    worker.request(request(Op.UNLOAD), timeout_s=30)
-                except WorkerFailure:
-                    discard = True
-            pool.release(worker, discard=discard)
+            pool.release_unloaded(worker, discard=discard)
         found = (tamper.get("data") or {}).get("findings") if tamper.get("ok") else None
         if found is None:
             pool_discard_note = tamper.get("error") or "no report from the worker"
