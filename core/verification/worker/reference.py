@@ -30,6 +30,8 @@ class ReferenceRole:
         self.device, self.scratch = worker.device, worker.scratch
         self.loaded = 0
         self.vaults: dict[str, Vault] = {}  # keeper: verification token -> its outputs
+        # a baseline set up while the GPU was shared (phase "prepare"), until its timed request takes it
+        self.prepared_baselines: dict[tuple[Any, ...], Any] = {}
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
         """This role's requests (:data:`core.verification.protocol.ROLE_OPS`) and who answers each."""
@@ -200,7 +202,7 @@ class ReferenceRole:
                 if req.get("phase") == "prepare":  # set up while the GPU is shared; timed by the next request
                     self.prepared_baselines = {key: check.baseline_prepare(module, int(req["init_seed"]))}
                     return {"ok": True, "data": {}}
-                prepared = getattr(self, "prepared_baselines", {}).pop(key, None)
+                prepared = self.prepared_baselines.pop(key, None)
                 extra = {"prepared": prepared} if prepared is not None else {}
                 return {"ok": True, "data": check.baseline(module, int(req["init_seed"]), **extra)}
         except MemoryError:
