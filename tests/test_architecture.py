@@ -163,3 +163,71 @@ def test_the_engine_reads_only_declared_members_of_plugins():
                     probes.append(f"{where}: {node.func.id}({ast.unparse(node.args[0])}, ...)")
     assert undeclared == [], "members the contracts in core/contracts.py do not declare"
     assert probes == [], "probe optional members through core.contracts.optional()"
+
+
+# --------------------------------------------------------------------------- the public contract
+# What a plugin may import of core: its top-level contract modules and core.api (DESIGN.md, "The public
+# contract and the private engine"). The engine, core.verification, is private.
+PUBLIC_CORE = {"core", "core.hookspecs", "core.contracts", "core.task", "core.verdict", "core.program",
+               "core.plugins", "core.config", "core.distill"}
+# A trainer plugin is the training loop's front: it starts the loop (core/loop/) and nothing else of core.
+LOOP_FRONTS = {"plugins.trainers": {"core.loop.training", "core.loop.selfplay"}}
+PLUGINS = ROOT / "plugins"
+
+
+def _plugin_imports() -> list[tuple[str, str, str]]:
+    """(plugin module, its group, imported module) for every import in plugins/, at any depth."""
+    out = []
+    for name, path in _modules(PLUGINS).items():
+        group = ".".join(name.split(".")[:2])
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                out += [(name, group, a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                out.append((name, group, base))
+    return out
+
+
+def _public(module: str, group: str) -> bool:
+    return (module in PUBLIC_CORE or module == "core.api" or module.startswith("core.api.")
+            or module in LOOP_FRONTS.get(group, set()))
+
+
+def test_plugins_import_only_the_public_contract_of_core():
+    reached = sorted(f"{who} imports {what}" for who, group, what in _plugin_imports()
+                     if (what == "core" or what.startswith("core.")) and not _public(what, group))
+    assert reached == [], "plugins reach past core's public contract (core.api, core's top level)"
+
+
+def test_no_plugin_group_imports_another_groups_modules():
+    crossing = sorted(f"{who} imports {what}" for who, group, what in _plugin_imports()
+                      if what.startswith("plugins.") and ".".join(what.split(".")[:2]) != group)
+    assert crossing == [], "what two plugin groups share belongs in core.api"
+
+
+def test_the_import_rules_see_a_reach_into_the_engine_and_across_groups(tmp_path, monkeypatch):
+    fake = tmp_path / "plugins"
+    (fake / "backends").mkdir(parents=True)
+    (fake / "backends" / "x.py").write_text("from core.verification.evidence import Evidence\n"
+                                            "def f():\n    from plugins.verifiers.policy import check\n"
+                                            "from core.api.policy import StaticPolicy\n")
+    monkeypatch.setitem(globals(), "PLUGINS", fake)
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    found = _plugin_imports()
+    assert ("plugins.backends.x", "plugins.backends", "core.verification.evidence") in found
+    assert ("plugins.backends.x", "plugins.backends", "plugins.verifiers.policy") in found
+    assert not _public("core.verification.evidence", "plugins.backends") and _public("core.api.policy", "plugins.backends")
+    assert not _public("core.loop.training", "plugins.coders") and _public("core.loop.training", "plugins.trainers")
+
+
+def test_every_public_module_of_core_api_imports_and_declares_its_names():
+    import importlib
+
+    for path in sorted((CORE / "api").glob("*.py")):
+        module = importlib.import_module(f"core.api.{path.stem}" if path.stem != "__init__" else "core.api")
+        for name in getattr(module, "__all__", []):
+            assert hasattr(module, name), f"{module.__name__}.__all__ names {name}, which it lacks"

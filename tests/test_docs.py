@@ -71,7 +71,7 @@ def test_every_number_architecture_md_quotes_is_checked():
 
 
 def test_the_reward_formulas_architecture_md_quotes_match_the_code():
-    from core.loop.rewards import correctness_reward, roofline_reward
+    from plugins.rewards.builtin import correctness_reward, roofline_reward
 
     text = (ROOT / "docs" / "architecture.md").read_text()
     assert "`correctness` = `1 - (1 - accuracy)^2`" in text

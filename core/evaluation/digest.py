@@ -3,8 +3,8 @@
 A cached verdict (:mod:`core.evaluation.cache`) is only valid while the code that reached it is
 unchanged. The files that count are found, not kept in a list a person must remember to update:
 
-* the **roots**: the whole verification engine (``core/verification/``), the data model and the
-  contracts it judges by (:data:`ENGINE_MODULES`), and the source of every plugin registered as a
+* the **roots**: the whole verification engine (``core/verification/``) and its public face
+  (``core/api/``), the data model and the contracts it judges by (:data:`ENGINE_MODULES`), and the source of every plugin registered as a
   backend, a verifier check or a device (:data:`VERDICT_KINDS`): the module of each registered
   factory and of the plugin that registered it, each with its sibling modules in its package;
 * then, transitively, every module those files import (at module level or inside a function) from
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ENGINE_PACKAGES = ("core.verification",)
+ENGINE_PACKAGES = ("core.verification", "core.api")  # the engine and the public contract plugins judge by
 ENGINE_MODULES = ("core.task", "core.verdict", "core.contracts", "core.program")
 VERDICT_KINDS = ("backend", "verifier", "device")
 

@@ -26,26 +26,6 @@ from core.task import Candidate, Task
 from core.verdict import Verdict
 
 
-def correctness_reward(accuracy: float) -> float:
-    """The published phase-1 reward: ``1 - (1 - accuracy) ** 2``.
-
-    >>> correctness_reward(1.0), correctness_reward(0.0), correctness_reward(0.5)
-    (1.0, 0.0, 0.75)
-    """
-    accuracy = min(1.0, max(0.0, float(accuracy)))
-    return 1.0 - (1.0 - accuracy) ** 2
-
-
-def roofline_reward(flops_utilisation: float, bandwidth_efficiency: float) -> float:
-    """The published phase-2 reward: ``0.7 * FLOPs utilisation + 0.3 * bandwidth efficiency``.
-
-    >>> round(roofline_reward(0.5, 1.0), 3)
-    0.65
-    """
-    clip = lambda v: min(1.0, max(0.0, float(v)))  # noqa: E731
-    return 0.7 * clip(flops_utilisation) + 0.3 * clip(bandwidth_efficiency)
-
-
 @dataclass
 class RewardMix:
     """Weighted sum of named reward terms, built from the ``reward`` config node."""

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Sequence
 from core import hookimpl
 from plugins.backends import nvrtc
 from plugins.backends.cuda_static import KernelSource, StaticReport, analyse_source, kernel_class_of
-from plugins.verifiers.policy import TORCH_MODULES, TYPING, StaticPolicy, module
+from core.api.policy import TORCH_MODULES, TYPING, StaticPolicy, module
 
 NAME = "cuda"
 NEEDS_GPU = (

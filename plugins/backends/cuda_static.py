@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.verification.evidence import parse_python
+from core.api.evidence import parse_python
 
 MAX_SOURCE_BYTES = 200_000
 

@@ -33,7 +33,7 @@ from typing import Any, Iterator
 
 from core import hookimpl
 from core.verdict import CheckResult
-from core.verification.evidence import STATIC, Evidence
+from core.api.evidence import STATIC, Evidence
 from plugins.backends import load_inline_build as build
 from plugins.backends.load_inline_static import (
     InlineExtension,
@@ -42,7 +42,7 @@ from plugins.backends.load_inline_static import (
     extension_problems,
     source_findings,
 )
-from plugins.verifiers.policy import TORCH_MODULES, TYPING, StaticPolicy, module
+from core.api.policy import TORCH_MODULES, TYPING, StaticPolicy, module
 
 NAME = "cuda_inline"
 NEEDS_GPU = build.NEEDS_GPU

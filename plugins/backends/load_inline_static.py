@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.verification.evidence import parse_python
+from core.api.evidence import parse_python
 from plugins.backends.cuda_backend import kernel_names
 from plugins.backends.cuda_static import _StringResolver
 

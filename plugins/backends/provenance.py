@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from core.verification.evidence import UNPRODUCED
+from core.api.evidence import UNPRODUCED
 
 NOTHING, KERNEL, FILL = 0, 1, 2  # who produced a byte
 PRODUCERS = {NOTHING: "neither a kernel nor a constant fill", KERNEL: "a kernel", FILL: "a constant fill"}

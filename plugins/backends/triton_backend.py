@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from core import hookimpl
-from plugins.verifiers.policy import TORCH_MODULES, TYPING, StaticPolicy, module
-from plugins.verifiers.policy.declaration import BASE_BARRED_ATTRIBUTES, TRITON_HOOK_ATTRIBUTES
+from core.api.policy import BASE_BARRED_ATTRIBUTES, TORCH_MODULES, TRITON_HOOK_ATTRIBUTES, TYPING, StaticPolicy, module
 
 GUIDE = """\
 Write a Python module in KernelBench format that defines `class ModelNew(torch.nn.Module)` with the

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.verification.evidence import RACE_FINDING, RACE_SUMMARY
+from core.api.evidence import RACE_FINDING, RACE_SUMMARY
 from plugins.backends.provenance import KERNEL, tensors_in
 from plugins.backends.triton_races import ATOMIC, EXCHANGE, LOAD, MAX_ADDRESSES, STORE, AccessLog, find_races
 

@@ -115,7 +115,7 @@ def _check_constant_scalars(module: ModuleType, inputs: list[Any]) -> None:
     """Non-tensor inputs are baked into the graph: only numbers get_inputs returns under every seed."""
     import torch
 
-    from core.verification.inputs import seed_everything
+    from core.api.numerics import seed_everything
 
     scalars = [(i, x) for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)]
     for i, x in scalars:
@@ -318,7 +318,11 @@ def init_source(task_source: str) -> str:
 
     Imports of modules outside the Triton backend's static policy are dropped (an ``__init__`` that
     needs them is then refused for the name it cannot bind, instead of for the import)."""
-    from plugins.backends.triton_backend import STATIC_POLICY
+    from core.contracts import optional
+    from core.plugins import registry
+
+    # the Triton backend's own declaration, read through the registry: a coder does not import a backend
+    STATIC_POLICY = optional(registry("backend").create("triton"), "Backend", "static_policy")
 
     tree = ast.parse(task_source)
     body = []

@@ -214,13 +214,14 @@ def build_candidate_source(task_source: str, code: str, kernels: list[KernelInfo
 def static_findings(source: str, backend: str = "triton") -> str:
     """What the verifier's static stages (``static``, ``static_integrity``) say against ``source``;
     empty when both pass."""
+    from core.api.evidence import Evidence
+    from core.plugins import registry
     from core.task import Candidate, Task
-    from core.verification.evidence import Evidence
-    from plugins.verifiers.static import StaticCheck, StaticIntegrityCheck
 
     evidence = Evidence(task=Task(source=""), candidate=Candidate(source=source, backend=backend),
                         backend=backend, device="cuda", tree=ast.parse(source))
-    failed = [r.detail for r in (StaticCheck().evaluate(evidence), StaticIntegrityCheck().evaluate(evidence))
+    checks = registry("verifier")  # the verifier's own checks, by name: a coder does not import the verifiers
+    failed = [r.detail for r in (checks.create(name).evaluate(evidence) for name in ("static", "static_integrity"))
               if not r.passed]
     return "; ".join(failed)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core import hookimpl
-from core.verification.executor import (
+from core.api.executor import (
     DEFAULT_VERIFIER,
     BaseExecutor,
     ExecutorError,

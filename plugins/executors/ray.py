@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core import hookimpl
-from core.verification.executor import (
+from core.api.executor import (
     DEFAULT_VERIFIER,
     REPO_ROOT,
     BaseExecutor,

@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from core import hookimpl
+from core.api.evidence import RACE_FINDING, RACE_SUMMARY, RACES, Evidence
 from core.verdict import CheckResult, could_not_run
-from core.verification.evidence import RACE_FINDING, RACE_SUMMARY, RACES, Evidence
 
 SAMPLE_CHECK = "interp_races_sample"  # the worker half's registered name
 
@@ -114,9 +114,8 @@ class InterpreterRaceCheck:
         with self._lock:
             pool = self._pools.get(memory_mb)
             if pool is None:
+                from core.api.workers import Limits, WorkerPool, worker_env
                 from core.plugins import registry
-                from core.verification.judge import worker_env
-                from core.verification.sandbox import Limits, WorkerPool
 
                 size = (self.workers or max(2, (os.cpu_count() or 1) // 4)) if memory_mb <= self.memory_mb else 1
                 env = worker_env(registry("backend").create("triton"), "cpu", size, cuda_on_cpu=True)
@@ -134,9 +133,10 @@ class InterpreterRaceCheck:
         with self._lock:
             if key in self._plans:
                 return self._plans[key]
-        from core.evaluation.resize import _load, probe
+        from core.api.tasks import task_footprint as probe
+        from plugins.verifiers.performance.check import load_task_module
 
-        init_inputs = list(_load(task.source).get_init_inputs())
+        init_inputs = list(load_task_module(task.source, "kz_interp_races_plan").get_init_inputs())
         try:
             mib, how = probe(task.source).mib, "inputs, weights and every tensor forward writes"
         except Exception:  # a forward that does not run on the meta device: its inputs and weights, thrice
@@ -202,8 +202,7 @@ class InterpreterRaceCheck:
         return self._analyse(evidence, plan, pool, where)
 
     def _analyse(self, evidence: Evidence, plan: dict[str, Any], pool: Any, where: str) -> CheckResult:
-        from core.verification.protocol import Op, request
-        from core.verification.sandbox import WorkerFailure
+        from core.api.workers import Op, WorkerFailure, request
 
         seed = secrets.randbits(62)
         data: dict[str, Any] = {"shape": "own", "seed": seed, "memory_mb": plan["memory_mb"], "task_mib": plan["mib"]}
@@ -315,10 +314,10 @@ class InterpreterRaceSample:
         (races, out-of-bounds) and each launch's sample."""
         import torch
 
-        from core.verification.inputs import draw_inputs
+        from core.api.numerics import draw_inputs
         from plugins.verifiers.performance.check import load_task_module
 
-        backend, guard = session.backend, getattr(session.worker, "guard", None)
+        backend, guard = session.backend, session.guard
         if "program_order" not in backend.capabilities(session.device):
             return {"error": f"the backend cannot sample programs on {session.device}"}
         seconds: dict[str, float] = {}

@@ -10,8 +10,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from core.verdict import CheckResult
-from core.verification.evidence import (
+from core.api.evidence import (
     CORRECTNESS,
     DETERMINISM,
     INTEGRITY,
@@ -19,17 +18,14 @@ from core.verification.evidence import (
     RACE_FINDING,
     RACE_SUMMARY,
     RACES,
-    REFERENCE_NOISE_FACTOR,
     STABILITY,
+    TAMPERED,
     UNPRODUCED,
     Evidence,
     Trial,
-    bitwise_equal,
-    compare_outputs,
-    inputs_intact,
 )
-from core.verification.protocol import TAMPERED
-from core.verification.probes import is_domain
+from core.api.numerics import REFERENCE_NOISE_FACTOR, bitwise_equal, compare_outputs, inputs_intact, is_domain
+from core.verdict import CheckResult
 
 
 def _tolerances(evidence: Evidence) -> dict:

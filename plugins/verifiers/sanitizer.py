@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from core import hookimpl
 from core.verdict import CheckResult, could_not_run
-from core.verification.evidence import MEMORY, RACES, Evidence
+from core.api.evidence import MEMORY, RACES, Evidence
 
 _OUT_OF_MEMORY_RE = re.compile(r"cudaErrorMemoryAllocation|\bout of memory\b", re.I)
 _SUMMARY_RE = re.compile(r"=+\s*ERROR SUMMARY:\s*(\d+)\s+error", re.I)
@@ -51,7 +51,7 @@ task, cand = load(task_path, "kz_task"), load(cand_path, "kz_candidate")
 lock = contextlib.nullcontext()
 if lock_desc:  # share the GPU fairly with the judge's other workers (core/verification/devicelock.py)
     sys.path.insert(0, project)
-    from core.verification.devicelock import DeviceLock
+    from core.api.workers import DeviceLock
     lock = DeviceLock.from_description(lock_desc).shared(time.monotonic() + float(lock_desc.get("wait_s", timeout_s)))
 t0 = time.monotonic()
 with lock:

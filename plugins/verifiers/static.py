@@ -6,7 +6,7 @@ import ast
 from dataclasses import dataclass, field
 
 from core.verdict import CheckResult
-from core.verification.evidence import STATIC, Evidence, parse_python
+from core.api.evidence import STATIC, Evidence, parse_python
 from plugins.verifiers.policy import STRICTEST, StaticPolicy, check, module
 
 

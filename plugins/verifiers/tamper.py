@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import hookimpl
+from core.api.evidence import PERFORMANCE, TAMPERED, Evidence
 from core.verdict import CheckResult
-from core.verification.evidence import PERFORMANCE, Evidence
-from core.verification.protocol import TAMPERED
 
 TAMPER = PERFORMANCE + 1  # after every check that measures in the worker
 
@@ -37,7 +36,7 @@ class TamperCheck:
 
     def collect(self, session: Any) -> dict[str, Any]:
         """Worker side: what was found after the trials, and the instrumentation verified once more now."""
-        now = [f"{TAMPERED}{name}" for name in session.worker.verify_instrumentation()]
+        now = [f"{TAMPERED}{name}" for name in session.verify_instrumentation()]
         return {"findings": list(session.late_findings) + now}
 
     def evaluate(self, evidence: Evidence) -> CheckResult:

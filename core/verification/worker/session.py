@@ -218,7 +218,8 @@ class Float64Truth:
 
 
 class Session:
-    """A loaded candidate in a candidate worker; what ``collect`` hooks of checks receive.
+    """A loaded candidate in a candidate worker; what ``collect`` hooks of checks receive (the public
+    contract a check reads is :class:`core.api.session.CheckSession`).
 
     :ivar model: the ``ModelNew`` instance (built with the verification's init seed).
     :ivar module: the imported candidate module.
@@ -237,6 +238,17 @@ class Session:
         self._held_ptrs: set[int] = set()
         # sandbox findings after the trials (a check's collect ran candidate code): the tamper check reports them
         self.late_findings: list[str] = []
+
+    @property
+    def scratch(self) -> str:
+        return self.worker.scratch
+
+    @property
+    def guard(self) -> AuditGuard:
+        return self.worker.guard
+
+    def verify_instrumentation(self) -> list[str]:
+        return self.worker.verify_instrumentation()
 
     def poison(self, inputs: list[Any]) -> None:
         """Fill memory the allocator is likely to hand out next with NaN (uninitialised outputs fail)."""

@@ -83,8 +83,7 @@ def _with_disputed_nans_resolved(model: torch.nn.Module, inputs: list, expected:
     the float64 run as the reference worker makes it)."""
     import sys
 
-    from core.verification.evidence import truth_for_disputed_nan
-    from core.verification.worker.session import Float64Truth
+    from core.api.numerics import Float64Truth, truth_for_disputed_nan
 
     disputed = torch.isnan(expected) & ~torch.isnan(got)
     if not bool(disputed.any()):

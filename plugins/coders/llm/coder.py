@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from core.config import resolve_device
-from core.loop.distillation import PromptFormat
+from core.distill import PromptFormat
 from core.task import Candidate, Task
 from plugins.coders.llm.prompts import (
     Example,

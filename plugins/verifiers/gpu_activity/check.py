@@ -10,8 +10,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from core.api.evidence import PERFORMANCE, Evidence, parse_python
+from core.api.numerics import compare_outputs, jittered_reruns
 from core.verdict import CheckResult, could_not_run
-from core.verification.evidence import PERFORMANCE, Evidence, compare_outputs, jittered_reruns, parse_python
 from plugins.verifiers.gpu_activity.attribution import judge
 from plugins.verifiers.gpu_activity.recording import (
     CandidateFailed,
@@ -74,8 +75,7 @@ class GpuActivityCheck:
     def collect(self, session: Any) -> dict[str, Any]:
         import torch
 
-        from core.verification.inputs import draw_inputs
-        from core.verification.sandbox import to_device
+        from core.api.numerics import draw_inputs, to_device
         from plugins.verifiers.performance.check import flatten, has_state, load_task_module, task_source_of
         from plugins.verifiers.performance.timing import fresh_arguments
 
@@ -169,8 +169,7 @@ class GpuActivityCheck:
                 return CheckResult(False, f"forward failed while its GPU work was recorded: {data['error']}",
                                    data=data)
             return could_not_run(f"GPU activity not recorded: {data['error']}", data)
-        from core.verification.worker.process import ALLOWED_ATEN as DISPATCH_AUDIT_ALLOWS  # the trials' list
-
+        from core.api.numerics import ALLOWED_ATEN as DISPATCH_AUDIT_ALLOWS  # the trials' list
         from plugins.verifiers.runtime import no_work
 
         idle = bool(evidence.trials) and all(no_work(t) for t in evidence.trials)

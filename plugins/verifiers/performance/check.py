@@ -40,7 +40,8 @@ from typing import Any, ClassVar
 
 from core import hookimpl
 from core.verdict import CheckResult, could_not_run
-from core.verification.evidence import PERFORMANCE, Evidence, compare_outputs, jittered_reruns
+from core.api.evidence import PERFORMANCE, Evidence
+from core.api.numerics import compare_outputs, jittered_reruns
 
 NCU_METRICS = (
     "dram__bytes_read.sum",

@@ -574,7 +574,7 @@ def time_gpu(
     the lock are not held back by it."""
     import torch
 
-    from core.verification.devicelock import DeviceLock
+    from core.api.workers import DeviceLock
 
     timer = GpuTimer(policy, l2_bytes=l2_bytes)
     if policy.fresh_inputs:

@@ -3,7 +3,7 @@ check a candidate's source against it (:mod:`.rules`), before anything of the ca
 
 from __future__ import annotations
 
-from plugins.verifiers.policy.declaration import STRICTEST, TORCH_MODULES, TYPING, ModuleRule, StaticPolicy, module
+from core.api.policy import STRICTEST, TORCH_MODULES, TYPING, ModuleRule, StaticPolicy, module
 from plugins.verifiers.policy.references import Finding
 from plugins.verifiers.policy.rules import check
 

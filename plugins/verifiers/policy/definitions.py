@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from plugins.verifiers.policy.declaration import CLASS_DUNDERS, MODULE_DUNDERS
+from core.api.policy import CLASS_DUNDERS, MODULE_DUNDERS
 from plugins.verifiers.policy.paths import MISSING, real_object
 from plugins.verifiers.policy.references import Reader, is_dunder
 

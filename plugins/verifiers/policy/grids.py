@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable
 
-from plugins.verifiers.policy.declaration import GRID_BUILTINS, GRID_METHODS
+from core.api.policy import GRID_BUILTINS, GRID_METHODS
 
 _OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.LShift, ast.RShift)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from plugins.verifiers.policy.declaration import LAUNCH_HOOK_KEYWORDS
+from core.api.policy import LAUNCH_HOOK_KEYWORDS
 from plugins.verifiers.policy.grids import GridContext, offence
 from plugins.verifiers.policy.kernels import KernelRules
 from plugins.verifiers.policy.scope import Binding

@@ -15,7 +15,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from plugins.verifiers.policy.declaration import StaticPolicy
+from core.api.policy import StaticPolicy
 
 MISSING = object()
 

@@ -7,7 +7,7 @@ import ast
 import types
 from dataclasses import dataclass
 
-from plugins.verifiers.policy.declaration import StaticPolicy
+from core.api.policy import StaticPolicy
 from plugins.verifiers.policy.paths import Ref, refuse, step, walk
 from plugins.verifiers.policy.scope import Binding, ScopeMap
 

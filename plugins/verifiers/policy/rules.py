@@ -34,7 +34,7 @@ from __future__ import annotations
 import ast
 import builtins
 
-from plugins.verifiers.policy.declaration import ATTRIBUTE_FAMILIES, MODULE_DUNDERS, StaticPolicy
+from core.api.policy import ATTRIBUTE_FAMILIES, MODULE_DUNDERS, StaticPolicy
 from plugins.verifiers.policy.definitions import DefinitionRules
 from plugins.verifiers.policy.launches import LaunchRules
 from plugins.verifiers.policy.paths import step
