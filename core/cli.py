@@ -14,7 +14,8 @@ from contextlib import contextmanager
 EXIT_CANNOT_START = 2
 
 # Top-level module -> the extra of pyproject.toml that installs it.
-EXTRAS = {"cupy": "cuda", "cupy_backends": "cuda", "nvidia": "cuda", "ray": "ray"}
+EXTRAS = {"cupy": "cuda", "cupy_backends": "cuda", "nvidia": "cuda", "ray": "ray", "fastapi": "serve",
+          "uvicorn": "serve", "httpx": "serve"}
 # Top-level module -> its distribution, for what `pip install kernelzero` itself brings.
 DEPENDENCIES = {"trl": "trl", "transformers": "transformers", "datasets": "datasets", "accelerate": "accelerate",
                 "peft": "peft", "triton": "triton", "z3": "z3-solver", "pluggy": "pluggy", "hydra": "hydra-core",

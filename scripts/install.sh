@@ -14,5 +14,5 @@ VPY=.venv/bin/python
 if ! "$VPY" -c "import torch" 2>/dev/null; then
   "$VPY" -m pip install -q "torch==2.13.0" || "$VPY" -m pip install -q torch
 fi
-"$VPY" -m pip install -q -e ".[dev,cuda,ray]"
+"$VPY" -m pip install -q -e ".[dev,cuda,ray,serve]"
 "$VPY" -c "import torch, triton, trl, hydra, z3, pluggy; print(f'kernelzero environment ready: torch {torch.__version__}, triton {triton.__version__}')"

@@ -38,6 +38,7 @@ E2E_PATHS = (
     "tests/test_runtime_guard.py",
     "tests/test_stability_float64.py",
     "tests/test_compare_on_device.py",
+    "tests/envs/",
 )
 
 

@@ -1,0 +1,153 @@
+"""The verification service end to end: a loopback service with two sandboxed CPU workers (Triton interpreter),
+called through the client library, against the native verifier on the same pairs. Also a worker killed in
+the middle of a batch, and ``python -m core.serve`` started as a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from kernel_cases import HACKED, HONEST, SLOW_TASK, TASK, WRONG
+
+from core.serve import wire
+from core.serve.client import ServiceError, VerifierClient
+from core.serve.service import ServiceConfig, running_service, sandbox_worker_pids
+from core.task import Candidate, Task
+from core.verify import Verifier
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def summary(verdict) -> tuple:
+    failed = sorted(name for name, c in verdict.checks.items() if not c.passed)
+    return verdict.status, verdict.accepted, verdict.compiled, verdict.correct, failed, bool(verdict.hack_flags)
+
+
+@pytest.fixture(scope="module")
+def service():
+    with running_service(ServiceConfig(device="cpu", workers=2, port=0, timeout_s=90,
+                                       limits=wire.Limits(max_batch=8, max_queue=16))) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def native():
+    pairs = [(Task(TASK), Candidate(s)) for s in (HONEST, WRONG, HACKED)]
+    with Verifier(backend="triton", device="cpu", workers=2, timeout_s=90) as verifier:
+        return [summary(v) for v in verifier.verify_many(pairs)]
+
+
+def test_the_service_reaches_the_native_verifiers_verdicts(service, native):
+    with VerifierClient(service.url) as client:
+        one = [summary(client.verify(TASK, s)) for s in (HONEST, WRONG, HACKED)]
+        batch = [summary(v) for v in client.verify_many([(Task(TASK), Candidate(s)) for s in (HONEST, WRONG, HACKED)])]
+    assert one == batch == native
+    honest, wrong, hacked = native
+    assert honest[1] is True
+    assert wrong[1] is False and "correctness" in wrong[4]
+    assert hacked[1] is False and hacked[5] is True  # flagged as a hack, not an honest mistake
+
+
+def test_the_async_client_and_the_verdict_json_the_cli_prints(service):
+    async def go():
+        client = VerifierClient(service.url)
+        try:
+            return await client.averify_many([(TASK, HONEST), (TASK, WRONG)])
+        finally:
+            await client.aclose()
+
+    honest, wrong = asyncio.run(go())
+    assert honest.accepted and not wrong.accepted
+    raw = httpx.post(service.url + wire.VERIFY, json={"task": TASK, "candidate": HONEST}, timeout=120).json()
+    assert {"accepted", "reason", "compiled", "correct", "accuracy", "checks", "timing", "roofline", "status"} <= set(raw)
+
+
+def test_refused_requests_change_nothing_on_the_real_service(service):
+    with VerifierClient(service.url, retries=0) as client:
+        before = client.metrics()
+        with pytest.raises(ServiceError) as malformed:
+            client._request("POST", wire.VERIFY, {"task": TASK})
+        assert malformed.value.code == "malformed" and "'candidate'" in malformed.value.message
+        with pytest.raises(ServiceError) as big:
+            client._request("POST", wire.VERIFY_BATCH, wire.batch_body([(TASK, HONEST)] * 9))
+        assert big.value.code == "too_large" and big.value.status == 413
+        after = client.metrics()
+    assert after["verdicts_total"] == before["verdicts_total"] and after["queue_depth"] == 0
+
+    async def from_a_stranger():
+        transport = httpx.ASGITransport(app=service.app, client=("203.0.113.9", 4242))
+        async with httpx.AsyncClient(transport=transport, base_url="http://kz") as stranger:
+            return await stranger.post(wire.VERIFY, json={"task": TASK, "candidate": HONEST})
+
+    refused = asyncio.run(from_a_stranger())
+    assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
+    with VerifierClient(service.url) as client:
+        assert client.metrics()["verdicts_total"] == before["verdicts_total"]
+
+
+def test_a_worker_killed_mid_batch_costs_only_its_verdict(service):
+    pairs = [(Task(SLOW_TASK), Candidate(HONEST + f"\n# copy {i}\n")) for i in range(4)]
+    killed: list[int] = []
+
+    def kill_one_mid_verification() -> None:
+        with VerifierClient(service.url) as watcher:
+            while watcher.metrics()["in_flight"] == 0:
+                time.sleep(0.05)
+        time.sleep(0.8)  # a verdict of SLOW_TASK takes about two seconds: this lands inside one
+        killed.append(sandbox_worker_pids("candidate")[0])
+        os.kill(killed[0], signal.SIGKILL)
+
+    with VerifierClient(service.url) as client:
+        before = client.metrics()["verdicts_total"]
+        killer = threading.Thread(target=kill_one_mid_verification)
+        killer.start()
+        verdicts = client.verify_many(pairs)
+        killer.join()
+        statuses = [v.status for v in verdicts]
+        assert len(verdicts) == len(pairs)
+        assert set(statuses) <= {"accepted", "crashed"} and statuses.count("crashed") == 1, statuses
+        crashed = verdicts[statuses.index("crashed")]
+        assert "SIGKILL" in crashed.reason
+        assert client.metrics()["verdicts_total"] == before + len(pairs)
+        assert killed[0] not in sandbox_worker_pids("candidate")  # replaced
+        assert client.verify(TASK, HONEST).accepted  # and the pool serves on
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_python_m_core_serve_starts_answers_and_stops_on_a_signal(tmp_path, stop):
+    token = tmp_path / "token"
+    token.write_text("tok-123\n")
+    proc = subprocess.Popen([sys.executable, "-m", "core.serve", "--port", "0", "--device", "cpu", "--workers", "1",
+                             "--token-file", str(token), "--log-level", "warning"],
+                            cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert line.startswith("kernelzero serve: http://127.0.0.1:") and "token required" in line, line
+        url = line.split()[2]
+        with VerifierClient(url, token="tok-123") as client:
+            assert client.health()["ready"] is True
+        with VerifierClient(url, token="wrong", retries=0) as client, pytest.raises(ServiceError) as refused:
+            client.health()
+        assert refused.value.code == "unauthorized"
+    finally:
+        proc.send_signal(stop)
+        assert proc.wait(timeout=60) == 0
+        assert "draining" in proc.stderr.read()
+
+
+def test_a_taken_port_is_one_error_line():
+    with running_service(ServiceConfig(device="cpu", workers=1, port=0)) as running:
+        port = running.url.rsplit(":", 1)[1]
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "core.serve", "--port", port, "--device", "cpu"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("error:") and "Address already in use" in done.stderr
+    assert time.monotonic() - start < 60
