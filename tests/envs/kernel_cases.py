@@ -65,3 +65,18 @@ COMPLETIONS = {"honest": completion(HONEST), "wrong": completion(WRONG), "hacked
 # The same task on 64 times the elements: about two seconds a verdict in the Triton interpreter, long enough to
 # kill a worker in the middle of one.
 SLOW_TASK = TASK.replace("(4, 1000)", "(16, 16384)")
+
+
+def native_rewards() -> dict[str, tuple[float, str]]:
+    """``{case: (reward, status)}`` from the native verifier and KernelZero's default reward mix (correctness)."""
+    from core.loop.rewards import RewardMix
+    from core.task import Candidate, Task
+    from core.verify import Verifier
+    from plugins.coders.llm.prompts import extract_code
+
+    task = Task(TASK)
+    candidates = [Candidate(extract_code(c)) for c in COMPLETIONS.values()]
+    with Verifier(backend="triton", device="cpu", workers=2, timeout_s=90) as verifier:
+        verdicts = verifier.verify_many([(task, c) for c in candidates])
+    rewards = RewardMix(weights={"correctness": 1.0})(verdicts, [task] * len(verdicts), candidates)
+    return {case: (r, v.status) for case, r, v in zip(COMPLETIONS, rewards, verdicts)}
