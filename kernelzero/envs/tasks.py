@@ -16,7 +16,7 @@ hash of its source, so a reward function re-reads exactly the task the prompt sh
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +37,20 @@ def load_tasks(source: str | Path) -> list[Task]:
 
 def propose(n: int, proposer: str = "random", seed: int = 0, **options: Any) -> list[Task]:
     """``n`` fresh tasks from a registered proposer (``random``, ``mcts``), with the default curriculum state."""
+    return list(iter_proposed(n, proposer, seed, **options))
+
+
+def iter_proposed(n: int, proposer: str = "random", seed: int = 0, chunk: int = 4, **options: Any) -> Iterator[Task]:
+    """The same tasks as :func:`propose`, drawn ``chunk`` at a time as they are read (a lazy taskset)."""
     from core.contracts import CurriculumState
     from core.plugins import registry
-    from core.propose import propose_tasks
 
     built = registry("proposer").create(proposer, seed=seed, **options)
-    return propose_tasks(built, n, CurriculumState(), progress=False)
+    state, drawn = CurriculumState(), 0
+    while drawn < n:
+        for task in built.propose(min(chunk, n - drawn), state):
+            drawn += 1
+            yield task
 
 
 def backend_guide(backend: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import verifiers.v1 as vf
 
 from kernelzero.envs.judge import KernelJudge, VerdictCache
-from kernelzero.envs.tasks import SYSTEM_PROMPT, backend_guide, load_tasks, propose
+from kernelzero.envs.tasks import SYSTEM_PROMPT, backend_guide, iter_proposed, load_tasks
 
 FIX_PROMPT = "Fix the module: answer with the whole corrected ```python block defining ModelNew."
 _JUDGES: dict[tuple, KernelJudge] = {}
@@ -80,12 +80,18 @@ class KernelZeroTask(vf.Task[KernelZeroData, vf.State, KernelZeroTaskConfig]):
 
 
 class KernelZeroTaskset(vf.Taskset[KernelZeroTask, KernelZeroConfig]):
+    def __init__(self, config: vf.TasksetConfig) -> None:
+        # vf.load_taskset(vf.TasksetConfig(id="kernelzero")) hands over the base config: read it as ours
+        if not isinstance(config, KernelZeroConfig):
+            config = KernelZeroConfig.model_validate(config.model_dump(exclude_unset=True))
+        super().__init__(config)
+
     def load(self):
         config = self.config
         if config.source:
             tasks = load_tasks(config.source)
         else:
-            tasks = propose(config.propose or 16, config.proposer, config.seed)
+            tasks = iter_proposed(config.propose or 16, config.proposer, config.seed)
         backend = config.task.backend
         system = f"{SYSTEM_PROMPT}\n\n{backend_guide(backend)}".strip()
         for task in tasks:
