@@ -334,6 +334,9 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # static_policy: what a candidate's source may name (plugins.verifiers.policy.StaticPolicy:
         # modules, members, builtins); None: the strictest policy, torch and math only.
         "static_policy": None,
+        # sandbox: a core.api.sandbox.SandboxNeeds, what the worker must know of the toolchain (frames and
+        # code it trusts, state it snapshots, environment, GPU tools that apply); None: nothing.
+        "sandbox": None,
         # toolchain() -> {name: version}: the compilers and libraries a verdict depends on (the eval
         # cache keys verdicts on them); the default, dict(), declares none
         "toolchain": dict,

@@ -80,12 +80,16 @@ class Task:
         return cls(source=path.read_text(), **meta)
 
 
+# The backend a candidate is written for when nothing says otherwise (config: conf/backend/).
+DEFAULT_BACKEND = "triton"
+
+
 @dataclass
 class Candidate:
     """A KernelBench-format solution: a module defining ``ModelNew`` whose work runs in kernels."""
 
     source: str
-    backend: str = "triton"
+    backend: str = DEFAULT_BACKEND
     task_id: str | None = None
     coder: str | None = None
     completion: str | None = None  # raw model text the source was extracted from, if any

@@ -202,8 +202,8 @@ def test_the_tamper_check_fails_closed_and_names_what_changed():
 
 
 def test_the_tamper_check_collects_what_the_session_kept():
-    worker = types.SimpleNamespace(verify_instrumentation=lambda: ["torch.equal"])
-    session = types.SimpleNamespace(worker=worker, late_findings=["importing 'os' ..."])
+    # a session as core.api.session.CheckSession declares it
+    session = types.SimpleNamespace(verify_instrumentation=lambda: ["torch.equal"], late_findings=["importing 'os' ..."])
     assert TamperCheck().collect(session) == {"findings": ["importing 'os' ...", f"{TAMPERED}torch.equal"]}
 
 

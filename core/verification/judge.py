@@ -34,9 +34,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Sequence
 
+from core.api.sandbox import registered_needs
 from core.config import resolve_device
 from core.contracts import optional
-from core.task import Candidate, Task
+from core.task import DEFAULT_BACKEND, Candidate, Task
 from core.verdict import Verdict
 from core.verification.baselines import BaselineCache
 from core.verification.budget import Budget, GpuBusy, GpuTurn
@@ -49,7 +50,7 @@ from core.verification.observations import fresh_seed
 from core.verification.pipeline import Verification
 from core.verification.probes import fixed_plan
 from core.verification.protocol import Op, request
-from core.verification.sandbox import Limits, WorkerPool
+from core.verification.sandbox import SCRATCH, Limits, WorkerPool
 
 # The old private names, re-exported: the same objects (tests patch ``judge._Keeper.compare``).
 _Budget, _Keeper, _GpuTurn = Budget, Keeper, GpuTurn
@@ -88,9 +89,14 @@ def get_init_inputs():
 
 
 def worker_env(backend: Any, device: str, processes: int, cuda_on_cpu: bool = False) -> dict[str, str]:
-    """The environment every worker of one Verifier starts with: the backend's, a share of the cores
-    for OpenMP, and ``cuda_on_cpu``'s switch (CPU workers only)."""
-    env = dict(backend.worker_env(device))
+    """The environment every worker of one Verifier starts with: what the registered backends declare
+    of their toolchains (variables kept from the judge's environment, defaults, caches in the scratch
+    directory), the backend's own, a share of the cores for OpenMP, and ``cuda_on_cpu``'s switch (CPU
+    workers only)."""
+    toolchains = registered_needs()
+    env = {**toolchains.default_env, **{k: os.environ[k] for k in toolchains.passthrough_env if k in os.environ},
+           **{k: f"{SCRATCH}/{folder}" for k, folder in toolchains.scratch_env.items()}}
+    env.update(backend.worker_env(device))
     if cuda_on_cpu and device == "cpu":
         from core.verification.worker.cuda_on_cpu import ENV
 
@@ -184,7 +190,7 @@ class Verifier(GpuSharing):
         :class:`~core.verification.gpumemory.MemoryAdmission` to use (tests: a fake device budget).
     """
 
-    def __init__(self, backend: str = "triton", device: str = "auto", checks: Sequence[str] | dict | None = None,
+    def __init__(self, backend: str = DEFAULT_BACKEND, device: str = "auto", checks: Sequence[str] | dict | None = None,
                  workers: int = 2, timeout_s: float = 120, trials: int = 5, *, tolerances: dict | None = None,
                  memory_mb: int = 8192, probe_scales: dict | None = None, isolate: bool = True,
                  reference_workers: int = 1, max_jobs_per_worker: int = 200, name: str | None = None,

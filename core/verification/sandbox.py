@@ -51,10 +51,13 @@ MAX_FRAME_BYTES = 1 << 36
 TENSOR_TAG = "__kz_tensor__"
 TUPLE_TAG = "__kz_tuple__"
 
-# Environment variables a worker inherits from the judge (everything else is dropped).
+# Environment variables a worker inherits from the judge (everything else is dropped); a backend's
+# toolchain adds its own (core.api.sandbox.SandboxNeeds, through core.verification.judge.worker_env).
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
-                   "NVIDIA_VISIBLE_DEVICES", "TRITON_DEFAULT_FP_FUSION", "KERNELZERO_DISABLE_AUTOLOAD",
-                   "KERNELZERO_BLOCK_PLUGINS", "OMP_NUM_THREADS", "CUDA_HOME", "TRITON_PTXAS_PATH")
+                   "NVIDIA_VISIBLE_DEVICES", "KERNELZERO_DISABLE_AUTOLOAD",
+                   "KERNELZERO_BLOCK_PLUGINS", "OMP_NUM_THREADS")
+# In a value of a worker's extra environment, stands for its scratch directory (made when it starts).
+SCRATCH = "{scratch}"
 
 
 class WorkerFailure(RuntimeError):
@@ -288,15 +291,14 @@ class Worker:
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         scratch = str(self.scratch)
         env.update({
-            "HOME": scratch, "TMPDIR": scratch, "TRITON_CACHE_DIR": f"{scratch}/.triton",
+            "HOME": scratch, "TMPDIR": scratch,
             "TORCHINDUCTOR_CACHE_DIR": f"{scratch}/.inductor", "XDG_CACHE_HOME": f"{scratch}/.cache",
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "PYTHONUNBUFFERED": "1",
             # The project first, then whatever the judge was given (e.g. wheels unpacked beside it).
             "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                            *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]),
         })
-        env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-        env.update(self.extra_env)
+        env.update({k: v.replace(SCRATCH, scratch) for k, v in self.extra_env.items()})
         log = open(self.scratch / "worker.log", "wb")
         cmd = [sys.executable, "-m", "core.verification.worker", "--role", self.role, "--backend", self.backend,
                "--device", self.device, "--scratch", scratch, "--in-fd", str(to_child_r),

@@ -29,12 +29,13 @@ import sys
 import types
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 from core import hookimpl
+from core.api.policy import TORCH_MODULES, TYPING, StaticPolicy, module
+from core.api.sandbox import COMPUTE_SANITIZER, CUPTI, SandboxNeeds
 from plugins.backends import nvrtc
 from plugins.backends.cuda_static import KernelSource, StaticReport, analyse_source, kernel_class_of
-from core.api.policy import TORCH_MODULES, TYPING, StaticPolicy, module
 
 NAME = "cuda"
 NEEDS_GPU = (
@@ -489,6 +490,9 @@ class CudaBackend:
     # the guide's own example (a ReLU) is the candidate of the verifier's pool warm-up (core.verify.WARM_UP_TASK)
     warm_up_candidate: str = GUIDE_EXAMPLE
     static_policy: StaticPolicy = STATIC_POLICY
+    # CuPy's driver bindings use ctypes while a candidate launches; nvcc/NVRTC find their headers in CUDA_HOME
+    sandbox: ClassVar[SandboxNeeds] = SandboxNeeds(touches_memory=frozenset({"cupy"}), passthrough_env=("CUDA_HOME",),
+                                                   gpu_tools=frozenset({COMPUTE_SANITIZER, CUPTI}))
     # without a GPU the static and compile stages still mean something (NVRTC to PTX); a verifier
     # may then report "compiled" and stop with supports(device) as the reason
     compiles_without_device: bool = True

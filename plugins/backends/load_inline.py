@@ -29,11 +29,13 @@ import functools
 import os
 import types
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 from core import hookimpl
-from core.verdict import CheckResult
 from core.api.evidence import STATIC, Evidence
+from core.api.policy import TORCH_MODULES, TYPING, StaticPolicy, module
+from core.api.sandbox import COMPUTE_SANITIZER, SandboxNeeds
+from core.verdict import CheckResult
 from plugins.backends import load_inline_build as build
 from plugins.backends.load_inline_static import (
     InlineExtension,
@@ -42,7 +44,6 @@ from plugins.backends.load_inline_static import (
     extension_problems,
     source_findings,
 )
-from core.api.policy import TORCH_MODULES, TYPING, StaticPolicy, module
 
 NAME = "cuda_inline"
 NEEDS_GPU = build.NEEDS_GPU
@@ -153,6 +154,8 @@ class LoadInlineBackend:
     guide: str = GUIDE
     warm_up_candidate: str = GUIDE_EXAMPLE
     static_policy: StaticPolicy = STATIC_POLICY
+    # nvcc and the C++ compiler are found through CUDA_HOME; the profiler's records are not read for it
+    sandbox: ClassVar[SandboxNeeds] = SandboxNeeds(passthrough_env=("CUDA_HOME",), gpu_tools=frozenset({COMPUTE_SANITIZER}))
     last_compile: build.CompileReport | None = field(default=None, init=False, repr=False)
     _recorder: build.InlineRecorder | None = field(default=None, init=False, repr=False)
 

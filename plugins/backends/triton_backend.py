@@ -119,6 +119,7 @@ class TritonBackend:
     interpret: str = "auto"
     warm_up_candidate: str = WARM_UP_CANDIDATE
     static_policy: StaticPolicy = STATIC_POLICY
+    from plugins.backends.triton_toolchain import SANDBOX as sandbox  # what the worker must know of Triton
 
     # -- judge side
 

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from core import hookimpl
-from core.verdict import CheckResult, could_not_run
 from core.api.evidence import MEMORY, RACES, Evidence
+from core.api.sandbox import COMPUTE_SANITIZER, gpu_tool_applies
+from core.verdict import CheckResult, could_not_run
 
 _OUT_OF_MEMORY_RE = re.compile(r"cudaErrorMemoryAllocation|\bout of memory\b", re.I)
 _SUMMARY_RE = re.compile(r"=+\s*ERROR SUMMARY:\s*(\d+)\s+error", re.I)
@@ -147,7 +148,8 @@ class _SanitizerCheck:
     locks_device_itself: ClassVar[bool] = True
 
     def applies(self, backend: str, device: str) -> bool:
-        return device == "cuda"
+        # NVIDIA's tool, for the backends that declare it applies (core.api.sandbox.SandboxNeeds.gpu_tools)
+        return device == "cuda" and gpu_tool_applies(COMPUTE_SANITIZER, backend)
 
     def _extra_args(self) -> tuple[str, ...]:
         return ()

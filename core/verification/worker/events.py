@@ -17,8 +17,12 @@ performance stage's timed calls). Families, each judged by who raised the event
   :data:`FRAME_USERS` (libraries that read frames and never hand them out) may take one.
 * **introspection and memory** (``gc.get_objects``/``get_referrers``/``get_referents``,
   ``sys._current_frames``, ``sys.addaudithook``, every ``ctypes`` event, setting a function's
-  ``__code__``): refused whenever the candidate is on the stack, unless torch, triton or the harness
-  itself raised them.
+  ``__code__``): refused whenever the candidate is on the stack, unless torch, a backend's toolchain
+  or the harness itself raised them.
+
+The toolchains each family trusts are what the registered backends declare
+(``core.api.sandbox.SandboxNeeds``: ``reads_frames``, ``makes_code``, ``touches_memory``); the sets
+below are the Python and torch libraries every backend shares.
 
 Each refusal is a sentence naming what was refused; the hook records it and raises ``PermissionError``.
 """
@@ -28,19 +32,20 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from core.api.sandbox import NO_NEEDS, SandboxNeeds
 from core.verification.worker.callers import IMPORT_MACHINERY, Callers, is_harness, root_of
 from core.verification.worker.imports import ImportGuard
 
 # Libraries that read frames for a candidate (namedtuple's and TypeVar's caller module, warnings,
 # dataclasses) and never return them; inspect, traceback and logging hand frames out, so are not here.
 FRAME_USERS = frozenset({"collections", "typing", "typing_extensions", "enum", "warnings", "dataclasses", "functools", "abc",
-                         "torch", "triton", "core", "plugins"})
-# Libraries that compile or exec for a candidate (Triton's interpreter rewrites kernels, namedtuple
-# and dataclasses generate methods, ast.parse compiles to an AST).
-CODE_MAKERS = frozenset({"collections", "ast", "dataclasses", "typing", "typing_extensions", "enum", "functools", "torch", "triton",
+                         "torch", "core", "plugins"})
+# Libraries that compile or exec for a candidate (namedtuple and dataclasses generate methods,
+# ast.parse compiles to an AST).
+CODE_MAKERS = frozenset({"collections", "ast", "dataclasses", "typing", "typing_extensions", "enum", "functools", "torch",
                          "core", "plugins"})
 # Libraries that may introspect memory, the collector or ctypes while a candidate is on the stack.
-NATIVE_USERS = frozenset({"torch", "triton", "cupy", "core", "plugins"})
+NATIVE_USERS = frozenset({"torch", "core", "plugins"})
 
 DYNAMIC_CODE = frozenset({"exec", "compile", "function.__new__", "code.__new__", "marshal.loads", "marshal.load"})
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
@@ -56,8 +61,11 @@ WATCHED = frozenset({"import", "sys._getframe", "object.__getattr__", "pickle.fi
 class CandidateEvents:
     """The rules above; :meth:`check` answers one event (raised in frame ``issuer``)."""
 
-    def __init__(self, callers: Callers, imports: ImportGuard):
+    def __init__(self, callers: Callers, imports: ImportGuard, toolchains: SandboxNeeds = NO_NEEDS):
         self.callers, self.imports = callers, imports
+        self.frame_users = FRAME_USERS | toolchains.reads_frames
+        self.code_makers = CODE_MAKERS | toolchains.makes_code
+        self.native_users = NATIVE_USERS | toolchains.touches_memory
 
     @staticmethod
     def watches(event: str) -> bool:
@@ -74,7 +82,7 @@ class CandidateEvents:
                 return self._load(_code_name(args), issuer)
             if issuer_module is None:
                 return f"running dynamic code ({event}) in the candidate's code"
-            if root_of(issuer_module) not in CODE_MAKERS and callers.candidate_on_stack(issuer):
+            if root_of(issuer_module) not in self.code_makers and callers.candidate_on_stack(issuer):
                 return f"running dynamic code ({event}) through {issuer_module} for the candidate"
             return None
         if event == "sys._getframe":
@@ -97,7 +105,7 @@ class CandidateEvents:
         # introspection, memory and ctypes
         if issuer_module is None:
             return f"{event} in the candidate's code"
-        if root_of(issuer_module) not in NATIVE_USERS and callers.candidate_on_stack(issuer):
+        if root_of(issuer_module) not in self.native_users and callers.candidate_on_stack(issuer):
             return f"{event} (through {issuer_module}) while the candidate runs"
         return None
 
@@ -112,7 +120,7 @@ class CandidateEvents:
     def _frame(self, frame: Any, issuer_module: str | None, how: str) -> str | None:
         if issuer_module is None:
             return f"taking a frame ({how}) in the candidate's code"
-        if root_of(issuer_module) in FRAME_USERS or frame is None:
+        if root_of(issuer_module) in self.frame_users or frame is None:
             return None
         if self.callers.candidate_on_stack(frame):
             return f"taking a frame of the candidate's call ({how} through {issuer_module})"

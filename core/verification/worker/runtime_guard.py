@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from core.contracts import optional
 import core.verification.worker.imports as imports_module
+from core.api.sandbox import registered_needs
+from core.contracts import optional
 from core.verification.worker.callers import Callers
 from core.verification.worker.events import CandidateEvents, guard_threads
 from core.verification.worker.imports import ImportGuard, runtime_imports
@@ -34,9 +35,10 @@ def exercise(backend: Any) -> None:
 def install_runtime_guard(backend: Any, guard: AuditGuard) -> tuple[Callers, Callable[[], list[str]]]:
     """Install the guard for candidates of ``backend`` in this process (refusals are recorded in
     ``guard``); returns the frame classifier and the instrumentation verifier."""
+    toolchains = registered_needs()  # what every registered backend declares of its toolchain
     callers = Callers(own=frozenset({imports_module.__name__}))
     import_guard = ImportGuard(runtime_imports(backend), callers, guard.record)
-    guard.candidate_rules = CandidateEvents(callers, import_guard)
+    guard.candidate_rules = CandidateEvents(callers, import_guard, toolchains)
     installed = {**import_guard.install(), **guard_threads(callers, guard._refuse)}
     exercise(backend)
     audit_class = audit_mode_class()
@@ -59,7 +61,8 @@ def install_runtime_guard(backend: Any, guard: AuditGuard) -> tuple[Callers, Cal
         "the classifier's module table": reader(lambda: callers.modules),
         "the classifier's own modules": reader(lambda: callers.own),
     }
-    snapshot = Snapshot.take(pinned, classes={"the ATen audit (AtenAudit)": audit_class})
+    snapshot = Snapshot.take(pinned, classes={"the ATen audit (AtenAudit)": audit_class},
+                             modules=toolchains.snapshot_modules, class_paths=toolchains.snapshot_classes)
     for name, value in {**installed, **patched}.items():
         recorded = next(p.expected for p in snapshot.pinned if p.name == name)
         if recorded is not value:  # what the backend says it patched is not what is installed

@@ -31,16 +31,13 @@ from typing import Any, Callable
 MISSING = object()
 
 # Modules whose every name the judge relies on besides those the harness imports itself.
+# A backend's toolchain adds its own (``SandboxNeeds.snapshot_modules``, ``snapshot_classes``).
 EXTRA_MODULES = ("builtins", "sys", "os", "posixpath", "importlib", "threading", "_thread", "pickle", "copyreg",
                  "hashlib", "random", "torch", "torch.nn.functional", "torch.random", "torch.utils._python_dispatch",
-                 "torch.overrides", "torch.testing", "numpy", "numpy.random", "triton", "triton.runtime.jit",
-                 "triton.runtime.interpreter")
+                 "torch.overrides", "torch.testing", "numpy", "numpy.random")
 # Classes whose every attribute the judge relies on (the outputs' and inputs' methods, the modes).
 EXTRA_CLASSES = ("torch.Tensor", "torch._C.TensorBase", "torch.nn.Module", "torch.nn.Parameter",
-                 "torch.utils._python_dispatch.TorchDispatchMode", "torch.Generator",
-                 "triton.runtime.jit.JITFunction", "triton.runtime.jit.KernelInterface",
-                 "triton.runtime.interpreter.InterpretedFunction", "triton.runtime.interpreter.InterpreterBuilder",
-                 "triton.runtime.interpreter.GridExecutor")
+                 "torch.utils._python_dispatch.TorchDispatchMode", "torch.Generator")
 # Names that change by design while the worker serves (each with why), so are not recorded.
 MUTABLE = {
     "sys": frozenset({"last_type", "last_value", "last_traceback"}),  # the last uncaught error
@@ -143,9 +140,11 @@ class Snapshot:
     pinned: list[Pinned] = field(default_factory=list)
 
     @classmethod
-    def take(cls, pinned: dict[str, Any], classes: dict[str, type] | None = None) -> "Snapshot":
+    def take(cls, pinned: dict[str, Any], classes: dict[str, type] | None = None,
+             modules: tuple[str, ...] = (), class_paths: tuple[str, ...] = ()) -> "Snapshot":
         """Record the namespaces above, ``classes`` (label -> class: their dicts too) and ``pinned``
-        (label -> a dotted path :func:`resolve` reads again, or a :func:`reader`)."""
+        (label -> a dotted path :func:`resolve` reads again, or a :func:`reader`); ``modules`` and
+        ``class_paths`` add to :data:`EXTRA_MODULES` and :data:`EXTRA_CLASSES` (a toolchain's state)."""
         snap = cls()
         seen: set[int] = set()
 
@@ -168,14 +167,14 @@ class Snapshot:
             for key, value in list(vars(module).items()):
                 if isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
                     add_class(f"{module.__name__}.{key}", value)
-        for name in EXTRA_MODULES:
+        for name in EXTRA_MODULES + tuple(modules):
             if name in sys.modules:
                 add_module(sys.modules[name])
-        for name in EXTRA_CLASSES:
+        for name in EXTRA_CLASSES + tuple(class_paths):
             try:
                 klass = resolve(name)
             except (LookupError, AttributeError):
-                continue  # not loaded in this worker (triton's interpreter on a GPU ...)
+                continue  # not loaded in this worker (an interpreter's classes on a GPU ...)
             if isinstance(klass, type):
                 add_class(name, klass)
         for label, klass in (classes or {}).items():

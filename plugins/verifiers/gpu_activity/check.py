@@ -12,6 +12,7 @@ from typing import Any
 
 from core.api.evidence import PERFORMANCE, Evidence, parse_python
 from core.api.numerics import compare_outputs, jittered_reruns
+from core.api.sandbox import CUPTI, gpu_tool_applies
 from core.verdict import CheckResult, could_not_run
 from plugins.verifiers.gpu_activity.attribution import judge
 from plugins.verifiers.gpu_activity.recording import (
@@ -55,10 +56,12 @@ class GpuActivityCheck:
     needs: frozenset[str] = frozenset({"trials"})
     calls: int = 3
     max_activities: int = 5_000
-    backends: tuple[str, ...] = ("triton", "cuda")
+    backends: tuple[str, ...] | None = None  # None: the backends that list CUPTI among their gpu_tools
 
     def applies(self, backend: str, device: str) -> bool:
-        return device == "cuda" and backend in self.backends
+        if self.backends is not None:
+            return device == "cuda" and backend in self.backends
+        return device == "cuda" and gpu_tool_applies(CUPTI, backend)
 
     # ----------------------------------------------------------- worker side
     def warm_up(self, device: str) -> None:
