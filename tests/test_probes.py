@@ -121,3 +121,59 @@ def test_an_unusable_probe_is_reported_not_dropped(tmp_path):
     stability = verdict.checks["stability"]
     assert stability.data["unusable"] == ["x1e+10"] and stability.data["judged"] == ["x2", "domain sweep"]
     assert "1 probe(s) unusable, the reference nowhere finite: x1e+10" in stability.detail
+
+
+def _sweep_values(n: int, dtype: str) -> torch.Tensor:
+    """The domain sweep's values as its docstring defines them, sorted: log-spaced magnitudes from the
+    smallest to the edge (1.0 among them), half negative."""
+    import math
+
+    from core.verification.probes import DOMAIN_RANGES
+
+    tiny, edge = DOMAIN_RANGES[dtype]
+    pos = n - n // 2
+    mags = torch.logspace(math.log10(tiny), math.log10(edge), max(pos, 1), dtype=torch.float64)[:pos]
+    if pos >= 3:
+        mags[-2] = 1.0
+    negs = torch.logspace(math.log10(tiny), math.log10(edge), max(n // 2, 1), dtype=torch.float64)[: n // 2]
+    return torch.cat([mags, -negs]).sort().values
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 3000), seed=st.integers(0, 2**62), chunk=st.sampled_from([7, 64, 1 << 24]),
+       dtype=st.sampled_from(["float32", "float16", "float64"]))
+def test_the_domain_sweep_holds_every_value_of_the_domain_once_in_a_seeded_order(n, seed, chunk, dtype):
+    # every worker draws the same sweep; however it is chunked (a 4-GiB input is swept a chunk at a time),
+    # the same values (to the last ulp of a vectorised pow) in the same places
+    from unittest import mock
+
+    import core.verification.probes as probes
+    from core.verification.probes import domain_sweep
+
+    whole = domain_sweep(n, dtype, seed)
+    with mock.patch.object(probes, "CHUNK", chunk):
+        chunked = domain_sweep(n, dtype, seed)
+    assert torch.equal(whole, domain_sweep(n, dtype, seed))
+    torch.testing.assert_close(whole, chunked, rtol=1e-14, atol=0)
+    torch.testing.assert_close(whole.sort().values, _sweep_values(n, dtype), rtol=1e-12, atol=0)
+    if n > 16:  # places differ between seeds; the values do not
+        assert not torch.equal(domain_sweep(n, dtype, seed + 1), whole)
+
+
+@settings(max_examples=30, deadline=None)
+@given(dist=st.sampled_from(sorted(set(DISTRIBUTIONS) - {"domain"})), seed=st.integers(0, 2**40),
+       n=st.integers(1, 400), chunk=st.sampled_from([5, 64, 1 << 24]))
+def test_a_probe_is_the_same_whether_computed_whole_or_in_chunks(dist, seed, n, chunk):
+    # chunks bound the float64 transient on the device; a worker's chunking never changes its inputs
+    from unittest import mock
+
+    import core.verification.probes as probes
+
+    x = torch.randn(n, generator=torch.Generator().manual_seed(seed % 1000))
+    probe = {"scale": 3.0, "dist": dist}
+    whole = apply([x], probe, seed)[0]
+    with mock.patch.object(probes, "CHUNK", chunk):
+        again = apply([x], probe, seed)[0]
+    if dist in ("scaled", "offset"):  # no noise drawn: chunking cannot move anything
+        assert torch.equal(whole, again)
+    assert again.dtype == x.dtype and again.shape == x.shape and torch.isfinite(again).all()
