@@ -365,3 +365,17 @@ def test_a_launch_whose_time_budget_is_spent_starts_no_more_programs_and_the_nex
     findings, launches = _sampled(backend, two_launches, sample=8, launch_s=1e-9)
     assert [launch["ran"] for launch in launches] == [1, 1]  # one program each: none starts after the budget
     assert not _races(findings) and findings[-1].startswith(f"{RACE_SUMMARY}2 launch(es)")
+
+
+def test_integers_wrap_as_on_the_gpu_while_sampling_and_the_interpreters_option_comes_back(backend):
+    # the interpreter's int32 overflow sanitizer is a debug option GPU builds leave off; while a GPU
+    # candidate is sampled at its task's size it is off (40% of a matmul program's time), and after
+    # the analysis the interpreter is as it was (the CPU path keeps its own setting)
+    from triton.runtime.interpreter import interpreter_builder
+
+    before = interpreter_builder.options
+    with backend.program_order(3, sample=4):
+        assert interpreter_builder.options.sanitize_overflow is False
+    assert interpreter_builder.options is before
+    with backend.program_order(3):  # not sampling: the CPU path's own setting
+        assert interpreter_builder.options is before

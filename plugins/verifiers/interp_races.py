@@ -73,9 +73,13 @@ class InterpreterRaceCheck:
     needs: frozenset[str] = frozenset({"trials", "interpreter"})
     sample: int = 16  # programs run per launch at most (corners, neighbours, random); every one of a smaller grid
     max_calls: int = 8  # forward calls at most: one per autotune config
-    launch_s: float = 30.0  # no sampled program of a launch starts after it has run this long (a deep loop per program)
-    calls_s: float = 60.0  # no further autotune config's call after the calls took this long
-    workers: int = 0  # CPU candidate workers of the smallest memory class; 0: a quarter of the cores, at least 2
+    # No sampled program of a launch starts after it has run this long (a deep loop per program), and no
+    # further autotune config's call after the calls took calls_s. At KernelBench's real sizes the
+    # analysis is the suite's largest CPU cost (a 4096-deep matmul program: ~1 s in the interpreter);
+    # these bound one candidate's to about half a minute of one core.
+    launch_s: float = 8.0
+    calls_s: float = 30.0
+    workers: int = 0  # CPU candidate workers of the smallest memory class; 0: half the cores, at least 2
     timeout_s: float = 300.0
     memory_mb: int = 8192  # the smallest address-space limit of a CPU worker; larger tasks get a pool sized for them
     _pools: dict[int, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -117,7 +121,7 @@ class InterpreterRaceCheck:
                 from core.api.workers import Limits, WorkerPool, worker_env
                 from core.plugins import registry
 
-                size = (self.workers or max(2, (os.cpu_count() or 1) // 4)) if memory_mb <= self.memory_mb else 1
+                size = (self.workers or max(2, (os.cpu_count() or 1) // 2)) if memory_mb <= self.memory_mb else 1
                 env = worker_env(registry("backend").create("triton"), "cpu", size, cuda_on_cpu=True)
                 # the interpreter's tile products are small: numpy's BLAS threads only wait on each other
                 # (a 128x32x128 product took 8 ms with its threads on a busy host, 0.03 ms with one)
@@ -300,8 +304,8 @@ class InterpreterRaceSample:
     seed: int = 0
     sample: int = 16
     max_calls: int = 8
-    launch_s: float = 30.0
-    calls_s: float = 60.0
+    launch_s: float = 8.0
+    calls_s: float = 30.0
 
     def applies(self, backend: str, device: str) -> bool:
         return False
