@@ -3,6 +3,7 @@ it (``accept_unchecked``), and then the verdict records that it was used."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,7 @@ class StartedCheck:
     hard: bool = True
     where: str = "worker"
     needs: frozenset = frozenset({"trials"})
+    wait_s = 0.0  # how long evaluate waits (a class attribute, not a field)
 
     def applies(self, backend: str, device: str) -> bool:
         return True
@@ -85,6 +87,7 @@ class StartedCheck:
 
     def evaluate(self, evidence) -> CheckResult:
         StartedCheck.log.append(("evaluate", bool(evidence.trials)))
+        time.sleep(StartedCheck.wait_s)  # the verdict waiting for the work it started
         return CheckResult(True, "ok")
 
 
@@ -97,12 +100,14 @@ class _StartedPlugin:
 def test_a_checks_own_work_starts_before_the_trials_and_is_evaluated_after_them(register_plugin, pair):
     # interp_races' CPU analysis needs only the task and the candidate: started before the trials it
     # overlaps the GPU stages instead of adding its minutes after them
-    StartedCheck.log = []
+    StartedCheck.log, StartedCheck.wait_s = [], 0.3
     register_plugin(_StartedPlugin(), name="started-test")
     with Verifier(backend="triton", device="cpu", workers=1, checks=[*CHECKS[:4], StartedCheck.name]) as v:
         verdict = v.verify(*pair)
     assert verdict.accepted, verdict.reason
     assert StartedCheck.log == [("start", True), ("evaluate", True)]
+    # the time a verdict waited for a check is in its stages (a slow verdict says what it waited for)
+    assert verdict.stage_s[StartedCheck.name] >= 0.3
 
 
 def test_interp_races_evaluate_collects_the_analysis_it_started_in_the_background(monkeypatch):

@@ -348,6 +348,7 @@ class Verification:
         """Evaluate ``checks`` in order; record each; False after the first hard failure."""
         ok = True
         for check in checks:
+            started = time.perf_counter()
             try:
                 result = check.evaluate(self.evidence)
             except (WorkerFailure, GpuOutOfMemory):  # the keeper failed (or ran out of memory) while comparing
@@ -359,6 +360,9 @@ class Verification:
                 result.detail += " [accepted unchecked: verifier.accept_unchecked]"
                 self.verdict.accepted_unchecked.append(check.name)
             self.verdict.checks[check.name] = result
+            spent = time.perf_counter() - started
+            if spent >= 0.05:  # e.g. waiting for work started earlier elsewhere (interp_races on the CPU)
+                self.verdict.stage_s[check.name] = self.verdict.stage_s.get(check.name, 0.0) + spent
             if not result.passed and check.hard:
                 ok = False
                 if stop_at_first:
