@@ -45,7 +45,7 @@ def _cores() -> int:
 # ``workers_per_gpu: auto``: one verification per this much GPU memory (the admission of
 # core.verification.gpumemory still lets a large task run alone), and per two cores (its candidate
 # worker and its keeper), at most AUTO_MAX_WORKERS.
-AUTO_GIB_PER_WORKER = 24
+AUTO_GIB_PER_WORKER = 20
 AUTO_MAX_WORKERS = 8
 
 
@@ -80,7 +80,7 @@ class LocalExecutor(BaseExecutor):
     name = "local"
 
     def __init__(self, backend: str, device: str, verifier: Mapping[str, Any] | None = None, *,
-                 workers_per_gpu: int | str = 2, cpu_workers: int | None = None, cpu_shards: int = 1,
+                 workers_per_gpu: int | str = "auto", cpu_workers: int | None = None, cpu_shards: int = 1,
                  gpus: Sequence[int] | None = None, processes: bool = False, cpu_stage: Mapping[str, Any] | None = None, max_attempts: int = 3,
                  verifier_path: str = DEFAULT_VERIFIER, extra_in_flight: int = 1):
         super().__init__(backend, device, verifier, cpu_stage, max_attempts, verifier_path)
