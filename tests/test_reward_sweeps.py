@@ -7,6 +7,7 @@ Configs are composed in-process with the overrides a user would type; nothing tr
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -158,3 +159,47 @@ def test_reward_terms_declare_what_they_need_through_the_contract(register_plugi
     notes = reward_notes({"weights": {"plain": 1.0, "fpga": 0.5}}, phases, "cuda")
     assert notes == [("reward term fpga is 0 for every candidate on device=cuda (weighed in phase p): the FPGA's "
                       "counters exist only on device=fpga. Runs that differ only in its weight give identical results.")]
+
+
+# --------------------------------------------------------------------------- what training logs
+
+
+class _Present:
+    """A term worth 1.0 for every completion, accepted or not: the tiny test model's completions score 0
+    on every built-in term, so only a term that is never 0 shows what its weight does to the logged reward."""
+
+    name = "present"
+    scores_failures = True
+
+    def __call__(self, verdicts, tasks, **context):
+        return [1.0] * len(verdicts)
+
+
+class _PresentTerm:
+    @hookimpl
+    def register_rewards(self, register):
+        register("present", _Present)
+
+
+def test_a_sweep_of_the_runs_weights_changes_the_rewards_the_grpo_phase_logs(tmp_path):
+    # python -m core.run -m +reward.weights.present=0.5,2.0 (in-process, with the training test doubles)
+    from fake_training_run import run  # tests/ is on the path (tests/conftest.py's folder)
+
+    from core import plugins
+
+    old = plugins._pm
+    logged = {}
+    try:
+        for weight in (0.5, 2.0):
+            out = tmp_path / f"w{weight}"
+            run(str(out), [f"+reward.weights.present={weight}"], extra_plugins=[_PresentTerm()])
+            rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+            logged[weight] = [r for r in rows if r.get("phase") == "correctness"]
+    finally:
+        plugins.set_plugin_manager(old)
+    for weight, rows in logged.items():
+        assert rows, "the GRPO phase logged no step"
+        # the term the run's reward group adds is logged under its own name, beside the phase's own terms
+        assert all(r["reward/present"] == 1.0 and "reward/correctness" in r and "reward/format" in r for r in rows)
+        # the weighted reward the phase trained on follows the sweep (correctness and format are 0 here)
+        assert all(r["reward"] == pytest.approx(weight) for r in rows), [r["reward"] for r in rows]
