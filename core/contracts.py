@@ -136,10 +136,15 @@ class Curriculum(Protocol):
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """Peak rates of one GPU model, measured where possible (say where in ``source``).
+    """One GPU model: its peak rates, measured where possible (say where in ``source``), and the facts
+    compilers and tilers read of it. Adding a GPU is one ``register_devices`` implementation.
 
     :param peak_flops: FLOP/s per dtype name (``"float32"``, ``"bfloat16"``, ``"float16"``).
     :param peak_bandwidth: device-memory bytes per second (read + written).
+    :param sms: streaming multiprocessors (a tiler's notion of one wave); 0: unknown.
+    :param arch: compile target (``"sm_90"``); ``""``: unknown.
+    :param warp_size: threads per warp.
+    :param reference: the GPU a compile without a device targets (the project's own; one registered GPU sets it).
     """
 
     name: str
@@ -147,6 +152,10 @@ class DeviceSpec:
     peak_bandwidth: float = 0.0
     l2_bytes: int = 0
     source: str = ""
+    sms: int = 0
+    arch: str = ""
+    warp_size: int = 32
+    reference: bool = False
 
 
 # --------------------------------------------------------------------------- verifier: backends, checks

@@ -10,7 +10,8 @@ on the tensor cores (the expert's ``tf32x3`` dots, or bf16x3: three 16/19-bit pr
 a third of the bf16 rate: the speed-of-light floor of a float32 task uses it (roofline.py), since
 an honest tf32x3 GEMM runs faster than the float32 (CUDA-core) peak.
 
-The H100 and A100 entries are NVIDIA datasheet figures (dense, no sparsity), marked as such in
+SM counts, compile targets (``arch``) and warp sizes are NVIDIA's; the H200 is the ``reference``: what
+a compile without a GPU targets. The H100 and A100 entries are NVIDIA datasheet figures (dense, no sparsity), marked as such in
 ``source``; replace them with measurements where you have the hardware. A new GPU is one more
 ``register(name, DeviceSpec(...))`` call, here or in a third-party plugin.
 """
@@ -28,6 +29,9 @@ H200 = DeviceSpec(
     peak_flops={"bfloat16": 708 * TB, "float16": 708 * TB, "float32": 51 * TB, "float32_split": 708 / 3 * TB},
     peak_bandwidth=4.2 * TB,
     l2_bytes=50 * MiB,
+    sms=132,
+    arch="sm_90",
+    reference=True,  # device-less compiles target the project's GPU
     source="measured on the project's H200 (NOTES.md 'The GPU machine', 2026-11): copy 4.2 TB/s, "
     "bf16 matmul 8192^3 708 TFLOP/s, fp32 (no TF32) 51 TFLOP/s; float16 assumed = bf16; float32_split "
     "(the floor of fp32 tasks: three tensor-core products per fp32 one, tf32x3/bf16x3) = bf16 / 3, derived; "
@@ -40,6 +44,8 @@ H100_SXM = DeviceSpec(
                 "float32_split": 989.4 / 3 * TB},
     peak_bandwidth=3.35 * TB,
     l2_bytes=50 * MiB,
+    sms=132,
+    arch="sm_90",
     source="datasheet: NVIDIA H100 SXM5 80GB (dense tensor-core rates, HBM3 3.35 TB/s); not measured here",
 )
 
@@ -49,6 +55,8 @@ H100_PCIE = DeviceSpec(
                 "float32_split": 756.5 / 3 * TB},
     peak_bandwidth=2.0 * TB,
     l2_bytes=50 * MiB,
+    sms=114,
+    arch="sm_90",
     source="datasheet: NVIDIA H100 PCIe 80GB (dense tensor-core rates, HBM2e 2.0 TB/s); not measured here",
 )
 
@@ -58,6 +66,8 @@ A100 = DeviceSpec(
                 "float32_split": 312 / 3 * TB},
     peak_bandwidth=2.039 * TB,
     l2_bytes=40 * MiB,
+    sms=108,
+    arch="sm_80",
     source="datasheet: NVIDIA A100 SXM4 80GB (dense tensor-core rates, HBM2e 2.039 TB/s); not measured here",
 )
 

@@ -365,7 +365,7 @@ def record_sources(source: str, init_inputs: Sequence[Any] | None = None, *, dry
 
 
 def device_arch(device: str) -> str:
-    """``sm_XY`` of the visible GPU for ``device='cuda'``, else the default target (``sm_90``)."""
+    """``sm_XY`` of the visible GPU for ``device='cuda'``, else the reference GPU's (the device registry)."""
     if device.startswith("cuda"):
         try:
             import torch
@@ -375,7 +375,7 @@ def device_arch(device: str) -> str:
                 return f"sm_{major}{minor}"
         except Exception:
             pass
-    return nvrtc.DEFAULT_ARCH
+    return nvrtc.default_arch()
 
 
 def _compile_key(src: KernelSource, arch: str) -> tuple[Any, ...]:
@@ -479,11 +479,11 @@ class CudaBackend:
     needs one, and :meth:`load` still compiles every CUDA source the module built (NVRTC to PTX
     for ``arch``), so ``compiled`` is meaningful on a CPU machine.
 
-    :param arch: target of the device-less compile (default ``sm_90``, the H100/H200 family); on a
+    :param arch: target of the device-less compile (default: the reference GPU's in the device registry); on a
         GPU the device's own arch is used.
     """
 
-    arch: str = nvrtc.DEFAULT_ARCH
+    arch: str = ""  # "": the reference GPU's (plugins/devices.py)
     name: str = NAME
     language: str = "CUDA C (cupy.RawModule)"
     guide: str = GUIDE
@@ -645,7 +645,7 @@ class CudaBackend:
 
     # ---------------------------------------------------------------- helpers
     def target_arch(self, device: str) -> str:
-        return device_arch(device) if device.startswith("cuda") else self.arch
+        return device_arch(device) if device.startswith("cuda") else (self.arch or nvrtc.default_arch())
 
     def compile(self, source: str, device: str = "cpu", init_inputs: Sequence[Any] | None = None) -> CompileReport:
         """Static + compile stages on a source text, for tools and tests (call it in a worker: it

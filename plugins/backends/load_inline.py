@@ -141,13 +141,13 @@ class LoadInlineBackend:
     Implements :class:`core.contracts.Backend`. Without a GPU, :meth:`supports` says why nothing can
     run, and :meth:`load` compiles each extension's CUDA unit with nvcc (compile-only verdict).
 
-    :param arch: target of the device-less compile (default ``sm_90``); on a GPU torch picks the
+    :param arch: target of the device-less compile (default: the reference GPU's, ``sm_90``); on a GPU torch picks the
         device's own arch.
     :param compile_timeout_s: the longest one nvcc run of the compile-only stage may take (a unit
         that includes torch's headers takes about 1-2 CPU minutes).
     """
 
-    arch: str = build.DEFAULT_ARCH
+    arch: str = ""  # "": the reference GPU's (plugins/devices.py)
     compile_timeout_s: float = build.COMPILE_TIMEOUT_S
     name: str = NAME
     language: str = "CUDA C (torch.utils.cpp_extension.load_inline)"
@@ -267,7 +267,7 @@ class LoadInlineBackend:
             if not extensions:
                 raise RuntimeError("the candidate called no load_inline")
             return
-        report = build.compile_extensions(extensions, self.arch, self.compile_timeout_s)
+        report = build.compile_extensions(extensions, self.arch or None, self.compile_timeout_s)
         self.last_compile = report
         if not report.ok:
             raise RuntimeError(report.reason)

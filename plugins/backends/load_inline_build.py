@@ -30,10 +30,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from plugins.backends.load_inline_static import InlineExtension
+from plugins.backends.nvrtc import default_arch
+
+
+def __getattr__(name: str) -> str:
+    if name == "DEFAULT_ARCH":  # the old constant, kept for one release: default_arch() reads the registry
+        return default_arch()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 NEEDS_GPU = ("cuda_inline candidates build and run only on a GPU host: torch.utils.cpp_extension needs CUDA; "
              "use backend=triton (interpreter) on CPU")
-DEFAULT_ARCH = "sm_90"  # H100/H200, as the cuda backend's device-less target
 COMPILE_TIMEOUT_S = 600.0
 _IMPLICIT_CUDA_HEADERS = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>")
 _ARCH_FLAGS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code", "--gpu-code")
@@ -357,9 +363,11 @@ def nvcc_command(ext: InlineExtension, source: Path, obj: Path, arch: str, inclu
     return cmd
 
 
-def compile_cuda_unit(ext: InlineExtension, arch: str = DEFAULT_ARCH,
+def compile_cuda_unit(ext: InlineExtension, arch: str | None = None,
                       timeout_s: float = COMPILE_TIMEOUT_S) -> tuple[bool, str, float]:
-    """Compile one extension's CUDA translation unit; ``(ok, compiler messages, seconds)``."""
+    """Compile one extension's CUDA translation unit for ``arch`` (default: the reference GPU's);
+    ``(ok, compiler messages, seconds)``."""
+    arch = arch or default_arch()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kz-inline-") as tmp:
         work = Path(tmp)
@@ -374,9 +382,10 @@ def compile_cuda_unit(ext: InlineExtension, arch: str = DEFAULT_ARCH,
         return proc.returncode == 0 and obj.is_file(), log, time.perf_counter() - start
 
 
-def compile_extensions(extensions: list[InlineExtension], arch: str = DEFAULT_ARCH,
+def compile_extensions(extensions: list[InlineExtension], arch: str | None = None,
                        timeout_s: float = COMPILE_TIMEOUT_S) -> CompileReport:
     """Compile every extension's CUDA unit; the first failure's compiler errors become the reason."""
+    arch = arch or default_arch()
     if not extensions:
         return CompileReport(False, "the candidate called no load_inline (nothing to compile)", "nothing to compile", arch)
     seconds, kernels = 0.0, []

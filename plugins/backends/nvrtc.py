@@ -22,7 +22,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_ARCH = "sm_90"  # H100/H200; the arch the project's GPU runs (NOTES.md)
+
+
+def default_arch() -> str:
+    """The device-less compile target: the reference GPU's arch, from the device registry (plugins/devices.py)."""
+    from core.api.devices import reference_device
+
+    return reference_device().arch
+
+
+def __getattr__(name: str) -> str:
+    if name == "DEFAULT_ARCH":  # the old constant, kept for one release: default_arch() reads the registry
+        return default_arch()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _ENTRY_RE = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(")
 _ARCH_OPTION_RE = re.compile(r"^(-arch|--gpu-architecture|-arch=|--gpu-architecture=)")
@@ -41,7 +54,7 @@ class CompileResult:
     ok: bool
     ptx: str = ""
     log: str = ""
-    arch: str = DEFAULT_ARCH
+    arch: str = ""
     compiler: str = ""
     seconds: float = 0.0
     entries: list[str] = field(default_factory=list)
@@ -141,11 +154,12 @@ def nvrtc_version() -> str | None:
 def compile_with_nvrtc(
     source: str,
     *,
-    arch: str = DEFAULT_ARCH,
+    arch: str | None = None,
     options: tuple[str, ...] = (),
     name_expressions: tuple[str, ...] = (),
     filename: str = "candidate.cu",
 ) -> CompileResult:
+    arch = arch or default_arch()
     from cupy_backends.cuda.libs import nvrtc
 
     major, minor = nvrtc.getVersion()
@@ -179,7 +193,8 @@ def compile_with_nvrtc(
         nvrtc.destroyProgram(prog)
 
 
-def compile_with_nvcc(source: str, *, arch: str = DEFAULT_ARCH, options: tuple[str, ...] = ()) -> CompileResult:
+def compile_with_nvcc(source: str, *, arch: str | None = None, options: tuple[str, ...] = ()) -> CompileResult:
+    arch = arch or default_arch()
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise NoCompilerError("nvcc is not on the PATH")
@@ -201,7 +216,7 @@ def compile_with_nvcc(source: str, *, arch: str = DEFAULT_ARCH, options: tuple[s
 def compile_to_ptx(
     source: str,
     *,
-    arch: str = DEFAULT_ARCH,
+    arch: str | None = None,
     options: tuple[str, ...] = (),
     name_expressions: tuple[str, ...] = (),
 ) -> CompileResult:

@@ -17,7 +17,17 @@ import types
 import weakref
 from typing import Any
 
-GPU_TARGET = ("cuda", 90, 32)  # the H200's arch; the front end is the same for every NVIDIA target
+
+
+def gpu_target() -> tuple[str, int, int]:
+    """Triton's ``GPUTarget`` of the reference GPU (the device registry): the front end is the same for
+    every NVIDIA target, so the project's own GPU stands for all of them."""
+    from core.api.devices import capability, reference_device
+
+    spec = reference_device()
+    return ("cuda", capability(spec), spec.warp_size)
+
+
 _OPTION_KWARGS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 _TORCH_TYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int8": "i8",
                 "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16", "uint32": "u32",
@@ -178,7 +188,7 @@ def compile_for_gpu(py_fn: types.FunctionType, args: tuple, kwargs: dict[str, An
         return
     if known is not False:
         raise GpuCompileError(known)
-    target = GPUTarget(*GPU_TARGET)
+    target = GPUTarget(*gpu_target())
     backend = make_backend(target)
     options = backend.parse_options({k: kwargs[k] for k in _OPTION_KWARGS if k in kwargs})
     context = ir.context()
@@ -190,7 +200,7 @@ def compile_for_gpu(py_fn: types.FunctionType, args: tuple, kwargs: dict[str, An
         source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
     except Exception as exc:  # the compiler's own message says what and where
         text = str(exc).strip()
-        error = (f"triton kernel {py_fn.__name__!r} does not compile for a GPU (sm_{GPU_TARGET[1]}), so it may "
+        error = (f"triton kernel {py_fn.__name__!r} does not compile for a GPU (sm_{target.arch}), so it may "
                  f"not run in the interpreter either: {type(exc).__name__}: {text}")[:1500]
     with _lock:
         _verdicts[key] = error

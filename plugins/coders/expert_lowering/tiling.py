@@ -39,7 +39,17 @@ GEMM_CONFIGS_32 = (  # fp32 tiles are twice the bytes and tf32x3 holds split ope
     (64, 64, 32, 8, 4, 4),
 )
 KEEP_CONFIGS = 3
-SMS = 132  # H100 SXM / H200 multiprocessors (the pruning's notion of one wave)
+
+
+def sm_count() -> int:
+    """Multiprocessors of the GPU the kernels are tuned for (the pruning's notion of one wave): the
+    visible GPU's, else the reference GPU's, from the device registry (plugins/devices.py)."""
+    from core.api.devices import reference_device, visible_device
+
+    spec = visible_device() or reference_device()
+    if spec.sms <= 0:
+        raise LookupError(f"GPU {spec.name!r} declares no SM count (DeviceSpec.sms); the expert's tiling needs it")
+    return spec.sms
 
 
 def tf32_allowed(dtype: str) -> bool:
@@ -74,8 +84,9 @@ def tile_score(bm: int, bn: int, m: int, n: int, batch: int = 1) -> tuple[float,
     times the useful fraction of a tile (one larger than the matrix computes padding), rounded so
     near-ties go to the larger tile (more reuse per byte loaded)."""
     tiles = -(-m // bm) * -(-n // bn) * max(1, batch)
-    waves = -(-tiles // SMS)
-    fill = tiles / (waves * SMS)
+    sms = sm_count()
+    waves = -(-tiles // sms)
+    fill = tiles / (waves * sms)
     useful = (min(m, bm) * min(n, bn)) / (bm * bn)
     return round(fill * useful, 1), bm * bn / (bm + bn)
 
