@@ -22,7 +22,7 @@ from core.verification.protocol import Op, request
 from core.verification.sandbox import WorkerFailure, WorkerPool
 
 if TYPE_CHECKING:
-    from core.verification.pipeline import Verification
+    from core.verification.parties import VerificationView as Verification
 
 
 def out_of_gpu_memory(answer: dict[str, Any]) -> bool:

@@ -22,7 +22,7 @@ from core.verification.gpumemory import GpuOutOfMemory, is_out_of_memory
 from core.verification.protocol import Op, request
 
 if TYPE_CHECKING:
-    from core.verification.pipeline import Verification
+    from core.verification.parties import VerificationView as Verification
 
 def fresh_seed() -> int:
     """A seed no candidate can guess: inputs, init weights and program orders are drawn from these."""

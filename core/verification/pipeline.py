@@ -33,7 +33,7 @@ from core.verification.protocol import Op, request
 from core.verification.sandbox import WorkerFailure
 
 if TYPE_CHECKING:
-    from core.verification.judge import Verifier
+    from core.verification.parties import VerifierView as Verifier
 
 
 def task_dtype(task: Task) -> str:
