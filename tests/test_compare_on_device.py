@@ -143,17 +143,24 @@ def test_a_candidate_that_forges_its_hand_over_is_rejected_and_the_keeper_surviv
     assert replaced == 0  # the keeper refused the forgery; nothing had to be restarted
 
 
-def test_verdicts_and_details_agree_with_the_judge_side_comparison():
+def test_verdicts_and_details_agree_with_the_judge_side_comparison(monkeypatch):
+    # the keeper's verdicts, whether a request's runs are handed over together or one per request (runs
+    # of large outputs: core.verification.gpumemory.runs_per_request), are the judge-side comparison's
+    import core.verification.pipeline as pipeline
+
     pairs = [_pair("vector_add", "honest_vector_add"), _pair("vector_add", "partial_write"),
              _pair("softmax", "unstable_softmax")]
     verdicts = {}
-    for mode in (False, True):
-        with Verifier(backend="triton", device="cpu", workers=1, timeout_s=90, compare_on_device=mode) as v:
+    for mode in (False, True, "one run per request"):
+        if mode == "one run per request":
+            monkeypatch.setattr(pipeline, "runs_per_request", lambda output_bytes: 1)
+        with Verifier(backend="triton", device="cpu", workers=1, timeout_s=90, compare_on_device=bool(mode)) as v:
             verdicts[mode] = [v.verify(t, c) for t, c in pairs]
-    for judge, keeper in zip(verdicts[False], verdicts[True]):
-        assert (judge.status, judge.accepted) == (keeper.status, keeper.accepted), (judge.reason, keeper.reason)
-        assert judge.reason.split(":")[0] == keeper.reason.split(":")[0] if judge.reason else not keeper.reason
-        assert judge.checks.keys() == keeper.checks.keys()
+    for mode in (True, "one run per request"):
+        for judge, keeper in zip(verdicts[False], verdicts[mode]):
+            assert (judge.status, judge.accepted) == (keeper.status, keeper.accepted), (judge.reason, keeper.reason)
+            assert judge.reason.split(":")[0] == keeper.reason.split(":")[0] if judge.reason else not keeper.reason
+            assert judge.checks.keys() == keeper.checks.keys()
 
 
 def test_each_verification_gets_a_keeper_and_the_cores_are_shared_with_them(monkeypatch):

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from core.evaluation.report import TaskResult, summarise_group
 from core.task import Candidate, Task
-from core.verification.gpumemory import MemoryAdmission, estimate
+from core.verification.gpumemory import EXPORT_BATCH_BYTES, MemoryAdmission, estimate, runs_per_request
 from core.verify import Verifier
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,6 +100,9 @@ def test_the_estimate_counts_every_held_copy_of_the_outputs(i, w, o, trials):
     assert fp.parts["adopted_outputs"] == (trials + 2 + 1 + 3) * o
     assert fp.bytes >= 2 * w + (2 * trials + 9) * o + 4 * i
     assert (fp.parts["float64_truth"] > 0) == (0 < (i + o) // 4 <= 1 << 25 and (w + i + o) > 0)
+    # a request's exports wait on the device until adopted: large outputs go a few runs per request
+    assert fp.parts["exported_outputs"] <= max(EXPORT_BATCH_BYTES, o)
+    assert fp.parts["exported_outputs"] == min(max(trials, 2 + 1 + 3), runs_per_request(o)) * o
 
 
 def test_the_task_is_measured_on_meta_even_when_its_inputs_are_built_with_cuda():

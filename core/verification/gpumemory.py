@@ -41,6 +41,9 @@ WORKER_OVERHEAD_BYTES = 1 << 30
 # The timed stage's L2 flush buffer and its own inputs/outputs beside the held ones.
 TIMING_SCRATCH_BYTES = 256 << 20
 DEFAULT_FRACTION = 0.9  # of the device's total, admitted (the rest: allocator fragmentation, other users)
+# A candidate request's outputs wait on the device until the keeper adopts them; runs of larger
+# outputs go a few per request (KernelBench level 1 at its real sizes: outputs of 4-8 GiB per run).
+EXPORT_BATCH_BYTES = 4 << 30
 
 
 class GpuOutOfMemory(RuntimeError):
@@ -77,6 +80,14 @@ class Footprint:
         return asdict(self)
 
 
+def runs_per_request(output_bytes: int) -> int:
+    """Candidate runs per request when one run's outputs take ``output_bytes`` (0: unknown): all of
+    them (``1 << 30``) while a request's exported outputs stay under :data:`EXPORT_BATCH_BYTES`."""
+    if output_bytes <= 0:
+        return 1 << 30
+    return max(1, EXPORT_BATCH_BYTES // output_bytes)
+
+
 def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: int = 0, repeat: bool = True,
              float64_max_elements: int = 0, inputs_kept: bool = False) -> Footprint:
     """One verification's peak device memory from the task's tensors (``measured``: ``inputs``,
@@ -91,7 +102,8 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
       float64 truth (weights, inputs, outputs and intermediates in float64) when a trial holds at
       most ``float64_max_elements`` elements;
     * candidate worker: its weights; a run's inputs and their copy kept to see what it wrote to its
-      inputs; intermediates; the outputs of one request's runs exported to the keeper until adopted;
+      inputs; intermediates; the outputs of one request's runs exported to the keeper until adopted
+      (large outputs go a few runs per request, :func:`runs_per_request`);
       the timed stage's inputs, outputs and flush buffer;
     * each worker's CUDA context and library workspaces.
     """
@@ -111,7 +123,7 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
         "candidate_weights": w,
         "candidate_inputs": 2 * i,
         "candidate_intermediates": transient,
-        "exported_outputs": max(trials, runs_cand - trials) * o,
+        "exported_outputs": min(max(trials, runs_cand - trials), runs_per_request(o)) * o,
         "timing": i + o + TIMING_SCRATCH_BYTES,
         "worker_overhead": 2 * WORKER_OVERHEAD_BYTES,
     }

@@ -142,6 +142,7 @@ class GpuSharing:
             held.push(reservation)  # released when the GPU stages end, however they end
             budget.waited(got.waited_s)
             verification.ran_alone = got.alone
+            verification.output_bytes = int((fp.measured or {}).get("outputs") or 0)
             budget.alone = budget.alone or got.alone
             verdict.gpu_memory = {**(verdict.gpu_memory or {}), "estimate_bytes": fp.bytes,
                                   "capacity_bytes": admission.capacity, "alone": got.alone,

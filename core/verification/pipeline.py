@@ -25,7 +25,7 @@ from core.task import Candidate, Task
 from core.verdict import CheckResult, Verdict
 from core.verification.budget import Budget, GpuBusy
 from core.verification.evidence import Evidence, RunObservation, Trial, parse_python, truth_agrees
-from core.verification.gpumemory import GpuOutOfMemory, is_out_of_memory
+from core.verification.gpumemory import GpuOutOfMemory, is_out_of_memory, runs_per_request
 from core.verification.keeper import Keeper
 from core.verification.observations import ExtraObservations, fresh_seed, inputs_of
 from core.verification.probes import draw_plan
@@ -94,6 +94,7 @@ class Verification:
         # retried after running out of GPU memory: the device's memory and every GPU turn to itself
         self.alone = alone
         self.ran_alone = alone  # set by the memory reservation (a footprint over the device's share)
+        self.output_bytes = 0  # one run's outputs, as the memory reservation measured them (0: unknown)
         self.evidence = Evidence(task=task, candidate=candidate, backend=verifier.backend_name,
                                  device=verifier.device,
                                  config={"tolerances": verifier.tolerances, "trials": verifier.trials})
@@ -329,7 +330,16 @@ class Verification:
     # -- helpers of the stages
 
     def run_in_candidate(self, runs: list[dict[str, Any]]) -> list[RunObservation]:
-        """Run ``runs`` in the candidate worker; each names the reference run (``ref``) it is judged against."""
+        """Run ``runs`` in the candidate worker; each names the reference run (``ref``) it is judged against.
+        With a keeper, runs whose outputs are large go a few per request: a request's outputs wait on
+        the device, exported, until the keeper has adopted them."""
+        per_request = runs_per_request(self.output_bytes) if self.keeper is not None else len(runs)
+        observed: list[RunObservation] = []
+        for start in range(0, len(runs), max(1, per_request)):
+            observed += self._run_batch(runs[start:start + max(1, per_request)])
+        return observed
+
+    def _run_batch(self, runs: list[dict[str, Any]]) -> list[RunObservation]:
         keeper = self.keeper
         sent = [{k: v for k, v in run.items() if k != "ref"} for run in runs]
         answer = self.verifier._on_gpu(self.worker, request(Op.RUN, runs=sent, export=keeper is not None),
