@@ -336,23 +336,8 @@ class Verification:
         per_request = runs_per_request(self.output_bytes) if self.keeper is not None else len(runs)
         observed: list[RunObservation] = []
         for start in range(0, len(runs), max(1, per_request)):
-            observed += self._run_batch(runs[start:start + max(1, per_request)])
+            observed += run_request(self, runs[start:start + max(1, per_request)])
         return observed
-
-    def _run_batch(self, runs: list[dict[str, Any]]) -> list[RunObservation]:
-        keeper = self.keeper
-        sent = [{k: v for k, v in run.items() if k != "ref"} for run in runs]
-        answer = self.verifier._on_gpu(self.worker, request(Op.RUN, runs=sent, export=keeper is not None),
-                                       self.budget)
-        if not answer.get("ok"):
-            raise WorkerFailure("error", f"worker could not run the candidate: {answer.get('error')}")
-        ran_out = next((o.get("error") for o in answer["observations"]
-                        if is_out_of_memory(o.get("error")) and not o.get("sandbox")), None)
-        if ran_out:  # drawing its inputs or running: the device's memory, not the candidate's fault
-            raise GpuOutOfMemory("the candidate's run", str(ran_out))
-        if keeper is not None:
-            keeper.adopt(self.worker, answer["observations"], [run["ref"] for run in runs])
-        return [RunObservation.from_dict(o) for o in answer["observations"]]
 
     def evaluate(self, checks: list[Any], stop_at_first: bool = True) -> bool:
         """Evaluate ``checks`` in order; record each; False after the first hard failure."""
@@ -384,6 +369,23 @@ class Verification:
     def finish(self) -> None:
         """Fill accepted/correct/accuracy/status/reason from the recorded checks."""
         finish_verdict(self.verdict, self.verifier.checks)
+
+
+def run_request(verification: Verification, runs: list[dict[str, Any]]) -> list[RunObservation]:
+    """One request of ``runs`` to the verification's candidate worker; a keeper adopts their outputs."""
+    v = verification
+    keeper = v.keeper
+    sent = [{k: val for k, val in run.items() if k != "ref"} for run in runs]
+    answer = v.verifier._on_gpu(v.worker, request(Op.RUN, runs=sent, export=keeper is not None), v.budget)
+    if not answer.get("ok"):
+        raise WorkerFailure("error", f"worker could not run the candidate: {answer.get('error')}")
+    ran_out = next((o.get("error") for o in answer["observations"]
+                    if is_out_of_memory(o.get("error")) and not o.get("sandbox")), None)
+    if ran_out:  # drawing its inputs or running: the device's memory, not the candidate's fault
+        raise GpuOutOfMemory("the candidate's run", str(ran_out))
+    if keeper is not None:
+        keeper.adopt(v.worker, answer["observations"], [run["ref"] for run in runs])
+    return [RunObservation.from_dict(o) for o in answer["observations"]]
 
 
 def load_truth(verification: Verification) -> None:
