@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.task import Candidate, Task
+from core.task import DEFAULT_BACKEND, Candidate, Task
 from core.verification.judge import MIN_TRIALS, Verifier, VerifierConfigError
 
 __all__ = ["Verifier", "VerifierConfigError", "MIN_TRIALS", "main"]
@@ -47,7 +47,7 @@ class PairError(ValueError):
     """One pair of a ``--batch`` that cannot be verified (its message names the row and what is wrong)."""
 
 
-def _jsonl_pair(path: Path, n: int, line: str) -> tuple[str, Task, Candidate]:
+def _jsonl_pair(path: Path, n: int, line: str, backend: str = DEFAULT_BACKEND) -> tuple[str, Task, Candidate]:
     """The pair on line ``n`` of a ``--batch`` JSONL file; :class:`PairError` naming the line if it is malformed."""
     where = f"{path}:{n}"
 
@@ -91,19 +91,20 @@ def _jsonl_pair(path: Path, n: int, line: str) -> tuple[str, Task, Candidate]:
                         f"{message}")
     try:
         candidate = (Candidate.from_dict(cand) if isinstance(cand, dict)
-                     else Candidate(source=text_or_file(cand, "candidate")[0]))
+                     else Candidate(source=text_or_file(cand, "candidate")[0], backend=backend))
     except TypeError as exc:
         raise PairError(f"{where}: candidate: {exc}") from None
     return str(row.get("name") or f"{path.name}:{n}"), task, candidate
 
 
-def _load_pairs(path: Path) -> tuple[list[tuple[str, Task, Candidate]], list[str]]:
+def _load_pairs(path: Path, backend: str = DEFAULT_BACKEND) -> tuple[list[tuple[str, Task, Candidate]], list[str]]:
     """Pairs from a JSONL file or a directory, and a message for each pair that cannot be verified.
 
     JSONL: one object per line with ``reference`` and ``candidate``, each a file path (relative to
     the JSONL's folder), a source text, or a Task/Candidate dict. Directory: ``NAME.py`` beside
     ``NAME_solution.py`` (searched recursively, so a KernelBench layout works), or ``ref/NAME.py``
-    with ``cand/NAME.py``. A malformed row, or a reference that does not compile, is a problem
+    with ``cand/NAME.py``. Candidates are for ``backend`` unless a row's candidate dict names its own.
+    A malformed row, or a reference that does not compile, is a problem
     (``FILE:LINE: ...``) rather than a pair; the other pairs are still verified.
     """
     pairs: list[tuple[str, Task, Candidate]] = []
@@ -113,7 +114,7 @@ def _load_pairs(path: Path) -> tuple[list[tuple[str, Task, Candidate]], list[str
             if not line.strip():
                 continue
             try:
-                pairs.append(_jsonl_pair(path, n, line))
+                pairs.append(_jsonl_pair(path, n, line, backend))
             except PairError as exc:
                 problems.append(str(exc))
         return pairs, problems
@@ -124,7 +125,7 @@ def _load_pairs(path: Path) -> tuple[list[tuple[str, Task, Candidate]], list[str
         if problem:
             problems.append(problem)
         else:
-            pairs.append((name, task, Candidate.from_file(cand)))
+            pairs.append((name, task, Candidate.from_file(cand, backend=backend)))
 
     ref_dir, cand_dir = path / "ref", path / "cand"
     if ref_dir.is_dir() and cand_dir.is_dir():
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         return usage(f"--trials must be at least {MIN_TRIALS}")
     problems: list[str] = []
     if args.batch is not None:
-        items, problems = _load_pairs(args.batch)
+        items, problems = _load_pairs(args.batch, args.backend)
         for problem in problems:
             print(f"python -m core.verify: error: {problem}", file=sys.stderr)
         if not items:

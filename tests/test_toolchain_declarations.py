@@ -133,3 +133,32 @@ def test_joining_declarations_keeps_everything_each_declares(a, b):
     assert len(set(joined.passthrough_env)) == len(joined.passthrough_env)
     assert joined.default_env == {**b.default_env, **a.default_env}  # the first declaration wins a conflict
     assert a | NO_NEEDS == a and a | a == a
+
+
+def test_only_a_declared_starter_may_start_threads_while_the_candidate_runs():
+    import _thread
+    import threading
+
+    from core.verification.worker.events import guard_threads
+
+    class CandidateAlwaysOnStack:
+        def candidate_on_stack(self, frame):
+            return True
+
+        def frame_module(self, frame):
+            return frame.f_globals.get("__name__")
+
+    refused: list[str] = []
+    original = (_thread.start_new_thread, _thread.start_new, threading._start_new_thread)
+    try:
+        guard_threads(CandidateAlwaysOnStack(), refused.append, frozenset({"kz_simulator"}))
+        simulator = {"__name__": "kz_simulator.kernel", "threading": threading}
+        exec("def launch():\n    t = threading.Thread(target=lambda: None)\n    t.start()\n    t.join()", simulator)
+        simulator["launch"]()  # a simulator the backend declares runs a GPU thread on a Python thread
+        assert refused == []
+        other = threading.Thread(target=lambda: None)
+        other.start()  # anyone else, with the candidate on the stack
+        other.join()
+        assert len(refused) == 1 and "starting a thread" in refused[0]
+    finally:
+        _thread.start_new_thread, _thread.start_new, threading._start_new_thread = original

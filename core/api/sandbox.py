@@ -28,6 +28,9 @@ class SandboxNeeds:
         rewrites kernels).
     :param touches_memory: packages that may use ctypes, the collector or memory introspection while
         a candidate runs (CuPy's driver bindings).
+    :param starts_threads: packages that may start a Python thread while a candidate runs (a simulator
+        that runs each GPU thread on one). Work on such threads is outside the ATen audit, which is
+        per thread, so a backend that declares this keeps torch out of its kernels in its static policy.
     :param snapshot_modules: toolchain modules whose every name the worker records after set-up and
         checks after each candidate call (a candidate that rebinds ``triton.jit`` is caught).
     :param snapshot_classes: dotted classes whose attributes it records likewise (launchers, JIT functions).
@@ -42,6 +45,7 @@ class SandboxNeeds:
     reads_frames: frozenset[str] = frozenset()
     makes_code: frozenset[str] = frozenset()
     touches_memory: frozenset[str] = frozenset()
+    starts_threads: frozenset[str] = frozenset()
     snapshot_modules: tuple[str, ...] = ()
     snapshot_classes: tuple[str, ...] = ()
     passthrough_env: tuple[str, ...] = ()

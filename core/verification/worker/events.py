@@ -140,11 +140,13 @@ def _code_name(args: tuple) -> str:
     return _text(code.co_filename) if type(code) is types.CodeType else "module code"
 
 
-def guard_threads(callers: Callers, refuse: Any) -> dict[str, Any]:
+def guard_threads(callers: Callers, refuse: Any, starters: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Refuse starting a Python thread while the candidate is on the stack: the ATen audit is a
     dispatch mode, and dispatch modes are thread-local, so work on another thread is unaudited.
     ``threading.Thread.start`` and ``_thread.start_new_thread`` both end in the primitive wrapped
-    here (no audit event is raised for a thread start). Returns what was installed, by name."""
+    here (no audit event is raised for a thread start). ``starters``: packages a backend declares
+    start threads for its candidates (``SandboxNeeds.starts_threads``), allowed when the code that
+    asked for the thread (past ``threading``) is theirs. Returns what was installed, by name."""
     import _thread
     import sys
     import threading
@@ -152,8 +154,14 @@ def guard_threads(callers: Callers, refuse: Any) -> dict[str, Any]:
     original = _thread.start_new_thread
     getframe = sys._getframe
 
+    def started_by_a_starter(frame: Any) -> bool:
+        while frame is not None and callers.frame_module(frame) in ("threading", "_thread"):
+            frame = frame.f_back
+        return frame is not None and root_of(callers.frame_module(frame)) in starters
+
     def start_new_thread(function, args, kwargs=None):
-        if callers.candidate_on_stack(getframe(1)):
+        caller = getframe(1)
+        if callers.candidate_on_stack(caller) and not (starters and started_by_a_starter(caller)):
             refuse("starting a thread while the candidate runs (the ATen audit sees only the calling thread)")
         return original(function, args) if kwargs is None else original(function, args, kwargs)
 

@@ -39,7 +39,7 @@ def install_runtime_guard(backend: Any, guard: AuditGuard) -> tuple[Callers, Cal
     callers = Callers(own=frozenset({imports_module.__name__}))
     import_guard = ImportGuard(runtime_imports(backend), callers, guard.record)
     guard.candidate_rules = CandidateEvents(callers, import_guard, toolchains)
-    installed = {**import_guard.install(), **guard_threads(callers, guard._refuse)}
+    installed = {**import_guard.install(), **guard_threads(callers, guard._refuse, toolchains.starts_threads)}
     exercise(backend)
     audit_class = audit_mode_class()
     rules = guard.candidate_rules
