@@ -208,3 +208,43 @@ def test_a_host_tensor_from_a_gpu_worker_travels_inline_and_lands_beside_the_ref
     (described,) = vault.adopt([entry], expect=0, allowed_dir=None)
     assert described["held"] == "c0.0"
     assert bitwise_equal(vault.tensors["c0.0"], value) and vault.tensors["c0.0"].device == value.device
+
+
+@settings(max_examples=15, deadline=None)
+@given(runs=st.integers(1, 7), budget_runs=st.integers(0, 3), uses=st.lists(st.integers(0, 6), max_size=12))
+def test_reference_outputs_beyond_the_budget_are_computed_again_from_their_seed_bit_for_bit(runs, budget_runs, uses):
+    # at real sizes a keeper holds only the most recently used reference outputs (a 141-GiB GPU cannot hold
+    # 9 runs of 8-GiB outputs beside the candidate's); a dropped run comes back from its seed, unchanged
+    from core.verification.inputs import draw_inputs
+    from core.verification.worker.session import Float64Truth, load_module
+
+    module = load_module(HERE / "tasks" / "softmax.py", "kz_vault_softmax")
+    torch.manual_seed(0)
+    model = module.Model(*module.get_init_inputs()).eval()
+    seeds = list(range(100, 100 + runs))
+    per_run = sum(x.numel() * x.element_size() for x in [model(*draw_inputs(module, seeds[0]))])
+    vault = Vault(module, model, "cpu", Float64Truth(model, "cpu", 0), seeds, [1.0] * runs, None, runs,
+                  resident_bytes=budget_runs * per_run)
+    originals = []
+    for run, seed in enumerate(seeds):
+        with torch.no_grad():
+            out = [model(*draw_inputs(module, seed))]
+        originals.append([t.clone() for t in out])
+        vault.keep_reference(run, out)
+        held = sum(1 for k in vault.tensors if k.startswith("r"))
+        assert held <= max(budget_runs, 1)  # the run just kept, and what the budget allows
+    for run in [u % runs for u in uses] + list(range(runs)):
+        (again,) = vault.resolve([{"held": f"r{run}.0"}])
+        assert bitwise_equal(again, originals[run][0])
+    assert vault.recomputed > 0 or runs <= max(budget_runs, 1)
+
+
+def test_a_task_whose_forward_draws_random_numbers_keeps_every_reference_output():
+    from core.verification.worker.session import Float64Truth
+
+    model = torch.nn.Dropout(0.5)
+    vault = Vault(None, model, "cpu", Float64Truth(model, "cpu", 0), [1, 2, 3], [1.0] * 3, None, 3, resident_bytes=0)
+    vault.recomputable = False  # the reference role sets it when forward moved the RNG
+    for run in range(3):
+        vault.keep_reference(run, [torch.ones(4) * run])
+    assert sorted(vault.tensors) == ["r0.0", "r1.0", "r2.0"] and vault.recomputed == 0

@@ -263,16 +263,36 @@ def _import_file(desc: dict[str, Any], nbytes: int, allowed_dir: str) -> Any:
 
 # --------------------------------------------------------------------------- the keeper's store
 
+# Reference outputs a vault keeps on the device at once, beyond the run in use: the rest are dropped
+# and computed again from their seeds when a comparison needs them (a forward at real sizes takes
+# milliseconds; holding 9 runs of 8-GiB outputs does not fit a 141-GiB GPU beside the candidate's).
+REFERENCE_RESIDENT_BYTES = 2 << 30
+
+
+def _nbytes(values: list[Any]) -> int:
+    import torch
+
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
 class Vault:
     """One verification's tensors in its keeper: the reference's outputs (``r<run>.<i>``), the
-    candidate's adopted outputs (``c<n>.<i>``), and what the float64 truth needs."""
+    candidate's adopted outputs (``c<n>.<i>``), and what the float64 truth needs.
+
+    Reference outputs beyond :data:`REFERENCE_RESIDENT_BYTES` (the most recently used kept) are
+    dropped and recomputed from the run's seed on the next use (:meth:`expected_of`), unless the task's
+    forward draws random numbers (``recomputable`` false) or its inputs are not reproducible by seed."""
 
     def __init__(self, module: Any, model: Any, device: str, truth: Any, seeds: list[int], scales: list[float],
-                 inputs: list[list[Any]] | None, n_trials: int):
+                 inputs: list[list[Any]] | None, n_trials: int, resident_bytes: int | None = None):
         self.module, self.model, self.device, self.truth = module, model, device, truth
         self.seeds, self.scales, self.inputs, self.n_trials = seeds, scales, inputs, n_trials
         self.tensors: dict[str, Any] = {}
-        self.expected: list[list[Any]] = []  # per reference run, outputs (tensors or plain values)
+        self.resident_bytes = REFERENCE_RESIDENT_BYTES if resident_bytes is None else resident_bytes
+        self.recomputable = True
+        self.recomputed = 0  # reference runs computed again after being dropped
+        self._expected: dict[int, list[Any]] = {}  # resident reference runs' outputs, least recently used first
+        self._layout: list[list[Any]] = []  # per reference run: (shape, dtype, device) of each tensor, or the value
         self.truths: dict[int, list[Any] | None] = {}
         self.noises: dict[int, list[float | None] | None] = {}  # per run: rounding noise of each output
         self.truth_trusted: bool | None = None  # None: not vetted yet
@@ -289,15 +309,50 @@ class Vault:
                 "finite": finite}
 
     def keep_reference(self, run: int, outputs: list[Any]) -> list[dict[str, Any]]:
-        self.expected.append(outputs)
-        return [self.describe(f"r{run}.{i}", v) for i, v in enumerate(outputs)]
+        import torch
+
+        self._layout.append([(tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else v
+                             for v in outputs])
+        described = [self.describe(f"r{run}.{i}", v) for i, v in enumerate(outputs)]
+        self._expected[run] = outputs
+        self._drop_beyond_budget(keep=run)
+        return described
+
+    def expected_of(self, run: int) -> list[Any]:
+        """Reference run ``run``'s outputs, computed again from its seed if they were dropped."""
+        outputs = self._expected.pop(run, None)
+        if outputs is None:
+            import torch
+
+            with torch.no_grad():
+                from core.verification.worker.session import flatten_outputs
+
+                outputs = flatten_outputs(self.model(*self.inputs_of(run)))
+            self.recomputed += 1
+            for i, v in enumerate(outputs):
+                if isinstance(v, torch.Tensor):
+                    self.tensors[f"r{run}.{i}"] = v
+        self._expected[run] = outputs  # the most recently used, last
+        self._drop_beyond_budget(keep=run)
+        return outputs
+
+    def _drop_beyond_budget(self, keep: int) -> None:
+        if not self.recomputable:
+            return
+        held = sum(_nbytes(v) for v in self._expected.values())
+        for run in [r for r in self._expected if r != keep]:
+            if held <= self.resident_bytes:
+                break
+            held -= _nbytes(self._expected.pop(run))
+            for i in range(len(self._layout[run])):
+                self.tensors.pop(f"r{run}.{i}", None)
 
     def adopt(self, entries: list[dict[str, Any]], expect: int, allowed_dir: str | None) -> list[dict[str, Any]]:
         """Import one run's exported outputs. Outputs whose count, shape or dtype differ from reference
         run ``expect`` are described, not copied: the comparison fails on those facts alone."""
         import torch
 
-        want = self.expected[expect] if 0 <= expect < len(self.expected) else []
+        want = self._layout[expect] if 0 <= expect < len(self._layout) else []
         n = self.adopted
         self.adopted += 1
         out = []
@@ -316,15 +371,15 @@ class Vault:
                 desc = entry.get("tensor")
                 if not isinstance(desc, dict):
                     raise TransportError("malformed output entry")
-            e = want[i] if i < len(want) else None
-            if len(entries) != len(want) or not isinstance(e, torch.Tensor) or \
-                    desc.get("shape") != list(e.shape) or desc.get("dtype") != _dtype_name(e):
+            e = want[i] if i < len(want) else None  # (shape, dtype, device) of a reference tensor
+            if len(entries) != len(want) or not isinstance(e, tuple) or \
+                    desc.get("shape") != list(e[0]) or desc.get("dtype") != str(e[1]).replace("torch.", ""):
                 out.append({"held": None, "dtype": str(desc.get("dtype")), "shape": list(desc.get("shape") or []),
                             "finite": True})
                 continue
             value = entry["inline"] if "inline" in entry else import_tensor(desc, self.device, allowed_dir)
             # beside the reference's output (a task may return a host tensor from a GPU model)
-            out.append(self.describe(f"c{n}.{i}", value.to(e.device)))
+            out.append(self.describe(f"c{n}.{i}", value.to(e[2])))
         return out
 
     def resolve(self, items: list[Any]) -> list[Any]:
@@ -332,9 +387,14 @@ class Vault:
         resolved = []
         for item in items:
             if isinstance(item, dict) and "held" in item:
-                if item["held"] not in self.tensors:
-                    raise TransportError(f"nothing is held as {item['held']!r}")
-                resolved.append(self.tensors[item["held"]])
+                key = item["held"]
+                if key not in self.tensors and isinstance(key, str) and key.startswith("r"):
+                    run = int(key[1:].split(".")[0])
+                    if 0 <= run < len(self._layout):
+                        self.expected_of(run)  # dropped beyond the budget: computed again
+                if key not in self.tensors:
+                    raise TransportError(f"nothing is held as {key!r}")
+                resolved.append(self.tensors[key])
             else:
                 resolved.append(item.get("value") if isinstance(item, dict) else item)
         return resolved
@@ -363,7 +423,7 @@ class Vault:
         if self.truth_trusted is None:
             for i in range(self.n_trials):
                 self._compute_truth(i)
-            trials = [Trial(self.seeds[i], None, self.expected[i], None, truth=self.truths[i])
+            trials = [Trial(self.seeds[i], None, self.expected_of(i), None, truth=self.truths[i])
                       for i in range(self.n_trials)]
             note = self.truth.note
             trusted, why = (False, note) if note else truth_agrees(trials, tolerances)
@@ -382,12 +442,12 @@ class Vault:
         if not self.truth_trusted or self.truths.get(run) is None:
             return None
         if run not in self.noises:
-            self.noises[run] = self.truth.rounding_noise(self.inputs_of(run), self.expected[run], self.truths[run])
+            self.noises[run] = self.truth.rounding_noise(self.inputs_of(run), self.expected_of(run), self.truths[run])
         return self.noises[run]
 
     def _compute_truth(self, run: int) -> None:
         if run not in self.truths:
-            self.truths[run] = self.truth.outputs(self.inputs_of(run), self.expected[run], keep_device=True)
+            self.truths[run] = self.truth.outputs(self.inputs_of(run), self.expected_of(run), keep_device=True)
 
     def truth_note(self) -> str:
         if self.truth.note:  # refused (random numbers, too large, disagrees ...) or disabled

@@ -88,6 +88,16 @@ def runs_per_request(output_bytes: int) -> int:
     return max(1, EXPORT_BATCH_BYTES // output_bytes)
 
 
+def reference_runs_held(output_bytes: int) -> int:
+    """Reference runs a keeper holds at once when one run's outputs take ``output_bytes``: those under
+    its resident budget, plus the one in use and one being computed again."""
+    from core.verification.devicemem import REFERENCE_RESIDENT_BYTES
+
+    if output_bytes <= 0:
+        return 1 << 30
+    return REFERENCE_RESIDENT_BYTES // output_bytes + 2
+
+
 def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: int = 0, repeat: bool = True,
              float64_max_elements: int = 0, inputs_kept: bool = False) -> Footprint:
     """One verification's peak device memory from the task's tensors (``measured``: ``inputs``,
@@ -96,7 +106,8 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
 
     * keeper (reference worker): the model's weights; one trial's inputs (trial 0's drawn twice to
       test that ``get_inputs`` is reproducible by seed); the forward's intermediates; the reference
-      outputs of every trial and probe, held in the Vault for the whole verification; the
+      outputs of the trials and probes held in the Vault (large ones are dropped beyond
+      :data:`~core.verification.devicemem.REFERENCE_RESIDENT_BYTES` and computed again when used); the
       candidate's outputs it adopts (cloned) for every trial, shuffled order, repeat and probe; the
       inputs of every run when ``get_inputs`` is not reproducible by seed (``inputs_kept``); the
       float64 truth (weights, inputs, outputs and intermediates in float64) when a trial holds at
@@ -116,7 +127,7 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
         "keeper_weights": w,
         "keeper_inputs": 2 * i,
         "keeper_intermediates": transient,
-        "reference_outputs": runs_ref * o,
+        "reference_outputs": min(runs_ref, reference_runs_held(o)) * o,
         "adopted_outputs": runs_cand * o,
         "kept_inputs": runs_ref * i if inputs_kept else 0,
         "float64_truth": 2 * (w + i + o + transient) if elements and elements <= float64_max_elements else 0,

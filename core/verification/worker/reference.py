@@ -95,6 +95,8 @@ class ReferenceRole:
                     synchronize(device)
                     if truth.rng_state() != rng_before:
                         truth.refuse("the task's forward draws random numbers")
+                        if vault is not None:  # its outputs cannot be computed again: all stay held
+                            vault.recomputable = False
                     trial = {"output": vault.keep_reference(i, out) if vault is not None else cpu_copy(out)}
                     if vault is not None and vault.inputs is not None:
                         vault.inputs.append(dev_inputs)
@@ -224,4 +226,4 @@ def jittered_reruns(vault: Any, run: int) -> list[list[Any]]:
         with torch.no_grad():
             return [o.detach() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(vault.model(*inputs))]
 
-    return reruns(call, vault.inputs_of(run), list(vault.expected[run]))
+    return reruns(call, vault.inputs_of(run), list(vault.expected_of(run)))
