@@ -326,6 +326,11 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         "exclusive_device": False,  # collect holds the GPU alone (timing)
         "locks_device_itself": False,  # collect takes the GPU lock itself (a sanitizer subprocess)
         "orders": 0,  # shuffled program orders this check needs run
+        # reads: the runs whose outputs evaluate compares, a set of "trials", "first_trial", "shuffled",
+        # "repeat", "probes"; None: any. Once no check still to be evaluated reads a run's outputs, the
+        # keeper drops them (KernelBench level 1: outputs of 4-8 GiB per run). Reading an undeclared
+        # run's outputs after that is an error verdict (of the engine, not the candidate).
+        "reads": None,
         # warm_up(device) -> None: done once in an idle worker before its first verdict (compile
         # the check's own kernels, load its libraries), so no verdict pays for it.
         "warm_up": None,

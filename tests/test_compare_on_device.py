@@ -149,7 +149,9 @@ def test_verdicts_and_details_agree_with_the_judge_side_comparison(monkeypatch):
     import core.verification.pipeline as pipeline
 
     pairs = [_pair("vector_add", "honest_vector_add"), _pair("vector_add", "partial_write"),
-             _pair("softmax", "unstable_softmax")]
+             _pair("softmax", "unstable_softmax"), _pair("num_row_sumsq", "num_lost_update"),
+             _pair("num_row_sumsq", "honest_num_atomic_sum"), _pair("num_exp_softplus", "num_domain_clamped_exp"),
+             _pair("num_row_sum", "honest_num_autotune_many")]
     verdicts = {}
     for mode in (False, True, "one run per request"):
         if mode == "one run per request":
@@ -248,3 +250,57 @@ def test_a_task_whose_forward_draws_random_numbers_keeps_every_reference_output(
     for run in range(3):
         vault.keep_reference(run, [torch.ones(4) * run])
     assert sorted(vault.tensors) == ["r0.0", "r1.0", "r2.0"] and vault.recomputed == 0
+
+
+def test_every_built_in_check_declares_the_runs_whose_outputs_it_reads():
+    # a check that declares none keeps every run's outputs held until it is evaluated (Check.reads);
+    # the built-in ones declare theirs, so a verification's outputs are dropped as soon as they are judged
+    from core.plugins import registry
+
+    reg = registry("verifier")
+    checks = [reg.create(name) for name in reg.names()]
+    # judge-side checks are evaluated on the source, before any run
+    undeclared = [c.name for c in checks if c.where != "judge" and getattr(c, "reads", None) is None]
+    assert undeclared == [], undeclared
+
+
+class _Keeper:
+    def __init__(self):
+        self.released: list[str] = []
+
+    def release(self, items):
+        self.released += [x.key for x in items]
+
+
+def _held(key: str) -> HeldTensor:
+    return HeldTensor(key, [4], "float32", True, None)
+
+
+@pytest.mark.parametrize("pending, kept", [
+    ((), set()),
+    (("correctness",), {"c0.0", "c1.0"}),  # every trial
+    (("determinism",), {"c0.0", "c2.0"}),  # the first trial and the repeat
+    (("stability",), {"c3.0"}),
+    (("undeclared",), {"c0.0", "c1.0", "c2.0", "c3.0"}),  # reads anything: nothing goes
+])
+def test_the_outputs_dropped_are_those_no_check_still_to_be_evaluated_reads(pending, kept):
+    from types import SimpleNamespace
+
+    from core.verification.evidence import Evidence, RunObservation, Trial
+    from core.verification.pipeline import release_unread
+
+    def trial(key):
+        return Trial(0, None, [], RunObservation("run", output=[_held(key)]))
+
+    evidence = Evidence(task=None, candidate=None, backend="triton", device="cuda")
+    evidence.trials, evidence.repeat, evidence.probes = [trial("c0.0"), trial("c1.0")], [trial("c2.0")], [trial("c3.0")]
+    reads = {"correctness": frozenset({"trials"}), "determinism": frozenset({"repeat", "first_trial"}),
+             "stability": frozenset({"probes"}), "undeclared": None}
+    checks = [SimpleNamespace(name=n, reads=r) for n, r in reads.items()]
+    keeper = _Keeper()
+    verification = SimpleNamespace(keeper=keeper, checks=checks, evidence=evidence, released=set(),
+                                   verdict=SimpleNamespace(checks={n: True for n in reads if n not in pending}))
+    release_unread(verification)
+    assert set(keeper.released) == {"c0.0", "c1.0", "c2.0", "c3.0"} - kept
+    release_unread(verification)  # each output is dropped once
+    assert len(keeper.released) == len(set(keeper.released))

@@ -314,3 +314,15 @@ def test_each_request_s_peak_memory_is_kept_per_role_and_request_beside_the_esti
     assert verdict.gpu_memory["peak_bytes"] == {"reference reference": 5 << 30, "candidate run": 2 << 30}
     assert GpuSharing.peaks_line(verdict) == "reference reference 5.0 GiB, candidate run 2.0 GiB"
     assert GpuSharing.peaks_line(Verdict()) == ""
+
+
+@settings(max_examples=30, deadline=None)
+@given(o=st.integers(1, 2**34), trials=st.integers(5, 10), probes=st.integers(0, 6), orders=st.integers(0, 3))
+def test_when_outputs_are_dropped_once_judged_the_estimate_holds_one_kind_of_run_at_a_time(o, trials, probes, orders):
+    # every check declares the runs it reads (Check.reads): the keeper drops each kind's outputs once
+    # judged, so a verification holds the trials', the shuffled orders', the repeat's or the probes'
+    measured = {"inputs": 0, "weights": 0, "outputs": o, "written": o, "elements": o // 4}
+    kept = estimate(measured, trials=trials, probes=probes, orders=orders)
+    dropped = estimate(measured, trials=trials, probes=probes, orders=orders, released_when_judged=True)
+    assert kept.parts["adopted_outputs"] == (trials + orders + 1 + probes) * o
+    assert dropped.parts["adopted_outputs"] == max(trials, orders + 1, 2, probes) * o

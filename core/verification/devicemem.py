@@ -291,6 +291,7 @@ class Vault:
         self.resident_bytes = REFERENCE_RESIDENT_BYTES if resident_bytes is None else resident_bytes
         self.recomputable = True
         self.recomputed = 0  # reference runs computed again after being dropped
+        self.released: set[str] = set()  # candidate outputs dropped once no check still to come read them
         self._expected: dict[int, list[Any]] = {}  # resident reference runs' outputs, least recently used first
         self._layout: list[list[Any]] = []  # per reference run: (shape, dtype, device) of each tensor, or the value
         self.truths: dict[int, list[Any] | None] = {}
@@ -382,6 +383,17 @@ class Vault:
             out.append(self.describe(f"c{n}.{i}", value.to(e[2])))
         return out
 
+    def release(self, items: list[Any]) -> int:
+        """Drop the candidate's adopted outputs ``items`` names (handles); the bytes freed. A later
+        use of one is an error of the engine (:meth:`resolve`), never a verdict on the candidate."""
+        freed = 0
+        for item in items:
+            key = item.get("held") if isinstance(item, dict) else None
+            if isinstance(key, str) and key.startswith("c") and key in self.tensors:
+                freed += _nbytes([self.tensors.pop(key)])
+                self.released.add(key)
+        return freed
+
     def resolve(self, items: list[Any]) -> list[Any]:
         """Handles (``{"held": key}``) back to the tensors they name; plain values as they are."""
         resolved = []
@@ -392,6 +404,9 @@ class Vault:
                     run = int(key[1:].split(".")[0])
                     if 0 <= run < len(self._layout):
                         self.expected_of(run)  # dropped beyond the budget: computed again
+                if key in self.released:
+                    raise TransportError(f"{key!r} was released: a check read outputs it did not declare "
+                                         f"(Check.reads)")
                 if key not in self.tensors:
                     raise TransportError(f"nothing is held as {key!r}")
                 resolved.append(self.tensors[key])

@@ -99,7 +99,7 @@ def reference_runs_held(output_bytes: int) -> int:
 
 
 def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: int = 0, repeat: bool = True,
-             float64_max_elements: int = 0, inputs_kept: bool = False) -> Footprint:
+             float64_max_elements: int = 0, inputs_kept: bool = False, released_when_judged: bool = False) -> Footprint:
     """One verification's peak device memory from the task's tensors (``measured``: ``inputs``,
     ``weights``, ``outputs``, ``written`` bytes and ``elements`` of inputs + outputs, as
     :func:`core.evaluation.resize.measure` gives them), counting every copy the pipeline keeps:
@@ -108,7 +108,9 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
       test that ``get_inputs`` is reproducible by seed); the forward's intermediates; the reference
       outputs of the trials and probes held in the Vault (large ones are dropped beyond
       :data:`~core.verification.devicemem.REFERENCE_RESIDENT_BYTES` and computed again when used); the
-      candidate's outputs it adopts (cloned) for every trial, shuffled order, repeat and probe; the
+      candidate's outputs it adopts (cloned) for every trial, shuffled order, repeat and probe (with
+      ``released_when_judged``, every check declaring the runs it reads, only one kind's at a time:
+      each kind's are dropped once judged, :func:`core.verification.pipeline.release_unread`); the
       inputs of every run when ``get_inputs`` is not reproducible by seed (``inputs_kept``); the
       float64 truth (weights, inputs, outputs and intermediates in float64) when a trial holds at
       most ``float64_max_elements`` elements;
@@ -123,12 +125,13 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
     elements = int(measured.get("elements") or 0)
     runs_ref = trials + probes
     runs_cand = trials + orders + (1 if repeat else 0) + probes
+    adopted = max(trials, orders + 1, 2 if repeat else 0, probes) if released_when_judged else runs_cand
     parts = {
         "keeper_weights": w,
         "keeper_inputs": 2 * i,
         "keeper_intermediates": transient,
         "reference_outputs": min(runs_ref, reference_runs_held(o)) * o,
-        "adopted_outputs": runs_cand * o,
+        "adopted_outputs": adopted * o,
         "kept_inputs": runs_ref * i if inputs_kept else 0,
         "float64_truth": 2 * (w + i + o + transient) if elements and elements <= float64_max_elements else 0,
         "candidate_weights": w,

@@ -109,8 +109,11 @@ class GpuSharing:
         if answer.get("ok"):
             orders = max((int(optional(c, "Check", "orders") or 0) for c in self.checks if "shuffled" in c.needs),
                          default=0)
+            worker_checks = [c for c in self.checks if c.where != "judge"]
             fp = estimate(answer["measured"], trials=self.trials, probes=probes, orders=orders,
-                          float64_max_elements=self.float64_max_elements)
+                          float64_max_elements=self.float64_max_elements,
+                          released_when_judged=bool(self.compare_on_device) and
+                          all(optional(c, "Check", "reads") is not None for c in worker_checks))
         else:
             fp = unknown_footprint(capacity, max(1, self.workers),
                                    f"not measured on meta: {answer.get('error')}"[:300])

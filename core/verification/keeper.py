@@ -85,6 +85,10 @@ class Keeper:
     def fetch(self, items: list[Any]) -> list[Any]:
         return list(self._ask(request(Op.FETCH, items=self._names(items)))["values"])
 
+    def release(self, items: list[Any]) -> None:
+        """Drop candidate outputs (handles) that no check still to be evaluated reads."""
+        self._ask(request(Op.RELEASE, items=self._names(items)))
+
     def forget(self) -> bool:
         """Free the verification's tensors in the keeper; False when the keeper must be replaced."""
         try:

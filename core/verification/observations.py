@@ -54,16 +54,31 @@ class ExtraObservations:
         t = time.perf_counter()
         race_orders = max((optional(c, "Check", "orders") for c in checks if "shuffled" in c.needs), default=0)
         base, first_seed = v.ref_trials[0], v.trial_seeds[0]
-        runs: list[dict[str, Any]] = []
+        groups: list[tuple[str, list[dict[str, Any]]]] = []
         if "shuffled" in needs:
-            runs += [{"name": f"shuffled{i}", "ref": 0, **inputs_of(base, first_seed), "order_seed": fresh_seed()}
-                     for i in range(race_orders)]
+            groups.append(("shuffled", [{"name": f"shuffled{i}", "ref": 0, **inputs_of(base, first_seed),
+                                         "order_seed": fresh_seed()} for i in range(race_orders)]))
         if "repeat" in needs:
-            runs.append({"name": "repeat0", "ref": 0, **inputs_of(base, first_seed)})
+            groups.append(("repeat", [{"name": "repeat0", "ref": 0, **inputs_of(base, first_seed)}]))
         if "probes" in needs:  # reference runs after the trials' are the probes'
-            runs += [{"name": f"probe{i}", "ref": len(v.trial_seeds) + i, **inputs_of(r, seed, scale)}
-                     for i, (scale, seed, r) in enumerate(probes)]
-        observed = v.run_in_candidate(runs) if runs else []
+            groups.append(("probes", [{"name": f"probe{i}", "ref": len(v.trial_seeds) + i, **inputs_of(r, seed, scale)}
+                                      for i, (scale, seed, r) in enumerate(probes)]))
+        done = {"trials"}
+        for kind, runs in groups:  # each kind's checks judged as soon as its runs are in, then its outputs dropped
+            if runs:
+                self.record(runs, v.run_in_candidate(runs))
+            done.add(kind)
+            v.judge_ready(done)
+        v.verdict.stage_s["extra"] = time.perf_counter() - t
+        for check in checks:
+            if optional(check, "Check", "collect") is not None:
+                self.collect(check)
+
+    def record(self, runs: list[dict[str, Any]], observed: list[Any]) -> None:
+        """The extra runs' observations, as trials of the evidence (with their reference runs)."""
+        v = self.verification
+        evidence, probes = v.evidence, v.probes
+        base, first_seed = v.ref_trials[0], v.trial_seeds[0]
         for run, obs in zip(runs, observed):
             kind = run["name"].rstrip("0123456789")
             if kind == "probe":
@@ -82,10 +97,6 @@ class ExtraObservations:
                                     inputs_digest=base.get("inputs_digest"),
                                     truth=evidence.trials[0].truth if evidence.trials else None,
                                     truth_noise=evidence.trials[0].truth_noise if evidence.trials else None))
-        v.verdict.stage_s["extra"] = time.perf_counter() - t
-        for check in checks:
-            if optional(check, "Check", "collect") is not None:
-                self.collect(check)
 
     def collect(self, check: Any) -> None:
         """``check``'s own measurement in the candidate worker (``Check.collect``), after its set-up

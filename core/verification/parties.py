@@ -63,7 +63,10 @@ class VerificationView(Protocol):
     trial_seeds: list[int]
     alone: bool
     ran_alone: bool
+    output_bytes: int
 
     def baseline(self, check: Any, config: dict[str, Any]) -> dict[str, Any]: ...
 
     def run_in_candidate(self, runs: list[dict[str, Any]]) -> list[Any]: ...
+
+    def judge_ready(self, done: set[str]) -> None: ...

@@ -12,7 +12,7 @@ it. The stages, cheapest first, stopping at the first hard failure:
    :meth:`~Verification.collect`, :meth:`~Verification.baseline`);
 5. the verdict filled from the recorded checks (:meth:`~Verification.finish`).
 
-A backend that cannot execute on the device only compiles (:meth:`~Verification.compile_only`).
+A backend that cannot execute on the device only compiles (:func:`compile_only`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from core.contracts import optional
 from core.task import Candidate, Task
 from core.verdict import CheckResult, Verdict
 from core.verification.budget import Budget, GpuBusy
-from core.verification.evidence import Evidence, RunObservation, Trial, parse_python, truth_agrees
+from core.verification.evidence import Evidence, HeldTensor, RunObservation, Trial, parse_python, truth_agrees
 from core.verification.gpumemory import GpuOutOfMemory, is_out_of_memory, runs_per_request
 from core.verification.keeper import Keeper
 from core.verification.observations import ExtraObservations, fresh_seed, inputs_of
@@ -95,6 +95,7 @@ class Verification:
         self.alone = alone
         self.ran_alone = alone  # set by the memory reservation (a footprint over the device's share)
         self.output_bytes = 0  # one run's outputs, as the memory reservation measured them (0: unknown)
+        self.released: set[str] = set()  # the candidate's outputs the keeper dropped (release_unread)
         self.evidence = Evidence(task=task, candidate=candidate, backend=verifier.backend_name,
                                  device=verifier.device,
                                  config={"tolerances": verifier.tolerances, "trials": verifier.trials})
@@ -138,7 +139,7 @@ class Verification:
         self.budget = Budget(self.timeout_s, verdict)
         self.budget.alone = self.alone
         if verifier.compile_only is not None:
-            self.compile_only()
+            compile_only(self)
             return
         try:  # the GPU stages hold the verification's memory reservation (core.verification.gpumemory)
             with verifier._reserved(self):
@@ -157,27 +158,6 @@ class Verification:
             self.executed()
         finally:
             verifier.reference_pool.release(keeper.worker, discard=not keeper.forget() or keeper.dirty)
-
-    def compile_only(self) -> None:
-        """Import the candidate and run the backend's compile step; never call forward."""
-        verifier, verdict = self.verifier, self.verdict
-        t = time.perf_counter()
-        try:
-            loaded = verifier._request(verifier.pool, request(Op.LOAD, source=self.candidate.source, init_seed=0,
-                                                              init_inputs=[], construct=False), self.budget)
-        except WorkerFailure as exc:
-            verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
-            return
-        verdict.stage_s["load"] = time.perf_counter() - t
-        verdict.compiled = bool(loaded.get("ok"))
-        if verdict.compiled:
-            verdict.add_check("compile", True, "kernels compiled (compile-only: nothing was executed)")
-            verdict.status, verdict.reason = "rejected", f"compiled, not executed: {verifier.compile_only}"
-        else:
-            verdict.add_check("compile", False, f"compile failed: {loaded.get('error')}")
-            verdict.status, verdict.reason = "rejected", f"compile: {loaded.get('error')}"
-        if loaded.get("sandbox"):
-            verdict.add_check("integrity", False, f"sandbox refused: {loaded['sandbox'][0]}", hack=True)
 
     def executed(self) -> None:
         """The reference, then the candidate in a candidate worker held until its verdict."""
@@ -256,6 +236,7 @@ class Verification:
             return any(o.sandbox for o in observed)
         basic = [c for c in self.checks if not (c.needs - {"trials"}) and optional(c, "Check", "collect") is None]
         passed = self.evaluate(basic, stop_at_first=False)
+        release_unread(self)
         if passed:
             passed = self.extra_observations()
         self.finish()
@@ -322,6 +303,14 @@ class Verification:
         rest = [c for c in self.checks if c.name not in self.verdict.checks]
         return self.evaluate(rest, stop_at_first=False)
 
+    def judge_ready(self, done: set[str]) -> None:
+        """Evaluate the checks not yet recorded whose runs are all in (``done``: the kinds run so far)
+        and that make no measurement of their own; then drop the outputs no check still to come reads."""
+        ready = [c for c in self.checks if c.name not in self.verdict.checks and c.needs <= done
+                 and optional(c, "Check", "collect") is None]
+        self.evaluate(ready, stop_at_first=False)
+        release_unread(self)
+
     def baseline(self, check: Any, config: dict[str, Any]) -> dict[str, Any]:
         """The check's measurement of the task's reference, from the judge's per-task cache
         (:meth:`Verifier._baseline`), measured in this verification's keeper when it has one."""
@@ -371,6 +360,28 @@ class Verification:
         finish_verdict(self.verdict, self.verifier.checks)
 
 
+def compile_only(verification: Verification) -> None:
+    """Import the candidate and run the backend's compile step; never call forward."""
+    verifier, verdict = verification.verifier, verification.verdict
+    t = time.perf_counter()
+    try:
+        loaded = verifier._request(verifier.pool, request(Op.LOAD, source=verification.candidate.source, init_seed=0,
+                                                          init_inputs=[], construct=False), verification.budget)
+    except WorkerFailure as exc:
+        verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
+        return
+    verdict.stage_s["load"] = time.perf_counter() - t
+    verdict.compiled = bool(loaded.get("ok"))
+    if verdict.compiled:
+        verdict.add_check("compile", True, "kernels compiled (compile-only: nothing was executed)")
+        verdict.status, verdict.reason = "rejected", f"compiled, not executed: {verifier.compile_only}"
+    else:
+        verdict.add_check("compile", False, f"compile failed: {loaded.get('error')}")
+        verdict.status, verdict.reason = "rejected", f"compile: {loaded.get('error')}"
+    if loaded.get("sandbox"):
+        verdict.add_check("integrity", False, f"sandbox refused: {loaded['sandbox'][0]}", hack=True)
+
+
 def run_request(verification: Verification, runs: list[dict[str, Any]]) -> list[RunObservation]:
     """One request of ``runs`` to the verification's candidate worker; a keeper adopts their outputs."""
     v = verification
@@ -386,6 +397,34 @@ def run_request(verification: Verification, runs: list[dict[str, Any]]) -> list[
     if keeper is not None:
         keeper.adopt(v.worker, answer["observations"], [run["ref"] for run in runs])
     return [RunObservation.from_dict(o) for o in answer["observations"]]
+
+
+RUN_KINDS = ("trials", "first_trial", "shuffled", "repeat", "probes")  # what Check.reads names
+
+
+def release_unread(verification: Verification) -> None:
+    """Have the keeper drop the candidate's outputs that no check still to be evaluated reads
+    (``Check.reads``; a check that does not declare it reads every run): at KernelBench's real sizes
+    a verification's runs hold 4-8 GiB of outputs each."""
+    v = verification
+    if v.keeper is None:
+        return
+    read: set[str] = set()
+    for check in v.checks:
+        if check.name not in v.verdict.checks:
+            declared = optional(check, "Check", "reads")
+            read |= set(RUN_KINDS) if declared is None else set(declared)
+    if "trials" in read:
+        read.add("first_trial")
+    ev = v.evidence
+    runs = {"trials": ev.trials[1:], "first_trial": ev.trials[:1], "shuffled": ev.shuffled, "repeat": ev.repeat,
+            "probes": ev.probes}
+    drop = [x for kind, trials in runs.items() if kind not in read for t in trials
+            for x in (t.observed.output or []) if isinstance(x, HeldTensor) and x.key and x.key.startswith("c")]
+    drop = [x for x in drop if x.key not in v.released]
+    if drop:
+        v.keeper.release(drop)
+        v.released.update(x.key for x in drop)
 
 
 def load_truth(verification: Verification) -> None:

@@ -27,6 +27,7 @@ class Op:
     EQUAL = "equal"  # keeper: are two held outputs bitwise equal
     FETCH = "fetch"  # keeper: send held tensors' values
     FORGET = "forget"  # keeper: drop a verification's vault
+    RELEASE = "release"  # keeper: drop candidate outputs no check still to be evaluated reads
     # candidate role
     PRECOMPILE = "precompile"  # compile what the candidate's text shows, before the GPU turn
     LOAD = "load"  # import the candidate, build ModelNew, compile its kernels
@@ -41,7 +42,7 @@ class Op:
 # finding (``sandbox`` of an answer) that starts with this, followed by what changed.
 TAMPERED = "instrumentation tampered: "
 
-KEEPER_OPS = frozenset({Op.ADOPT, Op.COMPARE, Op.EQUAL, Op.FETCH, Op.FORGET})
+KEEPER_OPS = frozenset({Op.ADOPT, Op.COMPARE, Op.EQUAL, Op.FETCH, Op.FORGET, Op.RELEASE})
 
 # Which role answers which request; anything else is refused with a message naming both.
 ROLE_OPS: dict[str, frozenset[str]] = {

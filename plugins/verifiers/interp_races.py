@@ -44,7 +44,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 from core import hookimpl
 from core.api.evidence import RACE_FINDING, RACE_SUMMARY, RACES, Evidence
@@ -65,6 +65,7 @@ class InterpreterRaceCheck:
     sample of each launch's programs."""
 
     name: str = "interp_races"
+    reads: ClassVar[frozenset[str]] = frozenset()  # compares no run's outputs through the keeper (Check.reads)
     stage: int = RACES
     hard: bool = True
     where: str = "worker"
@@ -297,6 +298,7 @@ class InterpreterRaceSample:
     chosen as a check of a verifier: ``applies`` is false everywhere): the sampled analysis."""
 
     name: str = SAMPLE_CHECK
+    reads: ClassVar[frozenset[str]] = frozenset()  # never chosen as a check of a verifier
     stage: int = RACES
     hard: bool = True
     where: str = "worker"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from core.api.evidence import (
     CORRECTNESS,
@@ -40,6 +40,7 @@ class CorrectnessCheck:
     ``data``: matched / trials."""
 
     name: str = "correctness"
+    reads: ClassVar[frozenset[str]] = frozenset({"trials"})  # the runs whose outputs it compares (Check.reads)
     stage: int = CORRECTNESS
     hard: bool = True
     where: str = "worker"
@@ -115,6 +116,7 @@ class IntegrityCheck:
     downcast, no output buffer handed back twice, no blocked sandbox escape."""
 
     name: str = "integrity"
+    reads: ClassVar[frozenset[str]] = frozenset({"trials"})  # the runs whose outputs it compares (Check.reads)
     stage: int = INTEGRITY
     hard: bool = True
     where: str = "worker"
@@ -170,6 +172,7 @@ class MemoryCheck:
     """No out-of-bounds load or store (bounds-checked Triton interpreter on CPU)."""
 
     name: str = "memory"
+    reads: ClassVar[frozenset[str]] = frozenset()  # the runs whose outputs it compares (Check.reads)
     stage: int = MEMORY
     hard: bool = True
     where: str = "worker"
@@ -199,6 +202,7 @@ class RaceCheck:
     second signal: their outputs must still match the reference."""
 
     name: str = "races"
+    reads: ClassVar[frozenset[str]] = frozenset({"shuffled"})  # the runs whose outputs it compares (Check.reads)
     stage: int = RACES
     hard: bool = True
     where: str = "worker"
@@ -263,6 +267,7 @@ class StabilityCheck:
     result carries it too, and a kernel that rounds differently is not less accurate for that."""
 
     name: str = "stability"
+    reads: ClassVar[frozenset[str]] = frozenset({"probes"})  # the runs whose outputs it compares (Check.reads)
     stage: int = STABILITY
     hard: bool = True
     where: str = "worker"
@@ -348,6 +353,7 @@ class DeterminismCheck:
     reports that it is not bitwise reproducible (``data["bitwise"] = False``)."""
 
     name: str = "determinism"
+    reads: ClassVar[frozenset[str]] = frozenset({"repeat", "first_trial"})  # the runs whose outputs it compares (Check.reads)
     stage: int = DETERMINISM
     hard: bool = True
     where: str = "worker"

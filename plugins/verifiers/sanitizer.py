@@ -134,6 +134,7 @@ def run_sanitizer(tool: str, task_source: str, candidate_path: str, scratch: Pat
 @dataclass
 class _SanitizerCheck:
     name: str = "gpu_memcheck"
+    reads: ClassVar[frozenset[str]] = frozenset()  # compares no run's outputs through the keeper (Check.reads)
     stage: int = MEMORY
     hard: bool = True
     where: str = "worker"

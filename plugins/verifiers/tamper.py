@@ -11,7 +11,7 @@ here. This check's own ``collect`` runs last (its stage is after every other), s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from core import hookimpl
 from core.api.evidence import PERFORMANCE, TAMPERED, Evidence
@@ -26,6 +26,7 @@ class TamperCheck:
     the candidate (``collect``); a check that could not run does not pass."""
 
     name: str = "tamper"
+    reads: ClassVar[frozenset[str]] = frozenset()  # compares no run's outputs through the keeper (Check.reads)
     stage: int = TAMPER
     hard: bool = True
     where: str = "worker"

@@ -38,7 +38,8 @@ class ReferenceRole:
         return {Op.REFERENCE: self.reference, Op.BASELINE: self.baseline, Op.FORGET: self.forget,
                 Op.FOOTPRINT: self.footprint,
                 **{op: self._on_vault(answer) for op, answer in ((Op.ADOPT, self.adopt), (Op.COMPARE, self.compare),
-                                                                  (Op.EQUAL, self.equal), (Op.FETCH, self.fetch))}}
+                                                                  (Op.EQUAL, self.equal), (Op.FETCH, self.fetch),
+                                                                  (Op.RELEASE, self.release))}}
 
     def unload(self) -> None:
         """Nothing of a candidate is held here; vaults stay until the judge forgets them."""
@@ -174,6 +175,9 @@ class ReferenceRole:
     def equal(self, vault: Vault, req: dict[str, Any]) -> dict[str, Any]:
         a, b = vault.resolve(req["a"]), vault.resolve(req["b"])
         return {"ok": True, "equal": len(a) == len(b) and all(bitwise_equal(x, y) for x, y in zip(a, b))}
+
+    def release(self, vault: Vault, req: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "released": vault.release(req["items"])}
 
     def fetch(self, vault: Vault, req: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "values": cpu_copy(vault.resolve(req["items"]))}

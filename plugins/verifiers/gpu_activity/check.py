@@ -8,7 +8,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from core.api.evidence import PERFORMANCE, Evidence, parse_python
 from core.api.numerics import compare_outputs, jittered_reruns
@@ -50,6 +50,7 @@ class GpuActivityCheck:
     """
 
     name: str = "gpu_activity"
+    reads: ClassVar[frozenset[str]] = frozenset()  # compares no run's outputs through the keeper (Check.reads)
     stage: int = AFTER_TIMING
     hard: bool = True
     where: str = "worker"

@@ -277,6 +277,7 @@ class PerformanceCheck:
     exclusive_device: ClassVar[bool] = True
 
     name: str = "performance"
+    reads: ClassVar[frozenset[str]] = frozenset()  # compares no run's outputs through the keeper (Check.reads)
     stage: int = PERFORMANCE
     hard: bool = True
     where: str = "worker"
