@@ -166,3 +166,26 @@ def test_inputs_are_drawn_on_the_workers_device_unless_get_inputs_cannot_be():
     assert torch.equal(x, draw_inputs(pinned, 11, 1.0, "cpu")[0])
     a, b = draw_inputs(task, 5, 2.0, "cpu"), draw_inputs(task, 5, 2.0, "cpu")
     assert torch.equal(a[0], b[0]) and a[1].dtype == torch.int64
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3000), st.integers(0, 2**31), st.integers(0, 7), st.sampled_from([1, 2, 5, 64]))
+def test_the_fingerprint_sees_every_byte_in_every_chunk(nbytes, position, bit, chunk_words):
+    # large inputs are fingerprinted a chunk at a time (bounded GPU memory): every chunk, the last
+    # partial one included, still sees every bit, and a chunk's words are weighted unlike another's
+    from unittest import mock
+
+    import core.verification.digests as digests
+    from core.verification.evidence import device_fingerprint
+
+    x = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=torch.Generator().manual_seed(nbytes))
+    y = x.clone()
+    y[position % nbytes] ^= 1 << bit
+    with mock.patch.object(digests, "FINGERPRINT_CHUNK_WORDS", chunk_words), mock.patch.object(digests, "_WEIGHTS", {}):
+        assert device_fingerprint(x) == device_fingerprint(x.clone())
+        assert device_fingerprint(y) != device_fingerprint(x)
+        if nbytes >= 16 * chunk_words and nbytes % 8 == 0:  # two chunks' words swapped: another fingerprint
+            w = x.view(torch.int64).clone()
+            swapped = torch.cat([w[chunk_words:2 * chunk_words], w[:chunk_words], w[2 * chunk_words:]])
+            if not torch.equal(swapped, w):
+                assert device_fingerprint(swapped.view(torch.uint8)) != device_fingerprint(x)

@@ -47,34 +47,49 @@ def input_digests(values: list[Any], *, fingerprint: bool | None = None) -> list
     return out
 
 
-_WEIGHTS: dict[tuple[int, str], Any] = {}  # fingerprint weights by (words, device), a few sizes kept
+# Words fingerprinted per step: the weights and the products of one step take 4x this in bytes (512 MiB),
+# whatever the tensor's size. Weights for all of an 8-GiB input at once took 32 GiB of the GPU.
+FINGERPRINT_CHUNK_WORDS = 1 << 24
+_WEIGHTS: dict[tuple[int, int, str], Any] = {}  # a few chunks' weights kept, by (chunk, words, device)
+
+
+def _weights(chunk: int, words: int, device: Any) -> Any:
+    """The fixed odd pseudo-random weights of words ``chunk * FINGERPRINT_CHUNK_WORDS + [0, words)``."""
+    import torch
+
+    key = (chunk, words, str(device))
+    weights = _WEIGHTS.get(key)
+    if weights is None:
+        if len(_WEIGHTS) >= 4:
+            _WEIGHTS.pop(next(iter(_WEIGHTS)))
+        g = torch.Generator(device=device).manual_seed(0x6B7A + chunk)
+        weights = torch.randint(-(2**63), 2**63 - 1, (2, FINGERPRINT_CHUNK_WORDS), generator=g, dtype=torch.int64,
+                                device=device)[:, :words] | 1
+        _WEIGHTS[key] = weights
+    return weights
 
 
 def device_fingerprint(t: Any) -> str:
     """128 bits that see every byte of ``t``, computed on its device: the tensor's bytes as 64-bit
-    words, two sums of word x fixed odd pseudo-random weight, mod 2^64 (an odd weight keeps every
-    word's every bit; integer sums do not depend on the reduction's order, so any two processes
-    agree). Not a cryptographic hash, and it need not be one: digests are reported by the
-    candidate's process either way (:func:`inputs_intact`); it must only tell honest inputs apart
-    from changed ones."""
+    words (the last one zero-padded), two sums of word x fixed odd pseudo-random weight, mod 2^64 (an
+    odd weight keeps every word's every bit; integer sums do not depend on the reduction's order, so
+    any two processes agree), a chunk of :data:`FINGERPRINT_CHUNK_WORDS` words at a time. Not a
+    cryptographic hash, and it need not be one: digests are reported by the candidate's process
+    either way (:func:`inputs_intact`); it must only tell honest inputs apart from changed ones."""
     import torch
 
     flat = element_bytes(t.detach())
-    if flat.numel() % 8:
-        flat = torch.cat([flat, flat.new_zeros(8 - flat.numel() % 8)])
-    elif flat.storage_offset() % 8:
-        # a view that starts mid-word (an fp32 tensor sliced by one element: the adversarial offset
-        # probe) cannot be viewed as 64-bit words where it lies; a copy starts a storage of its own
-        flat = flat.clone()
-    words = flat.view(torch.int64)
-    key = (words.numel(), str(words.device))
-    weights = _WEIGHTS.get(key)
-    if weights is None:
-        if len(_WEIGHTS) >= 8:
-            _WEIGHTS.pop(next(iter(_WEIGHTS)))
-        g = torch.Generator(device=words.device).manual_seed(0x6B7A)
-        weights = torch.randint(-(2**63), 2**63 - 1, (2, words.numel()), generator=g, dtype=torch.int64,
-                                device=words.device) | 1
-        _WEIGHTS[key] = weights
-    sums = (words.unsqueeze(0) * weights).sum(dim=1)  # wraps modulo 2^64
+    n = flat.numel()
+    sums = torch.zeros(2, dtype=torch.int64, device=flat.device)
+    step = 8 * FINGERPRINT_CHUNK_WORDS
+    for chunk, begin in enumerate(range(0, n, step)):
+        part = flat[begin:begin + step]
+        if part.numel() % 8:
+            part = torch.cat([part, part.new_zeros(8 - part.numel() % 8)])
+        elif part.storage_offset() % 8:
+            # a view that starts mid-word (an fp32 tensor sliced by one element: the adversarial offset
+            # probe) cannot be viewed as 64-bit words where it lies; a copy of the chunk starts its own storage
+            part = part.clone()
+        words = part.view(torch.int64)
+        sums += (words.unsqueeze(0) * _weights(chunk, words.numel(), words.device)).sum(dim=1)  # wraps mod 2^64
     return "fp:" + "".join(f"{int(x) & 0xFFFFFFFFFFFFFFFF:016x}" for x in sums.tolist())
