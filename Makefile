@@ -19,7 +19,7 @@ test: install  ## the default test run, in-process (no red team, end-to-end, slo
 test-e2e: install  ## the red team, the verifier suites of real workers and the CLIs in subprocesses (CI runs it too)
 	.venv/bin/python -m pytest -q -m "e2e and not slow and not gpu" -n 2 --durations=20
 
-test-envs:  ## the verifiers and OpenEnv adapters, each in a venv of its own (their libraries conflict); CI runs it too
+test-envs:  ## the verifiers, OpenEnv and verl adapters, each in a venv of its own with the real library (they conflict); CI runs it too
 	bash scripts/test_envs.sh
 
 test-all: install  ## every test, slow ones included (GPU tests skip without a GPU)
