@@ -93,24 +93,52 @@ def test_refused_requests_change_nothing_on_the_real_service(service):
         assert client.metrics()["verdicts_total"] == before["verdicts_total"]
 
 
+def cpu_and_state(pid: int) -> tuple[float, str]:
+    """A process's CPU time so far (user + system, seconds) and its state letter (R: running), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), fields[0]
+
+
+# A candidate worker is inside a verdict of SLOW_TASK once it has spent this much CPU on the batch and still runs:
+# such a verdict takes 2-4 s of the worker's CPU (about 2 s of wall time on an idle machine, 12 s under a load of
+# 7 on 2 cores; CPU time does not stretch with the load, wall time does), and the worker sleeps between requests.
+MID_VERDICT_CPU_S = 0.3
+
+
 def test_a_worker_killed_mid_batch_costs_only_its_verdict(service):
     pairs = [(Task(SLOW_TASK), Candidate(HONEST + f"\n# copy {i}\n")) for i in range(4)]
+    with VerifierClient(service.url) as client:  # both workers started and idle before the batch
+        client.verify_many([(Task(TASK), Candidate(HONEST + f"\n# warm-up {i}\n")) for i in range(2)])
+    workers = sandbox_worker_pids("candidate")
+    assert len(workers) >= 2, workers
+    idle_cpu = {pid: cpu_and_state(pid)[0] for pid in workers}
     killed: list[int] = []
+    batch_done = threading.Event()
 
     def kill_one_mid_verification() -> None:
-        with VerifierClient(service.url) as watcher:
-            while watcher.metrics()["in_flight"] == 0:
-                time.sleep(0.05)
-        time.sleep(0.8)  # a verdict of SLOW_TASK takes about two seconds: this lands inside one
-        killed.append(sandbox_worker_pids("candidate")[0])
-        os.kill(killed[0], signal.SIGKILL)
+        with VerifierClient(service.url) as watcher:  # the service has handed a pair to its executor
+            while watcher.metrics()["in_flight"] == 0 and not batch_done.is_set():
+                time.sleep(0.02)
+        while not batch_done.is_set():  # and a worker is running it: no fixed sleep, whatever the machine's load
+            for pid in workers:
+                used, state = cpu_and_state(pid)
+                if used - idle_cpu[pid] >= MID_VERDICT_CPU_S and state == "R":
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+            time.sleep(0.01)
 
     with VerifierClient(service.url) as client:
         before = client.metrics()["verdicts_total"]
         killer = threading.Thread(target=kill_one_mid_verification)
         killer.start()
-        verdicts = client.verify_many(pairs)
-        killer.join()
+        try:
+            verdicts = client.verify_many(pairs)
+        finally:
+            batch_done.set()
+            killer.join()
+        assert killed, "no candidate worker was seen running a verdict"
         statuses = [v.status for v in verdicts]
         assert len(verdicts) == len(pairs)
         assert set(statuses) <= {"accepted", "crashed"} and statuses.count("crashed") == 1, statuses
@@ -147,7 +175,7 @@ def test_a_taken_port_is_one_error_line():
     with running_service(ServiceConfig(device="cpu", workers=1, port=0)) as running:
         port = running.url.rsplit(":", 1)[1]
         start = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "core.serve", "--port", port, "--device", "cpu"], cwd=ROOT,
+        done = subprocess.run([sys.executable, "-m", "core.serve", "--port", port, "--device", "cpu"], cwd=ROOT, check=False,
                               capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("error:") and "Address already in use" in done.stderr
     assert time.monotonic() - start < 60
