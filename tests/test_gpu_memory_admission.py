@@ -326,3 +326,33 @@ def test_when_outputs_are_dropped_once_judged_the_estimate_holds_one_kind_of_run
     dropped = estimate(measured, trials=trials, probes=probes, orders=orders, released_when_judged=True)
     assert kept.parts["adopted_outputs"] == (trials + orders + 1 + probes) * o
     assert dropped.parts["adopted_outputs"] == max(trials, orders + 1, 2, probes) * o
+
+
+def test_a_candidate_workers_earlier_outputs_are_emptied_but_kept_apart_from_inputs_and_weights():
+    # holding every run's outputs took 10 x 8 GiB of the GPU in the candidate's worker at KernelBench's
+    # sizes: they are kept alive only as emptied storages (so a later call returning one is still seen),
+    # never the inputs, nor the model's parameters and buffers a forward may return
+    import torch
+    import torch.nn as nn
+
+    from core.verification.worker.session import Session, module_tensors
+
+    class Sneaky(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(3, 3)
+            self.register_buffer("scale", torch.ones(3))
+
+        def state_dict(self, *args, **kwargs):  # candidate code: never called by the worker
+            raise AssertionError("the worker ran the candidate's state_dict")
+
+    model = Sneaky()
+    session = Session.__new__(Session)
+    session.model, session._held, session._held_ids = model, [], set()
+    x = torch.randn(3)
+    fresh, aliased, weight = torch.randn(1000), x.view(3), model.inner.weight
+    session._empty_held([t.untyped_storage() for t in (fresh, aliased, weight)], keep=[x])
+    assert fresh.untyped_storage().nbytes() == 0  # freed
+    assert x.untyped_storage().nbytes() == 12 and weight.untyped_storage().nbytes() == 36  # untouched
+    assert {id(t) for t in module_tensors(model)} >= {id(model.inner.weight), id(model.inner.bias), id(model.scale)}
+    assert len(session._held) == 3  # all kept alive: their identities are not reused by later outputs

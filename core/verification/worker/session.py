@@ -80,6 +80,29 @@ def flatten_outputs(out: Any) -> list[Any]:
     return [out]
 
 
+def module_tensors(model: Any) -> list[Any]:
+    """Every parameter and buffer of ``model`` and its submodules, read from their instance
+    dictionaries: no method of the candidate's classes runs (a ``state_dict`` of its own would)."""
+    found, seen, stack = [], set(), [model]
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        try:
+            state = object.__getattribute__(m, "__dict__")
+        except (AttributeError, TypeError):
+            continue
+        for name in ("_parameters", "_buffers"):
+            values = state.get(name)
+            if isinstance(values, dict):
+                found += [v for v in values.values() if v is not None]
+        children = state.get("_modules")
+        if isinstance(children, dict):
+            stack += [c for c in children.values() if c is not None]
+    return found
+
+
 def cpu_copy(values: list[Any]) -> list[Any]:
     import torch
 
@@ -234,8 +257,10 @@ class Session:
         self.task_module: Any = None  # imported on demand to draw inputs from a seed
         self.init_seed: int = 0
         self.prepared: dict[str, Any] = {}  # check name -> what its prepare() built for its collect()
-        self._held: list[Any] = []  # outputs of earlier calls stay alive, so addresses are unique
-        self._held_ptrs: set[int] = set()
+        # The storages of earlier calls' outputs, kept alive (so their identities stay unique) but emptied
+        # once copied out: holding every run's outputs took 10 x 8 GiB of the GPU at KernelBench's sizes.
+        self._held: list[Any] = []
+        self._held_ids: set[int] = set()
         # sandbox findings after the trials (a check's collect ran candidate code): the tamper check reports them
         self.late_findings: list[str] = []
 
@@ -307,15 +332,33 @@ class Session:
                        downcasts=sorted(set(audit.downcasts))[:8], oob=list(oob)[:16])
         obs["seconds"] = time.perf_counter() - start
         outputs = obs.get("output")
+        storages = []
         if outputs is not None:
-            ptrs = {o.untyped_storage().data_ptr() for o in outputs if isinstance(o, torch.Tensor) and o.numel()}
-            obs["output_reused"] = bool(ptrs & self._held_ptrs)
-            self._held_ptrs |= ptrs
-            self._held.append(outputs)
-            obs["output"] = self.worker.exports.export(outputs) if export else cpu_copy(outputs)
+            storages = [o.untyped_storage() for o in outputs if isinstance(o, torch.Tensor) and o.numel()]
+            ids = {s._cdata for s in storages}  # the storage itself, not its address (which is recycled)
+            obs["output_reused"] = bool(ids & self._held_ids)
+            self._held_ids |= ids
+            if obs["output_reused"]:  # its memory was freed after the call that first returned it
+                obs["output"] = None
+                obs["error"] = obs.get("error") or "forward returned a buffer an earlier call returned"
+            else:
+                obs["output"] = self.worker.exports.export(outputs) if export else cpu_copy(outputs)
         if inputs_as_digest:
             obs["inputs_digest_after"] = input_digests(inputs)
         else:
             obs["inputs_after"] = cpu_copy(inputs)
+        self._empty_held(storages, [*inputs, *(obs.get("output") or [])])
         obs["sandbox"] = self.worker.guard.take()
         return obs
+
+    def _empty_held(self, storages: list[Any], keep: list[Any]) -> None:
+        """Keep ``storages`` alive (a later call returning one of them again is seen: ``output_reused``)
+        but free their memory, unless they hold what must stay: the inputs, the copies just made, the
+        model's own parameters and buffers (a forward that returns those has them emptied by nobody)."""
+        import torch
+
+        kept = {x.untyped_storage()._cdata for x in [*keep, *module_tensors(self.model)] if isinstance(x, torch.Tensor)}
+        for storage in storages:
+            self._held.append(storage)
+            if storage._cdata not in kept and storage.resizable():
+                storage.resize_(0)
