@@ -104,8 +104,9 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
     ``weights``, ``outputs``, ``written`` bytes and ``elements`` of inputs + outputs, as
     :func:`core.evaluation.resize.measure` gives them), counting every copy the pipeline keeps:
 
-    * keeper (reference worker): the model's weights; one trial's inputs (trial 0's drawn twice to
-      test that ``get_inputs`` is reproducible by seed); the forward's intermediates; the reference
+    * keeper (reference worker): the model's weights; one run's inputs at a time (trial 0's drawn, digested
+      and dropped, then drawn again, to test that ``get_inputs`` is reproducible by seed); the forward's
+      intermediates; the reference
       outputs of the trials and probes held in the Vault (large ones are dropped beyond
       :data:`~core.verification.devicemem.REFERENCE_RESIDENT_BYTES` and computed again when used); the
       candidate's outputs it adopts (cloned) for every trial, shuffled order, repeat and probe (with
@@ -114,8 +115,8 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
       inputs of every run when ``get_inputs`` is not reproducible by seed (``inputs_kept``); the
       float64 truth (weights, inputs, outputs and intermediates in float64) when a trial holds at
       most ``float64_max_elements`` elements;
-    * candidate worker: its weights; a run's inputs and their copy kept to see what it wrote to its
-      inputs; intermediates; the outputs of one request's runs exported to the keeper until adopted
+    * candidate worker: its weights; one run's inputs at a time (their digests, or a host copy, show what
+      it wrote to them); intermediates; the outputs of one request's runs exported to the keeper until adopted
       (large outputs go a few runs per request, :func:`runs_per_request`);
       the timed stage's inputs, outputs and flush buffer;
     * each worker's CUDA context and library workspaces.
@@ -128,14 +129,14 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
     adopted = max(trials, orders + 1, 2 if repeat else 0, probes) if released_when_judged else runs_cand
     parts = {
         "keeper_weights": w,
-        "keeper_inputs": 2 * i,
+        "keeper_inputs": i,
         "keeper_intermediates": transient,
         "reference_outputs": min(runs_ref, reference_runs_held(o)) * o,
         "adopted_outputs": adopted * o,
         "kept_inputs": runs_ref * i if inputs_kept else 0,
         "float64_truth": 2 * (w + i + o + transient) if elements and elements <= float64_max_elements else 0,
         "candidate_weights": w,
-        "candidate_inputs": 2 * i,
+        "candidate_inputs": i,
         "candidate_intermediates": transient,
         "exported_outputs": min(max(trials, runs_cand - trials), runs_per_request(o)) * o,
         "timing": i + o + TIMING_SCRATCH_BYTES,

@@ -106,6 +106,7 @@ class CandidateRole:
         export = bool(req.get("export"))
         self.worker.exports.drop()  # the keeper took the last run's outputs before this request was sent
         for item in req["runs"]:
+            inputs = obs = None  # one run's inputs on the device at a time (at real sizes each is 4-16 GiB)
             if "seed" in item:  # draw the task's inputs here, outside the guard: task code is trusted
                 try:
                     inputs = to_device(draw_inputs(self.task_module(), item["seed"], item.get("scale", 1.0),

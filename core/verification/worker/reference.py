@@ -88,7 +88,12 @@ class ReferenceRole:
                     vault = Vault(module, model, device, truth, list(req["seeds"]), list(req["scales"]),
                                   None if by_seed else [], int(req.get("trials", len(req["seeds"]))))
                 for i, (seed, scale) in enumerate(zip(req["seeds"], req["scales"])):
-                    inputs = redrawn if i == 0 and redrawn is not None else draw_inputs(module, seed, scale, device)
+                    # one run's inputs on the device at a time (at real sizes each is 4-16 GiB)
+                    inputs = dev_inputs = out = None
+                    if i == 0 and redrawn is not None:
+                        inputs, redrawn = redrawn, None
+                    else:
+                        inputs = draw_inputs(module, seed, scale, device)
                     dev_inputs = to_device(inputs, device)
                     rng_before = truth.rng_state()
                     with torch.no_grad():
