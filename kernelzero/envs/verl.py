@@ -5,16 +5,18 @@ In a verl config (the dataset from ``python -m kernelzero.envs.tasks --out train
     reward:
       custom_reward_function:
         path: pkg://kernelzero.envs.verl
-        name: compute_score            # async; NaiveRewardManager awaits it per sample
-        reward_kwargs:
+        name: compute_score            # async; verl's NaiveRewardManager awaits it per sample
+        reward_kwargs:                 # on the command line: +reward.custom_reward_function.reward_kwargs.service_url=
           service_url: http://127.0.0.1:8000
 
-    # or, with reward_manager=batch (verl.workers.reward_manager.batch): name: compute_score_batch
+``compute_score_batch`` is the form verl's ``verl.workers.reward_manager.batch.BatchRewardManager`` calls (verl
+0.9.1's trainer reward loop scores per sample and has no ``batch`` manager). verl 0.9.1 pins transformers<5.11, so
+KernelZero goes into verl's environment with ``--no-deps`` (docs/environments.md); neither function needs TRL.
 
 ``ground_truth`` is the row's ``reward_model.ground_truth`` (the task JSON). Without ``service_url`` (nor
 ``KERNELZERO_SERVICE_URL``) a local sandboxed verifier is started in the reward worker on first use.
 The result is ``{"score": reward, "accepted": 0|1, "correct": 0|1, "hack": 0|1}``: verl keeps the extra keys as
-``reward_extra_info``.
+``reward_extra_info``. Tested with verl itself: tests/envs/test_verl_adapter.py (``make test-envs``).
 """
 
 from __future__ import annotations
