@@ -63,14 +63,17 @@ def _fresh_venv(where: Path) -> Path:
 
 def test_the_installed_wheel_runs_selfplay_from_another_directory(wheel, tmp_path):
     python = _fresh_venv(tmp_path / "venv")
+    # --ignore-installed: the dependencies' site-packages also holds this checkout's editable install, which
+    # pip would otherwise take for the wheel (same version) and skip
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                           str(wheel)], capture_output=True, text=True, timeout=300)
+                           "--ignore-installed", str(wheel)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     ask = "import core, core.config; print(core.__file__); print(core.config.conf_dir())"
     where = subprocess.run([str(python), "-c", ask], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0, where.stderr[-2000:]
     core_file, conf = where.stdout.split()
     assert str(tmp_path / "venv") in core_file and str(REPO) not in core_file, where.stdout + where.stderr
     assert conf.startswith(str(tmp_path / "venv")), conf
