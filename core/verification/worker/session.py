@@ -257,8 +257,8 @@ class Session:
         self.task_module: Any = None  # imported on demand to draw inputs from a seed
         self.init_seed: int = 0
         self.prepared: dict[str, Any] = {}  # check name -> what its prepare() built for its collect()
-        # The storages of earlier calls' outputs, kept alive (so their identities stay unique) but emptied
-        # once copied out: holding every run's outputs took 10 x 8 GiB of the GPU at KernelBench's sizes.
+        # Earlier calls' outputs, kept alive (so their identities stay unique) but with their storages
+        # emptied once copied out: holding every run's outputs took 10 x 8 GiB of the GPU at KernelBench's sizes.
         self._held: list[Any] = []
         self._held_ids: set[int] = set()
         # sandbox findings after the trials (a check's collect ran candidate code): the tamper check reports them
@@ -347,6 +347,7 @@ class Session:
             obs["inputs_digest_after"] = input_digests(inputs)
         else:
             obs["inputs_after"] = cpu_copy(inputs)
+        self._held.append(outputs)  # the tensors too: no later object takes their ids (a hack keyed on id())
         self._empty_held(storages, [*inputs, *(obs.get("output") or [])])
         obs["sandbox"] = self.worker.guard.take()
         return obs
