@@ -53,7 +53,7 @@ PY
   "$vpy" -m pytest -q -p no:cacheprovider tests/envs/test_verl_adapter.py
 }
 step "verifiers"
-run verifiers envs-verifiers verifiers.v1 tests/envs/test_verifiers_adapter.py
+run verifiers envs verifiers.v1 tests/envs/test_verifiers_adapter.py  # the `envs` extra: those that install together
 step "openenv"
 run openenv envs-openenv openenv.core.env_server.http_server tests/envs/test_openenv_adapter.py
 step "verl"
