@@ -331,6 +331,9 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # keeper drops them (KernelBench level 1: outputs of 4-8 GiB per run). Reading an undeclared
         # run's outputs after that is an error verdict (of the engine, not the candidate).
         "reads": None,
+        # verdict_fields(result) -> dict: the Verdict fields this check's recorded result fills ("accuracy",
+        # "correct": the correctness check's; "timing", "roofline": the performance check's). None: none.
+        "verdict_fields": None,
         # warm_up(device) -> None: done once in an idle worker before its first verdict (compile
         # the check's own kernels, load its libraries), so no verdict pays for it.
         "warm_up": None,

@@ -54,23 +54,24 @@ def vet_truth(evidence: Evidence, ref: dict[str, Any]) -> None:
     evidence.config["float64_truth_note"] = note or "float64 reference in use"
 
 
+VERDICT_FIELDS = frozenset({"accuracy", "correct", "timing", "roofline"})  # what Check.verdict_fields may fill
+
+
 def finish_verdict(verdict: Verdict, all_checks: list[Any]) -> None:
     """Fill ``verdict``'s accepted/correct/accuracy/status/reason from its recorded checks;
     ``all_checks`` (the verifier's) say which are hard and in which stage they run."""
     hard = {c.name: c.hard for c in all_checks}
     stage = {c.name: c.stage for c in all_checks}
-    corr = verdict.checks.get("correctness")
-    if corr is not None:
-        data = corr.data or {}
-        verdict.accuracy = (data.get("matched", 0) / data["trials"]) if data.get("trials") else 0.0
-        verdict.correct = bool(corr.passed)
+    for check in all_checks:  # the fields a check reports for the verdict (Check.verdict_fields)
+        fields_of, result = optional(check, "Check", "verdict_fields"), verdict.checks.get(check.name)
+        if fields_of is not None and result is not None:
+            for key, value in fields_of(result).items():
+                if key not in VERDICT_FIELDS:
+                    raise ValueError(f"check {check.name!r} reports verdict field {key!r}; known: {sorted(VERDICT_FIELDS)}")
+                setattr(verdict, key, value)
     failed = [n for n, c in verdict.checks.items() if not c.passed and hard.get(n, True)]
     # Integrity findings explain the rest, so they come first; then the earliest stage.
     failed.sort(key=lambda n: (not verdict.checks[n].hack, stage.get(n, 1)))
-    perf = verdict.checks.get("performance")
-    if perf is not None and perf.data:
-        verdict.timing = perf.data.get("timing") or None
-        verdict.roofline = perf.data.get("roofline") or None
     verdict.accepted = bool(verdict.compiled and verdict.correct and not failed)
     verdict.status = "accepted" if verdict.accepted else "rejected"
     verdict.reason = None if verdict.accepted else (

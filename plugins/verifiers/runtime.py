@@ -50,6 +50,13 @@ class CorrectnessCheck:
     def applies(self, backend: str, device: str) -> bool:
         return True
 
+    @staticmethod
+    def verdict_fields(result: CheckResult) -> dict[str, Any]:
+        """The verdict's accuracy (trials matched) and correctness."""
+        data = result.data or {}
+        return {"accuracy": (data.get("matched", 0) / data["trials"]) if data.get("trials") else 0.0,
+                "correct": bool(result.passed)}
+
     def evaluate(self, evidence: Evidence) -> CheckResult:
         trials = evidence.trials
         if not trials:

@@ -482,7 +482,7 @@ class PerformanceCheck:
             if self.counters:
                 try:
                     path = getattr(session.module, "__file__", None)
-                    scratch = Path(getattr(session.worker, "scratch", ".") or ".")
+                    scratch = Path(session.scratch or ".")
                     ctr = ncu_counters(source, path, scratch)
                     roof = from_counters(ctr["duration_s"] or time_s, dram_bytes=ctr["dram_bytes"],
                                          sm_throughput_pct=ctr["sm_throughput_pct"], flops=flops, min_bytes=min_bytes,
@@ -497,6 +497,13 @@ class PerformanceCheck:
         return result
 
     # ----------------------------------------------------------- judging side
+    @staticmethod
+    def verdict_fields(result: CheckResult) -> dict[str, Any]:
+        """The verdict's timing and roofline records, when the stage measured them."""
+        if not result.data:
+            return {}
+        return {"timing": result.data.get("timing") or None, "roofline": result.data.get("roofline") or None}
+
     def evaluate(self, evidence: Evidence) -> CheckResult:
         data = evidence.extra.get(self.name)
         if not data:
