@@ -359,6 +359,8 @@ class Session:
         import torch
 
         kept = {x.untyped_storage()._cdata for x in [*keep, *module_tensors(self.model)] if isinstance(x, torch.Tensor)}
+        if storages:  # work a candidate left on another stream finishes before its memory can be handed out again
+            synchronize(self.device)
         for storage in storages:
             self._held.append(storage)
             if storage._cdata not in kept and storage.resizable():
