@@ -348,7 +348,7 @@ def test_a_candidate_workers_earlier_outputs_are_emptied_but_kept_apart_from_inp
 
     model = Sneaky()
     session = Session.__new__(Session)
-    session.model, session._held, session._held_ids = model, [], set()
+    session.model, session.device, session._held, session._held_ids = model, "cpu", [], set()
     x = torch.randn(3)
     fresh, aliased, weight = torch.randn(1000), x.view(3), model.inner.weight
     session._empty_held([t.untyped_storage() for t in (fresh, aliased, weight)], keep=[x])
