@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
+import weakref
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -80,27 +81,8 @@ def flatten_outputs(out: Any) -> list[Any]:
     return [out]
 
 
-def module_tensors(model: Any) -> list[Any]:
-    """Every parameter and buffer of ``model`` and its submodules, read from their instance
-    dictionaries: no method of the candidate's classes runs (a ``state_dict`` of its own would)."""
-    found, seen, stack = [], set(), [model]
-    while stack:
-        m = stack.pop()
-        if id(m) in seen:
-            continue
-        seen.add(id(m))
-        try:
-            state = object.__getattribute__(m, "__dict__")
-        except (AttributeError, TypeError):
-            continue
-        for name in ("_parameters", "_buffers"):
-            values = state.get(name)
-            if isinstance(values, dict):
-                found += [v for v in values.values() if v is not None]
-        children = state.get("_modules")
-        if isinstance(children, dict):
-            stack += [c for c in children.values() if c is not None]
-    return found
+# Outputs of at least this many bytes a call are weakly referenced, not held (Session._remember).
+LARGE_OUTPUT_BYTES = 64 << 20
 
 
 def cpu_copy(values: list[Any]) -> list[Any]:
@@ -257,10 +239,11 @@ class Session:
         self.task_module: Any = None  # imported on demand to draw inputs from a seed
         self.init_seed: int = 0
         self.prepared: dict[str, Any] = {}  # check name -> what its prepare() built for its collect()
-        # Earlier calls' outputs, kept alive (so their identities stay unique) but with their storages
-        # emptied once copied out: holding every run's outputs took 10 x 8 GiB of the GPU at KernelBench's sizes.
+        # Earlier calls' outputs, so a call that returns one again is seen (``output_reused``): held, or
+        # weakly referenced when large (:meth:`_remember`; holding every run's took 10 x 8 GiB of the GPU).
         self._held: list[Any] = []
         self._held_ids: set[int] = set()
+        self._large: list[Any] = []
         # sandbox findings after the trials (a check's collect ran candidate code): the tamper check reports them
         self.late_findings: list[str] = []
 
@@ -332,36 +315,29 @@ class Session:
                        downcasts=sorted(set(audit.downcasts))[:8], oob=list(oob)[:16])
         obs["seconds"] = time.perf_counter() - start
         outputs = obs.get("output")
-        storages = []
         if outputs is not None:
             storages = [o.untyped_storage() for o in outputs if isinstance(o, torch.Tensor) and o.numel()]
-            ids = {s._cdata for s in storages}  # the storage itself, not its address (which is recycled)
-            obs["output_reused"] = bool(ids & self._held_ids)
-            self._held_ids |= ids
-            if obs["output_reused"]:  # its memory was freed after the call that first returned it
-                obs["output"] = None
-                obs["error"] = obs.get("error") or "forward returned a buffer an earlier call returned"
-            else:
-                obs["output"] = self.worker.exports.export(outputs) if export else cpu_copy(outputs)
+            obs["output_reused"] = any(self._returned_before(s) for s in storages)
+            obs["output"] = self.worker.exports.export(outputs) if export else cpu_copy(outputs)
+            self._remember(outputs, storages)
         if inputs_as_digest:
             obs["inputs_digest_after"] = input_digests(inputs)
         else:
             obs["inputs_after"] = cpu_copy(inputs)
-        self._held.append(outputs)  # the tensors too: no later object takes their ids (a hack keyed on id())
-        self._empty_held(storages, [*inputs, *(obs.get("output") or [])])
         obs["sandbox"] = self.worker.guard.take()
         return obs
 
-    def _empty_held(self, storages: list[Any], keep: list[Any]) -> None:
-        """Keep ``storages`` alive (a later call returning one of them again is seen: ``output_reused``)
-        but free their memory, unless they hold what must stay: the inputs, the copies just made, the
-        model's own parameters and buffers (a forward that returns those has them emptied by nobody)."""
-        import torch
+    def _returned_before(self, storage: Any) -> bool:
+        """Whether an earlier call returned ``storage``: one held here, or a large one still alive (torch
+        keeps one Python object per live storage, so a weak reference to it dies with the storage)."""
+        return storage._cdata in self._held_ids or any(ref() is storage for ref in self._large)
 
-        kept = {x.untyped_storage()._cdata for x in [*keep, *module_tensors(self.model)] if isinstance(x, torch.Tensor)}
-        if storages:  # work a candidate left on another stream finishes before its memory can be handed out again
-            synchronize(self.device)
-        for storage in storages:
-            self._held.append(storage)
-            if storage._cdata not in kept and storage.resizable():
-                storage.resize_(0)
+    def _remember(self, outputs: list[Any], storages: list[Any]) -> None:
+        """Hold this call's outputs, so no later output takes their address or id, unless they are large:
+        those (KernelBench's 4-8 GiB outputs, 10 runs a verification) are only weakly referenced, so their
+        memory is freed unless the candidate itself keeps them, and a call returning one again is still seen."""
+        if sum(s.nbytes() for s in storages) >= LARGE_OUTPUT_BYTES:
+            self._large += [weakref.ref(s) for s in storages]
+            return
+        self._held.append(outputs)
+        self._held_ids |= {s._cdata for s in storages}
