@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -801,6 +802,12 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
 
 def main(argv: list[str] | None = None) -> int:
     parser, args = parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # an interrupt stops every step even when this process was started ignoring or blocking SIGINT
+        # (a shell's background job, a parent thread's mask: both are inherited across exec)
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # the steps run in the repository's root: paths given relative to here must still point where meant
     args.kb = Path(os.path.abspath(args.kb))
     if os.sep in args.python:

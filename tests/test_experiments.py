@@ -260,3 +260,30 @@ def test_compare_arms_reports_each_arms_gains_and_density_over_the_first(sweep, 
     assert capsys.readouterr().out.startswith("| arm | seeds |")
     with pytest.raises(SystemExit):
         main(["--arm", "a", str(tmp_path / "nothing")])
+
+
+@pytest.mark.parametrize("how", ["blocked", "ignored"])
+def test_a_sweep_started_with_sigint_blocked_or_ignored_still_takes_it(how):
+    # a shell's background job starts with SIGINT ignored, and a child inherits its parent thread's blocked
+    # mask across exec; Python then leaves SIGINT alone, and the sweep could not be interrupted
+    import signal
+    import subprocess
+
+    def start_without_sigint():
+        if how == "blocked":
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        else:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    code = ("import signal, sys, time\n"
+            f"sys.path.insert(0, {str(ROOT)!r})\n"
+            "from core.loop.experiments import take_interrupts\n"
+            "take_interrupts()\n"
+            "print('ready', flush=True)\n"
+            "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=start_without_sigint)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert out.strip() == "interrupted"

@@ -114,6 +114,15 @@ def _stop_live_runs() -> None:
     _stop_groups(procs)
 
 
+def take_interrupts() -> object:
+    """SIGINT raises KeyboardInterrupt here even when this process was started ignoring or blocking it
+    (a background job of a shell; a parent whose thread blocked it: the mask and an ignored disposition
+    are inherited across exec, and Python then leaves SIGINT alone). Returns the previous handler."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    return signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def run_parallel(fn: Callable[[T], R], items: Iterable[T], jobs: int) -> list[R]:
     """``[fn(item) for item in items]``, ``jobs`` at a time in threads, where each ``fn`` may launch() runs.
 
@@ -130,8 +139,10 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T], jobs: int) -> list[R]
     def on_sigterm(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
+    previous_int = None
     if main:
         signal.signal(signal.SIGTERM, on_sigterm)
+        previous_int = take_interrupts()
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     futures = []
     try:
@@ -147,6 +158,7 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T], jobs: int) -> list[R]
         _STOPPING.clear()
         if main:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def metric_rows(run_dir: Path) -> list[dict[str, Any]]:
