@@ -279,8 +279,8 @@ def test_a_sweep_started_with_sigint_blocked_or_ignored_still_takes_it(how):
             f"sys.path.insert(0, {str(ROOT)!r})\n"
             "from core.loop.experiments import take_interrupts\n"
             "take_interrupts()\n"
-            "print('ready', flush=True)\n"
-            "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted', flush=True)\n")
+            "try:\n    print('ready', flush=True)\n    time.sleep(60)\n"
+            "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                             preexec_fn=start_without_sigint)
     assert proc.stdout.readline().strip() == "ready"
