@@ -96,9 +96,10 @@ def domain_sweep(n: int, dtype: Any, seed: int, device: Any = None, out_dtype: A
     from the smallest to the edge, the edge itself and 1.0 included, half of them negative, in an order
     drawn from ``seed`` (the values are the same every verification, their places are not).
 
-    The order is the affine permutation ``i -> (a*i + b) mod n`` with ``a`` coprime to ``n``, both
-    drawn from the seed: computed where the values land (``device``), chunk by chunk, in
-    ``out_dtype`` (float64 by default). A random permutation of 10^9 places drawn on the host took
+    Up to :data:`CHUNK` values the order is a random permutation drawn from the seed; beyond, the affine
+    permutation ``i -> (a*i + b) mod n``, ``a`` a golden-ratio stride coprime to ``n`` and ``b`` drawn
+    from the seed, computed where the values land (``device``), chunk by chunk, in ``out_dtype``
+    (float64 by default). A random permutation of 10^9 places drawn on the host took
     minutes per verification at KernelBench's real sizes and 16 GiB of host memory."""
     import torch
 
@@ -110,13 +111,22 @@ def domain_sweep(n: int, dtype: Any, seed: int, device: Any = None, out_dtype: A
     if n == 0:
         return out
     rng = random.Random(int(seed))
-    a = rng.randrange(1, n) if n > 1 else 1
-    while math.gcd(a, n) != 1:
-        a = rng.randrange(1, n)
+    # a golden-ratio stride (jittered by the seed): any run of consecutive places, a row, gets ranks spread
+    # evenly over the whole domain (a small or near-n/2 stride would give a row one narrow band)
+    a = max(1, int(n * 0.6180339887) + rng.randrange(-min(n // 64, 1 << 20), min(n // 64, 1 << 20) + 1)) % max(n, 1)
+    while n > 1 and math.gcd(a, n) != 1:
+        a = (a + 1) % n or 1
     b = rng.randrange(n)
+    if n <= CHUNK:  # one chunk: a random permutation, as cheap on the host as on the device at this size
+        gen = torch.Generator()
+        gen.manual_seed(int(seed) % (1 << 63))
+        whole = torch.randperm(n, generator=gen).to(out.device)
     for start in range(0, n, CHUNK):
         count = min(CHUNK, n - start)
-        ranks = (torch.arange(count, dtype=torch.int64, device=out.device) * a + (a * start + b) % n) % n
+        if n <= CHUNK:
+            ranks = whole
+        else:
+            ranks = (torch.arange(count, dtype=torch.int64, device=out.device) * a + (a * start + b) % n) % n
         negative = ranks >= pos
         index = torch.where(negative, ranks - pos, ranks).to(torch.float64)
         steps = torch.where(negative, torch.full_like(index, max(neg - 1, 1)), torch.full_like(index, max(pos - 1, 1)))
