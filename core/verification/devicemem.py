@@ -325,9 +325,9 @@ class Vault:
         if outputs is None:
             import torch
 
-            with torch.no_grad():
-                from core.verification.worker.session import flatten_outputs
+            from core.verification.worker.session import flatten_outputs
 
+            with torch.no_grad():
                 outputs = flatten_outputs(self.model(*self.inputs_of(run)))
             self.recomputed += 1
             for i, v in enumerate(outputs):

@@ -110,23 +110,8 @@ def domain_sweep(n: int, dtype: Any, seed: int, device: Any = None, out_dtype: A
     out = torch.empty(n, dtype=out_dtype or torch.float64, device=device)
     if n == 0:
         return out
-    rng = random.Random(int(seed))
-    # a golden-ratio stride (jittered by the seed): any run of consecutive places, a row, gets ranks spread
-    # evenly over the whole domain (a small or near-n/2 stride would give a row one narrow band)
-    a = max(1, int(n * 0.6180339887) + rng.randrange(-min(n // 64, 1 << 20), min(n // 64, 1 << 20) + 1)) % max(n, 1)
-    while n > 1 and math.gcd(a, n) != 1:
-        a = (a + 1) % n or 1
-    b = rng.randrange(n)
-    if n <= CHUNK:  # one chunk: a random permutation, as cheap on the host as on the device at this size
-        gen = torch.Generator()
-        gen.manual_seed(int(seed) % (1 << 63))
-        whole = torch.randperm(n, generator=gen).to(out.device)
-    for start in range(0, n, CHUNK):
-        count = min(CHUNK, n - start)
-        if n <= CHUNK:
-            ranks = whole
-        else:
-            ranks = (torch.arange(count, dtype=torch.int64, device=out.device) * a + (a * start + b) % n) % n
+    for start, ranks in _sweep_ranks(n, seed, out.device):
+        count = ranks.numel()
         negative = ranks >= pos
         index = torch.where(negative, ranks - pos, ranks).to(torch.float64)
         steps = torch.where(negative, torch.full_like(index, max(neg - 1, 1)), torch.full_like(index, max(pos - 1, 1)))
@@ -135,6 +120,29 @@ def domain_sweep(n: int, dtype: Any, seed: int, device: Any = None, out_dtype: A
             mags = torch.where(ranks == pos - 2, torch.ones_like(mags), mags)  # the ordinary scale too
         out[start:start + count] = torch.where(negative, -mags, mags)
     return out
+
+
+def _sweep_ranks(n: int, seed: int, device: Any) -> Any:
+    """``(start, ranks)`` of the domain sweep's places ``[start, start + len(ranks))``, a chunk at a time:
+    a random permutation when ``n`` fits one chunk, else the affine one of :func:`domain_sweep`."""
+    import torch
+
+    if n <= CHUNK:  # one chunk: a random permutation, as cheap on the host as on the device at this size
+        gen = torch.Generator()
+        gen.manual_seed(int(seed) % (1 << 63))
+        yield 0, torch.randperm(n, generator=gen).to(device)
+        return
+    rng = random.Random(int(seed))
+    # a golden-ratio stride (jittered by the seed): any run of consecutive places, a row, gets ranks spread
+    # evenly over the whole domain (a small or near-n/2 stride would give a row one narrow band)
+    jitter = min(n // 64, 1 << 20)
+    a = int(n * 0.6180339887) + rng.randrange(-jitter, jitter + 1)
+    while math.gcd(a, n) != 1:
+        a += 1
+    b = rng.randrange(n)
+    for start in range(0, n, CHUNK):
+        count = min(CHUNK, n - start)
+        yield start, (torch.arange(count, dtype=torch.int64, device=device) * a + (a * start + b) % n) % n
 
 
 def scale_of(probe: float | dict[str, Any]) -> float:
