@@ -365,6 +365,11 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # capabilities include "provenance" (plugins.backends.provenance.Ledger: after_op(func,
         # args, kwargs, result) from the ATen audit, check_outputs(outputs) -> findings).
         "provenance": None,
+        # output_owner(storage) -> storage: the storage whose memory an output's storage is a view of, when
+        # the backend hands candidates memory torch sees only through a new storage (the CUDA array
+        # interface, DLPack); the worker then sees an earlier output returned again, however wrapped.
+        # None: every output storage is its own.
+        "output_owner": None,
     },
     # What the training and self-play loop (core/loop/) reads of a coder beyond ``generate``. A coder
     # that trains (hf_model, hf_tokenizer, prompt, to_candidate, load) is a language model; these are

@@ -341,7 +341,7 @@ def test_a_candidate_workers_large_outputs_are_not_held_yet_one_returned_again_i
     from core.verification.worker.session import Session
 
     session = Session.__new__(Session)
-    session._held, session._held_ids, session._large = [], set(), []
+    session._held, session._held_ids, session._held_storages, session._large = [], set(), [], []
     large = session_module.LARGE_OUTPUT_BYTES // 4 + 1  # float32 elements of one large output
 
     def returned(t):
@@ -363,3 +363,32 @@ def test_a_candidate_workers_large_outputs_are_not_held_yet_one_returned_again_i
     assert not returned(small) and returned(small)
     # small outputs are held, as before (no later output takes their id); large ones never
     assert len(session._held) == 2 and all(held[0] is small for held in session._held)
+
+
+@settings(max_examples=25, deadline=None)
+@given(large=st.booleans(), offset=st.integers(0, 15), wrap=st.sampled_from(["from_dlpack", "view", "itself"]))
+def test_a_kept_output_returned_again_under_a_new_storage_is_seen(large, offset, wrap):
+    # torch.from_dlpack(kept) (the cuda backend allows DLPack for CuPy's idiom) is a new storage over a
+    # kept output's bytes: memory of a live storage is never handed out again, so an overlap is a reuse
+    import torch
+
+    import core.verification.worker.session as session_module
+    from core.verification.worker.session import Session
+
+    session = Session.__new__(Session)
+    session._held, session._held_ids, session._held_storages, session._large = [], set(), [], []
+    n = session_module.LARGE_OUTPUT_BYTES // 4 + 16 if large else 64
+
+    def returned(t):
+        storages = [t.untyped_storage()]
+        seen = any(session._returned_before(s) for s in storages)
+        session._remember([t], storages)
+        return seen
+
+    kept = torch.empty(n)
+    assert not returned(kept)
+    again = {"from_dlpack": lambda: torch.from_dlpack(kept[offset:]), "view": lambda: kept[offset:],
+             "itself": lambda: kept}[wrap]()
+    assert wrap != "from_dlpack" or again.untyped_storage() is not kept.untyped_storage()
+    assert returned(again)
+    assert not returned(torch.empty(n))  # a fresh output while the kept one lives: other memory

@@ -500,12 +500,26 @@ def test_each_backend_declares_its_policy_and_a_backend_without_one_gets_the_str
     assert "import" not in rules("import triton\nimport triton.language as tl\n", widened)
 
 
-def test_cupy_is_the_cuda_backends_alone_and_only_to_build_and_launch_kernels():
+def test_cupy_is_the_cuda_backends_alone_to_build_and_launch_kernels_and_bridge_arrays():
+    from tests.gpu.gpu_helpers import CUPY_COMPUTE_HACKS, CUPY_IDIOM, CUPY_IDIOM_DLPACK
+
     assert rules("import cupy as cp\n", TRITON) == {"import"}
-    for code in ("y = cp.asarray(x)", "y = cp.from_dlpack(x)", "k = cp.ElementwiseKernel('', '', '')",
-                 "cp.cuda.runtime.deviceSynchronize()", "m = cp.cuda.MemoryPointer"):
+    # the tutorial idiom: views of torch memory to launch on, handed back to torch (the worker's
+    # bridge refuses compute on them: plugins/backends/cupy_bridge.py)
+    assert rules(CUPY_IDIOM, CUDA) == set()
+    assert rules(CUPY_IDIOM_DLPACK, CUDA) == set()
+    assert all(rules(hack, CUDA) == set() for hack in CUPY_COMPUTE_HACKS.values())  # the bridge's to refuse
+    # CuPy's own compute, copies from the host and raw memory stay refused by name
+    for code in ("y = cp.matmul(x, x)", "y = cp.maximum(x, 0)", "y = cp.sum(x)", "y = cp.ones(3)",
+                 "y = cp.array([1.0])", "y = cp.ascontiguousarray(x)", "y = cp.asnumpy(x)", "y = cp.ndarray((3,))",
+                 "k = cp.ElementwiseKernel('', '', '')", "cp.cuda.runtime.deviceSynchronize()",
+                 "m = cp.cuda.MemoryPointer"):
         assert "module-member" in rules(f"import cupy as cp\nx = 1\n{code}\n", CUDA), code
     assert rules("import cupy as cp\nimport torch\ndef f(x):\n    return x.data_ptr(), cp.int64(3)\n", CUDA) == set()
+    # DLPack back into torch is the CUDA backend's alone; the DLPack module itself stays refused
+    assert rules("import torch\ndef f(x):\n    return torch.from_dlpack(x)\n", CUDA) == set()
+    assert rules("import torch\ndef f(x):\n    return torch.from_dlpack(x)\n", TRITON) != set()
+    assert "module-member" in rules("import torch\nf = torch.utils.dlpack.from_dlpack\n", CUDA)
 
 
 def test_cuda_launch_grids_and_blocks_are_launch_arithmetic():

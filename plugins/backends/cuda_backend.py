@@ -25,24 +25,26 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import sys
 import types
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Sequence
 
 from core import hookimpl
-from core.api.policy import TORCH_MODULES, TYPING, StaticPolicy, module
+from core.api.policy import BASE_BARRED_ATTRIBUTES, TORCH_MODULES, TYPING, StaticPolicy, module
 from core.api.sandbox import COMPUTE_SANITIZER, CUPTI, SandboxNeeds
-from plugins.backends import nvrtc
+from plugins.backends import cupy_bridge, nvrtc
 from plugins.backends.cuda_static import KernelSource, StaticReport, analyse_source, kernel_class_of
+from plugins.backends.cupy_recording import (  # noqa: F401 (re-exported: the recording is this backend's)
+    NEEDS_GPU,
+    CupyRecorder,
+    GpuRequiredError,
+    LaunchLog,
+    LaunchTracker,
+    execute_candidate,
+    record_sources,
+)
 
 NAME = "cuda"
-NEEDS_GPU = (
-    "execution needs a GPU: backend 'cuda' compiled the kernels to PTX with NVRTC, but running, "
-    "correctness and timing need CUDA. Run on a machine with a GPU (device=cuda), or use "
-    "backend=triton, which runs in the Triton interpreter on CPU"
-)
 
 GUIDE = '''\
 Write a CUDA kernel for the task as a KernelBench solution: one Python module that defines
@@ -54,7 +56,9 @@ All of forward's arithmetic runs in your CUDA C kernels; PyTorch may only alloca
   `module.get_function("name")` finds them (or use `name_expressions=` for templates).
 - Launch on the tensors' memory: pass `tensor.data_ptr()` for pointers (they become 64-bit
   pointers), `cp.int64(n)` / `cp.int32(n)` / `cp.float32(v)` for scalars (match the kernel's
-  parameter types exactly), on PyTorch's current stream. Import only torch and cupy.
+  parameter types exactly), on PyTorch's current stream. Import only torch and cupy. CuPy arrays
+  (`cp.asarray(tensor)`, `cp.empty_like`, back with `torch.as_tensor`) work as views to launch on;
+  CuPy's operators and functions do not.
 - Guard every index against the size (sizes are not multiples of your block size), use 64-bit
   indices for large tensors, and honour the input dtype (float32 unless the task says otherwise).
 - Allocate a fresh output every call; never reuse a previous result; do no work on other streams.
@@ -112,23 +116,24 @@ def cupy_missing() -> str | None:
     return None if found else CUPY_MISSING
 
 
-# What a candidate may name (plugins/verifiers/policy): torch's tensors and modules, and of CuPy only
-# what builds and launches its own kernels on torch's memory: no cupy arrays, no cupy compute.
+# What a candidate may name (plugins/verifiers/policy): torch's tensors and modules, and of CuPy what
+# builds and launches its own kernels, plus the array bridge every CuPy tutorial uses (cupy.asarray,
+# cupy.empty_like, torch.as_tensor / torch.from_dlpack back). In the worker those array functions give
+# views with no CuPy compute (plugins/backends/cupy_bridge.py); the rest of cupy's arrays stays refused.
+_TORCH = next(rule for rule in TORCH_MODULES if rule.name == "torch")
 STATIC_POLICY = StaticPolicy(
     backend="cuda",
     modules=TORCH_MODULES + (
         TYPING,
         module("cupy", members={"RawModule", "RawKernel", "bool_", "int8", "int16", "int32", "int64", "uint8",
-                                "uint16", "uint32", "uint64", "float16", "float32", "float64", "intp", "uintp"}),
+                                "uint16", "uint32", "uint64", "float16", "float32", "float64", "intp", "uintp",
+                                *cupy_bridge.BRIDGED}),
         module("cupy.cuda", members={"ExternalStream", "Stream", "Device", "get_current_stream"}),
     ),
+    barred_attributes=BASE_BARRED_ATTRIBUTES - {"from_dlpack"},
     kernel_factories=frozenset({"cupy.RawKernel"}),
     kernel_getters=frozenset({"get_function"}),
-)
-
-
-class GpuRequiredError(RuntimeError):
-    """A CUDA kernel was launched in a process without a GPU."""
+).with_modules(module("torch", barred={k: v for k, v in _TORCH.barred if k != "from_dlpack"}))
 
 
 @dataclass
@@ -157,208 +162,6 @@ class CompileReport:
         }
 
 
-# --------------------------------------------------------------------------- recording / counting
-
-
-class LaunchTracker:
-    """Launches counted while a :meth:`CudaBackend.launch_tracker` context is open.
-
-    Follows :class:`core.contracts.LaunchTracker`: ``count``, ``kernels`` (capped), ``inside``.
-    """
-
-    MAX_NAMES = 10_000
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.kernels: list[str] = []
-        self.inside = False
-
-
-class LaunchLog:
-    """Sources built and kernel launches made by a candidate while a :class:`CupyRecorder` is on."""
-
-    def __init__(self) -> None:
-        self.sources: list[KernelSource] = []
-        self.owners: list[dict[str, Any] | None] = []  # globals of the code that built each source
-        self.modules: list[tuple[Any, dict[str, Any] | None]] = []  # (RawModule/RawKernel, owner)
-        self.launches: Counter[str] = Counter()
-        self.trackers: list[LaunchTracker] = []
-
-    def sources_of(self, namespace: dict[str, Any]) -> list[KernelSource]:
-        """Sources built by code whose globals are ``namespace`` (one candidate module)."""
-        return [src for src, owner in zip(self.sources, self.owners) if owner is namespace]
-
-    def forget_others(self, namespace: dict[str, Any]) -> None:
-        """Drop what earlier candidates recorded (a warm worker judges many candidates)."""
-        keep = [i for i, owner in enumerate(self.owners) if owner is namespace]
-        self.sources = [self.sources[i] for i in keep]
-        self.owners = [self.owners[i] for i in keep]
-        self.modules = [(m, owner) for m, owner in self.modules if owner is namespace]
-
-    @property
-    def total_launches(self) -> int:
-        return sum(self.launches.values())
-
-    def reset_launches(self) -> None:
-        self.launches.clear()
-
-    @contextlib.contextmanager
-    def launching(self, name: str) -> Iterator[None]:
-        self.launches[name] += 1
-        for t in self.trackers:
-            t.count += 1
-            if len(t.kernels) < LaunchTracker.MAX_NAMES:
-                t.kernels.append(name)
-            t.inside = True
-        try:
-            yield
-        finally:
-            for t in self.trackers:
-                t.inside = False
-
-
-class _KernelProxy:
-    """Wraps a CuPy kernel: counts launches, forwards everything else."""
-
-    def __init__(self, kernel: Any, name: str, log: LaunchLog, dry: bool):
-        self._kernel, self._name, self._log, self._dry = kernel, name, log, dry
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._dry:
-            raise GpuRequiredError(f"kernel {self._name!r} was launched, but {NEEDS_GPU}")
-        with self._log.launching(self._name):
-            return self._kernel(*args, **kwargs)
-
-    def __getattr__(self, item: str) -> Any:
-        if self._dry:
-            raise GpuRequiredError(f"kernel attribute {item!r} asked for, but {NEEDS_GPU}")
-        return getattr(self._kernel, item)
-
-
-def _caller_globals() -> dict[str, Any] | None:
-    """Globals of the first frame outside CuPy and this file: the code that built the module."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_globals.get("__name__", "")
-        if not (name == __name__ or name.startswith(("cupy", "cupy_backends"))):
-            return frame.f_globals
-        frame = frame.f_back
-    return None
-
-
-class CupyRecorder:
-    """Swap ``cupy.RawModule`` / ``cupy.RawKernel`` for recording, launch-counting subclasses.
-
-    Installed in the sandbox worker before a candidate is executed. ``dry=True`` (no GPU) makes
-    ``get_function`` return kernels that raise :class:`GpuRequiredError` when launched, so a module
-    can be imported and its sources recorded on a CPU machine.
-    """
-
-    def __init__(self, dry: bool = False):
-        self.dry = dry
-        self.log = LaunchLog()
-        self._saved: dict[str, Any] = {}
-
-    def _classes(self) -> dict[str, type]:
-        import cupy
-
-        log, dry = self.log, self.dry
-
-        def _record(obj: Any, kind: str, kernel_name: str | None = None) -> None:
-            code = getattr(obj, "code", None)
-            owner = _caller_globals()
-            log.modules.append((obj, owner))
-            if code:
-                log.owners.append(owner)
-                log.sources.append(
-                    KernelSource(
-                        code=code,
-                        options=tuple(getattr(obj, "options", ()) or ()),
-                        name_expressions=tuple(getattr(obj, "name_expressions", None) or ()),
-                        kind=kind,
-                        kernel_name=kernel_name,
-                        origin="recorded",
-                    )
-                )
-
-        class RawModule(cupy.RawModule):  # type: ignore[misc,valid-type]
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, **kwargs)
-                _record(self, "RawModule")
-
-            def get_function(self, name: str) -> Any:
-                kernel = None if dry else super().get_function(name)
-                return _KernelProxy(kernel, name, log, dry)
-
-        class RawKernel(cupy.RawKernel):  # type: ignore[misc,valid-type]
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, **kwargs)
-                _record(self, "RawKernel", kernel_name=self.name)
-
-            def __call__(self, *args: Any, **kwargs: Any) -> Any:
-                if dry:
-                    raise GpuRequiredError(f"kernel {self.name!r} was launched, but {NEEDS_GPU}")
-                with log.launching(self.name):
-                    return super().__call__(*args, **kwargs)
-
-        return {"RawModule": RawModule, "RawKernel": RawKernel}
-
-    def install(self) -> "CupyRecorder":
-        import cupy
-
-        if self._saved:
-            return self
-        for name, cls in self._classes().items():
-            self._saved[name] = getattr(cupy, name)
-            setattr(cupy, name, cls)
-        return self
-
-    def uninstall(self) -> None:
-        import cupy
-
-        for name, original in self._saved.items():
-            setattr(cupy, name, original)
-        self._saved.clear()
-
-    def __enter__(self) -> "CupyRecorder":
-        return self.install()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.uninstall()
-
-
-def execute_candidate(source: str, module_name: str = "kz_cuda_candidate") -> types.ModuleType:
-    """Execute candidate source as a fresh module (sandbox worker only, never the judge)."""
-    module = types.ModuleType(module_name)
-    module.__file__ = f"<{module_name}>"
-    sys.modules[module_name] = module
-    module.__dict__["__kz_source__"] = source
-    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - worker-side by design
-    return module
-
-
-def record_sources(source: str, init_inputs: Sequence[Any] | None = None, *, dry: bool = True) -> tuple[
-    list[KernelSource], str | None
-]:
-    """Execute the candidate under a recorder and return the CUDA sources it built.
-
-    Runs in the sandbox worker. ``ModelNew(*init_inputs)`` is constructed too (when given), since
-    modules are often built in ``__init__``. Returns ``(sources, error)``; ``error`` describes an
-    exception raised while executing, if any (sources recorded before it are kept).
-    """
-    error = None
-    with CupyRecorder(dry=dry) as recorder:
-        try:
-            module = execute_candidate(source)
-            if init_inputs is not None and hasattr(module, "ModelNew"):
-                module.ModelNew(*init_inputs)
-        except GpuRequiredError:
-            pass  # a kernel fetched or launched at construction time; the sources are recorded
-        except Exception as exc:  # the candidate's own failure, reported to the user
-            error = f"{type(exc).__name__}: {exc}"
-        finally:
-            sys.modules.pop("kz_cuda_candidate", None)
-    return recorder.log.sources, error
 
 
 # --------------------------------------------------------------------------- compile stage
@@ -580,6 +383,12 @@ class CudaBackend:
         import cupy
 
         return {f"cupy.{name}": getattr(cupy, name) for name in self._recorder._saved}
+
+    def output_owner(self, storage: Any) -> Any:
+        """The bridge's buffer an output made by ``torch.as_tensor(array)`` views (a new storage each call),
+        so a buffer cached and returned again is seen as an earlier output (``core.contracts``)."""
+        bridge = self._recorder.bridge if self._recorder is not None else None
+        return storage if bridge is None else bridge.owner_of(storage)
 
     def _log(self) -> LaunchLog:
         if self._recorder is None:

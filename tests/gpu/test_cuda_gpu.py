@@ -7,7 +7,16 @@ import torch
 
 from core.task import Candidate, Task
 from plugins.backends.cuda_backend import CudaBackend, CupyRecorder, execute_candidate
-from tests.gpu.gpu_helpers import HONEST, missing_hook, quick_checks, relu_task
+from tests.gpu.gpu_helpers import (
+    CUPY_CACHED_OUTPUT,
+    CUPY_COMPUTE_HACKS,
+    CUPY_IDIOM,
+    CUPY_IDIOM_DLPACK,
+    HONEST,
+    missing_hook,
+    quick_checks,
+    relu_task,
+)
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible")]
@@ -81,6 +90,31 @@ def test_verifier_reports_compile_errors_with_the_compiler_message(verifier):
     verdict = verifier.verify(task, Candidate(source=bad, backend="cuda"))
     assert not verdict.compiled and not verdict.accepted
     assert "candidate.cu(" in verdict.reason
+
+
+@pytest.mark.parametrize("source", [CUPY_IDIOM, CUPY_IDIOM_DLPACK], ids=["asarray", "dlpack"])
+def test_the_cupy_tutorial_idiom_is_accepted(verifier, source):
+    # torch tensors as CuPy arrays (array interface or DLPack), a CuPy buffer, handed back to torch
+    verdict = verifier.verify(Task(source=relu_task(2048, 4096)), Candidate(source=source, backend="cuda"))
+    assert verdict.accepted, verdict.reason
+    assert verdict.checks["gpu_activity"].passed, verdict.checks["gpu_activity"].detail
+
+
+@pytest.mark.parametrize("name", sorted(CUPY_COMPUTE_HACKS))
+def test_cupy_compute_on_bridged_arrays_fools_a_naive_judge_and_is_rejected(verifier, name):
+    source = CUPY_COMPUTE_HACKS[name]
+    naive = execute_candidate(source, "kz_naive_cupy")  # real CuPy arrays: the answer, and a launch
+    x = torch.randn(256, 64, device="cuda")
+    assert torch.equal(naive.ModelNew()(x), torch.relu(x))
+    verdict = verifier.verify(Task(source=relu_task(256, 64)), Candidate(source=source, backend="cuda"))
+    assert not verdict.accepted and "CuPy library compute" in verdict.reason, verdict.reason
+
+
+def test_a_cached_cupy_buffer_returned_again_is_an_earlier_output(verifier):
+    # torch.as_tensor makes a new storage over the cached buffer each call: seen through Backend.output_owner
+    verdict = verifier.verify(Task(source=relu_task(2048, 4096)), Candidate(source=CUPY_CACHED_OUTPUT, backend="cuda"))
+    assert not verdict.accepted and "integrity" in verdict.hack_flags, verdict.reason
+    assert "already returned on an earlier call" in verdict.reason, verdict.reason
 
 
 TRITON_OOB = '''

@@ -243,6 +243,7 @@ class Session:
         # weakly referenced when large (:meth:`_remember`; holding every run's took 10 x 8 GiB of the GPU).
         self._held: list[Any] = []
         self._held_ids: set[int] = set()
+        self._held_storages: list[Any] = []
         self._large: list[Any] = []
         # sandbox findings after the trials (a check's collect ran candidate code): the tamper check reports them
         self.late_findings: list[str] = []
@@ -316,7 +317,8 @@ class Session:
         obs["seconds"] = time.perf_counter() - start
         outputs = obs.get("output")
         if outputs is not None:
-            storages = [o.untyped_storage() for o in outputs if isinstance(o, torch.Tensor) and o.numel()]
+            owner = optional(self.backend, "Backend", "output_owner") or (lambda storage: storage)
+            storages = [owner(o.untyped_storage()) for o in outputs if isinstance(o, torch.Tensor) and o.numel()]
             obs["output_reused"] = any(self._returned_before(s) for s in storages)
             obs["output"] = self.worker.exports.export(outputs) if export else cpu_copy(outputs)
             self._remember(outputs, storages)
@@ -328,9 +330,16 @@ class Session:
         return obs
 
     def _returned_before(self, storage: Any) -> bool:
-        """Whether an earlier call returned ``storage``: one held here, or a large one still alive (torch
-        keeps one Python object per live storage, so a weak reference to it dies with the storage)."""
-        return storage._cdata in self._held_ids or any(ref() is storage for ref in self._large)
+        """Whether ``storage`` is, or lies over the memory of, an earlier call's output still alive: one held
+        here, or a large one the candidate kept (torch keeps one Python object per live storage, so a weak
+        reference to it dies with the storage). Memory of a live storage is never handed out again, so
+        an overlap is the same bytes: ``torch.from_dlpack(kept)`` is a new storage over a kept output."""
+        if storage._cdata in self._held_ids:
+            return True
+        start, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        earlier = [*self._held_storages, *(ref() for ref in self._large)]
+        return any(e is storage or (e is not None and e.device == storage.device and e.nbytes()
+                                    and e.data_ptr() < end and start < e.data_ptr() + e.nbytes()) for e in earlier)
 
     def _remember(self, outputs: list[Any], storages: list[Any]) -> None:
         """Hold this call's outputs, so no later output takes their address or id, unless they are large:
@@ -340,4 +349,5 @@ class Session:
             self._large += [weakref.ref(s) for s in storages]
             return
         self._held.append(outputs)
+        self._held_storages += storages
         self._held_ids |= {s._cdata for s in storages}
