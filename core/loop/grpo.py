@@ -22,6 +22,7 @@ from transformers import TrainerCallback
 from core.contracts import optional
 from core.loop.grpo_loss import grpo_trainer_class, replay_pairs, tokenized_replay
 from core.loop.metrics import aggregate, solve_rates, step_metrics
+from core.loop.overlap import timed_trainer_class
 from core.loop.phase_common import (
     FiniteGuard,
     PhaseProgress,
@@ -34,6 +35,7 @@ from core.loop.phase_common import (
 from core.loop.refinement import training_env
 from core.loop.rewards import RewardMix, phase_reward
 from core.loop.shared_verification import SharedVerification
+from core.loop.step_clock import StepClock, breakdown, breakdown_line
 from core.loop.taskstream import TaskStream
 from core.loop.training_config import Phase, TrainingError
 from core.plugins import notify
@@ -50,7 +52,10 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
         raise TrainingError(f"phase {phase.name!r} has no reward terms; give it reward.weights")
     s = training.settings
     coder, backend = training.coder, training.backend
+    clock = StepClock(training.device)
     env = training_env(training, mix)  # coder.turns > 1: multi-turn episodes (TRL's rollout_func)
+    if env is not None:
+        env.clock = clock
 
     def prompt(task):
         return coder.prompt(task, backend)
@@ -59,7 +64,8 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
                         fits=coder.fits, batch=s.tasks_per_step, exclude=exclude)
     shared = SharedVerification(verifier=training.verifier, stream=stream,
                                 to_candidate=lambda t, text: coder.to_candidate(t, text, backend),
-                                mix=mix, num_generations=s.num_generations)
+                                mix=mix, num_generations=s.num_generations, clock=clock,
+                                overlap=s.overlap_verification and env is None)
     grpo_kwargs = dict(
         per_device_train_batch_size=s.tasks_per_step * s.num_generations, num_generations=s.num_generations,
         gradient_accumulation_steps=1, max_completion_length=int(optional(coder, "Coder", "max_new_tokens")),
@@ -70,7 +76,7 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     grpo_kwargs.update(s.grpo_kwargs)
     args = GRPOConfig(**common_args(training, phase), **grpo_kwargs)
     bar = PhaseProgress(training, phase)
-    step_cb = StepCallback(training, phase, env or shared, stream, bar)
+    step_cb = StepCallback(training, phase, env or shared, stream, bar, clock)
     replay = []
     if phase.replay_weight > 0:
         sft_phases = [p.name for p in s.phases if p.kind == "sft" and p.control_for is None]
@@ -81,13 +87,23 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     trainer_class = grpo_trainer_class(phase.negative_advantage_scale, replay, phase.replay_weight,
                                        phase.replay_batch, seed=training.seed,
                                        accepted=shared.last_accepted if phase.self_imitation else None)
+    trainer_class = timed_trainer_class(trainer_class, clock, on_batch=shared.submit if shared.overlap else None)
     trainer = trainer_class(model=coder.hf_model, reward_funcs=(env or shared).reward_functions(), args=args,
                           train_dataset=stream.dataset(), processing_class=coder.hf_tokenizer,
                           callbacks=[FiniteGuard(phase), StateCallback(training, phase, bar), step_cb, bar], rollout_func=env)
     checkpoint = resume_checkpoint(training, phase)
     quiet(trainer)
-    trainer.train(resume_from_checkpoint=checkpoint)
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    finally:
+        shared.close()
     step_cb.flush_round()
+    step_time = breakdown(clock.rows)
+    if step_time:
+        step_time["overlap_verification"] = float(shared.overlap)
+        training.progress.setdefault("step_time", {})[phase.name] = step_time
+        training.console.print(breakdown_line(f"{phase.name} step time", step_time), soft_wrap=True, markup=False,
+                               highlight=False)
     if phase.self_imitation:
         training.console.print(f"{phase.name}: self-imitation replayed {trainer_class.self_imitated()} accepted "
                                f"completions beside {len(replay)} teacher pairs")
@@ -108,17 +124,29 @@ class StepCallback(TrainerCallback):
     """After every GRPO step: metrics, proposer feedback, curriculum update, hooks, the printed curve."""
 
     def __init__(self, training: Any, phase: Phase, shared: SharedVerification, stream: TaskStream,
-                 bar: PhaseProgress | None = None):
+                 bar: PhaseProgress | None = None, clock: StepClock | None = None):
         self.training, self.phase, self.shared, self.stream, self.bar = training, phase, shared, stream, bar
+        self.clock = clock
         self.round_rows: list[dict[str, Any]] = []
         self.round_index = 0
+        # With steps_per_generation > 1 one step scores a whole generation round; each step then reports
+        # (and feeds back to the proposer and curriculum) its own share of it: one step's batch, in order.
+        self._backlog: list[Any] = []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.clock is not None:
+            self.clock.start()
 
     def on_step_end(self, args, state, control, **kwargs):
         t = self.training
-        attempts = self.shared.take()
+        timing = self.clock.step_end() if self.clock is not None else {}
+        self._backlog.extend(self.shared.take())
+        size = max(1, t.settings.tasks_per_step * t.settings.num_generations)
+        attempts, self._backlog = self._backlog[:size], self._backlog[size:]
         step = int(t.progress.get("step_offset", 0)) + state.global_step - 1
         metrics: dict[str, Any] = {"step": step, "phase": self.phase.name}
         metrics.update(step_metrics(attempts, self.shared.mix.terms))
+        metrics.update(timing)
         t.proposer.feedback(solve_rates(attempts))
         decisions = t.curriculum.update(dict(metrics))
         cstate = t.curriculum.state
@@ -134,6 +162,9 @@ class StepCallback(TrainerCallback):
         line = (f"pass {metrics['pass_rate']:.2f} pass@{int(metrics['k'])} {metrics['pass_at_k']:.2f} density "
                 f"{metrics['information_density']:.2f} reward {metrics['reward']:.3f} "
                 f"compile {metrics['compile_rate']:.2f} hacks {metrics['hack_flag_rate']:.2f} {tiers}")
+        if timing:
+            line += (f" | {timing['time/step_s']:.1f}s: gen {timing['time/generate_s']:.1f} verify "
+                     f"{timing['time/verify_s']:.1f} wait {timing['time/wait_s']:.1f} opt {timing['time/optimize_s']:.1f}")
         # every step goes to the log file; the screen shows it only on the phase's progress bar
         log.info("step %d [%s] %s", step, self.phase.name, line)
         if self.bar is not None:

@@ -36,6 +36,7 @@ The same episodes, played greedily with :meth:`RefinementEnv.play`, measure refi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,13 +125,14 @@ class RefinementEnv:
         completion's closing fence, for ``backend``.
     :param render_turn: ``feedback -> text`` appended after a rejected completion.
     :param tasks: ``prompt -> Task`` for prompts not registered through :meth:`register` or :meth:`dataset`.
+    :param clock: a :class:`core.loop.step_clock.StepClock` told each turn's verification (the trainer waits for it).
     """
 
     def __init__(self, *, verifier: Any, tokenizer: Any, mix: RewardMix, turns: int = 2, discount: float = 0.4,
                  feedback_tokens: int = 96, backend: str = "triton",
                  to_candidate: Callable[[Task, str], Candidate] | None = None,
                  render_turn: Callable[[str], str] = render_feedback_turn,
-                 tasks: Callable[[str], Task] | None = None, keep: int = 4096):
+                 tasks: Callable[[str], Task] | None = None, keep: int = 4096, clock: Any = None):
         if turns < 1:
             raise ValueError(f"turns must be >= 1, got {turns}")
         if not 0.0 <= discount <= 1.0:
@@ -138,6 +140,7 @@ class RefinementEnv:
         self.verifier, self.tokenizer, self.mix = verifier, tokenizer, mix
         self.turns, self.discount, self.feedback_tokens = int(turns), float(discount), int(feedback_tokens)
         self.backend, self.render_turn, self.lookup, self.keep = backend, render_turn, tasks, keep
+        self.clock = clock
         self.to_candidate = to_candidate or self._fenced_candidate
         self._by_prompt: dict[str, Task] = {}
         self._episodes: dict[int, Episode] = {}
@@ -286,7 +289,12 @@ class RefinementEnv:
         return len(self.encode(text))
 
     def _verify(self, tasks: list[Task], candidates: list[Candidate]) -> list[Verdict]:
+        t0 = time.perf_counter()
         verdicts, fresh = verify_once(self.verifier, tasks, candidates)  # within a batch only: no cache across steps
+        if self.clock is not None and fresh:  # each turn's verdicts decide the next turn: all of it is waited for
+            seconds = time.perf_counter() - t0
+            for key, amount in (("verify", seconds), ("wait", seconds), ("verdicts", fresh)):
+                self.clock.add(key, amount)
         self.verifications += fresh
         return verdicts
 

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from core.loop.console import print_table
 from core.loop.metrics import sparkline
+from core.loop.step_clock import breakdown_line
 from core.loop.training_config import Phase
 
 
@@ -83,6 +84,7 @@ def run_summary(progress: Mapping[str, Any], eval_tasks: int) -> dict[str, Any]:
         "controls": dict(progress.get("eval_controls", {})),
         "phase_seconds": dict(progress.get("seconds", {})), "phase_steps": dict(progress.get("steps_done", {})),
         "eval_tasks": eval_tasks,
+        "step_time": dict(progress.get("step_time", {})),  # per GRPO phase (core.loop.step_clock.breakdown)
     }
 
 
@@ -99,6 +101,8 @@ def print_results(console: Console, progress: Mapping[str, Any], phases: Sequenc
     print_table(console, "held-out pass rate (greedy first sample, tasks never trained on)",
                 ("stage", "pass rate", "change", "passed", "compile rate", "train time", "steps"), rows,
                 left=("stage",))
+    for name, b in progress.get("step_time", {}).items():
+        console.print(breakdown_line(f"{name} step time", b), soft_wrap=True, markup=False, highlight=False)
 
 
 def read_decisions(path: Path) -> list[dict[str, Any]]:

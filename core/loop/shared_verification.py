@@ -3,11 +3,21 @@
 TRL calls the reward functions one after another on the same batch; each reward term is its own
 function (named after the term, so TRL logs ``rewards/<term>/mean``). :class:`SharedVerification`
 verifies the batch on the first call and lets the others read the same verdicts.
+
+With ``overlap=True`` the completions can be handed over as soon as they are generated
+(:meth:`SharedVerification.submit`, called by :mod:`core.loop.overlap` after each step's share of a
+generation round): one background thread runs the verifier's ``verify_many`` on them (the work itself
+happens in the verifier's pools) while the trainer generates the next share. The reward call then
+only waits for what is still in flight. Which pairs are verified, and so every verdict and reward, is
+the same as without the overlap: a pair already verified or in flight is not verified again, and the
+verdicts are filed, and ``on_verdict`` heard, on the trainer's thread in submission order.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -55,8 +65,8 @@ def verify_once(verifier: Any, tasks: Sequence[Task], candidates: Sequence[Candi
             notify("on_verdict", task=tasks[idx[0]], candidate=candidates[idx[0]], verdict=verdict)
             for i in idx:
                 verdicts[i] = verdict
-        while known is not None and len(known) > keep:
-            known.popitem(last=False)
+    while known is not None and len(known) > keep:  # also when every verdict was known (filed by an overlap)
+        known.popitem(last=False)
     return [v for v in verdicts if v is not None], len(todo)
 
 
@@ -70,9 +80,13 @@ class SharedVerification:
     """
 
     def __init__(self, *, verifier: Any, stream: TaskStream, to_candidate: Callable[[Task, str], Candidate],
-                 mix: RewardMix, num_generations: int, keep: int = 4096):
+                 mix: RewardMix, num_generations: int, keep: int = 4096, clock: Any = None, overlap: bool = False):
+        """``clock``: a :class:`core.loop.step_clock.StepClock` told the verifier's seconds (``verify``), the
+        seconds the trainer waited for verdicts (``wait``) and the fresh verdicts (``verdicts``).
+        ``overlap``: :meth:`submit` starts verifying in the background (else it does nothing)."""
         self.verifier, self.stream, self.to_candidate = verifier, stream, to_candidate
         self.mix, self.num_generations, self.keep = mix, num_generations, keep
+        self.clock = clock
         self._batch_key: tuple | None = None
         self._batch: ScoredBatch | None = None
         self._verdicts: "OrderedDict[tuple[str, str], Verdict]" = OrderedDict()
@@ -80,6 +94,68 @@ class SharedVerification:
         self.pending_tasks: list[Task] = []
         self._groups = 0
         self.verifications = 0
+        self.verified_in_reward_call = 0  # fresh verdicts computed inside TRL's reward call (none when all overlapped)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kz-verify") if overlap else None
+        self._in_flight: list[tuple[list[tuple[str, str]], list[tuple[Task, Candidate]], Future]] = []
+        self._in_flight_keys: set[tuple[str, str]] = set()
+
+    @property
+    def overlap(self) -> bool:
+        return self._pool is not None
+
+    def _tell(self, key: str, amount: float) -> None:
+        if self.clock is not None:
+            self.clock.add(key, amount)
+
+    def _timed_verify_many(self, pairs: list[tuple[Task, Candidate]]) -> list[Verdict]:
+        t0 = time.perf_counter()
+        try:
+            return self.verifier.verify_many(pairs)
+        finally:
+            self._tell("verify", time.perf_counter() - t0)
+
+    def submit(self, task_ids: Sequence[str], completions: Sequence[Any]) -> int:
+        """Start verifying these completions in the background (with ``overlap``); returns how many pairs were
+        sent. Pairs already verified, in flight or declined are not sent; the reward call files the verdicts."""
+        if self._pool is None:
+            return 0
+        fresh: dict[tuple[str, str], tuple[Task, Candidate]] = {}
+        for tid, completion in zip(task_ids, completions, strict=True):
+            task = self.stream.task(tid)
+            cand = self.to_candidate(task, completion_text(completion))
+            key = (task.id, cand.id)
+            if cand.declined or key in self._verdicts or key in self._in_flight_keys or key in fresh:
+                continue
+            fresh[key] = (task, cand)
+        if fresh:
+            pairs = list(fresh.values())
+            self._in_flight.append((list(fresh), pairs, self._pool.submit(self._timed_verify_many, pairs)))
+            self._in_flight_keys.update(fresh)
+        return len(fresh)
+
+    def _collect(self) -> None:
+        """Wait for every verification in flight; file its verdicts, in submission order, on this thread."""
+        if not self._in_flight:
+            return
+        t0 = time.perf_counter()
+        try:
+            results = [(keys, pairs, future.result()) for keys, pairs, future in self._in_flight]
+        finally:
+            self._tell("wait", time.perf_counter() - t0)
+            self._in_flight, self._in_flight_keys = [], set()
+        for keys, pairs, verdicts in results:
+            if len(verdicts) != len(pairs):
+                raise TrainingError(f"the verifier returned {len(verdicts)} verdicts for {len(pairs)} candidates")
+            for key, (task, cand), verdict in zip(keys, pairs, verdicts):
+                self._verdicts[key] = verdict
+                notify("on_verdict", task=task, candidate=cand, verdict=verdict)
+            self.verifications += len(keys)
+            self._tell("verdicts", len(keys))
+
+    def close(self) -> None:
+        """Stop the background thread (after what is in flight)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def score(self, completions: Sequence[Any], task_ids: Sequence[str], log_metric: Callable | None = None) -> ScoredBatch:
         texts = [completion_text(c) for c in completions]
@@ -101,8 +177,16 @@ class SharedVerification:
         return batch
 
     def _verify(self, tasks: list[Task], candidates: list[Candidate]) -> list[Verdict]:
+        self._collect()
+        t0 = time.perf_counter()
         verdicts, fresh = verify_once(self.verifier, tasks, candidates, known=self._verdicts, keep=self.keep)
+        if fresh:  # verified here, on the trainer's thread: all of it was waited for
+            seconds = time.perf_counter() - t0
+            self._tell("verify", seconds)
+            self._tell("wait", seconds)
+            self._tell("verdicts", fresh)
         self.verifications += fresh
+        self.verified_in_reward_call += fresh
         return verdicts
 
     def _record(self, batch: ScoredBatch) -> None:

@@ -112,6 +112,9 @@ class TrainSettings:
     torch_threads: int | None = None  # intra-op threads of the training process (None: torch's default)
     precision: str = "fp32"  # fp32 | bf16 | fp16 | auto (bf16 on a GPU that has it, else fp32); see mixed_precision()
     eval_each_phase: bool = False  # also evaluate the held-out tasks between phases (e.g. after SFT, before GRPO)
+    # Verify each step's share of a generation round while the next is generated (core.loop.overlap); rewards are
+    # the same either way. Overlaps only with GRPOConfig's steps_per_generation > 1 (trainer.grpo_kwargs).
+    overlap_verification: bool = False
     grpo_kwargs: dict[str, Any] = field(default_factory=dict)  # any other GRPOConfig field
     sft_kwargs: dict[str, Any] = field(default_factory=dict)  # any other SFTConfig field
 

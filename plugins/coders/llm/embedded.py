@@ -9,6 +9,12 @@ what lets a tiny model learn it on a CPU. ``"lines"`` merges numbers into lines 
 the usual GPT-2 split. The model is initialised from a small config, and both are saved
 with ``save_pretrained`` under a cache directory keyed by the spec and the corpus, so the second
 build is a load.
+
+``architecture`` swaps the small config for a published model's numbers (a JSON file of
+``plugins/coders/llm/architectures/``, or a path to a ``config.json``): a model of that architecture,
+randomly initialised, whose vocabulary is the embedded tokenizer's (``qwen2.5-coder-1.5b``: 28 layers,
+1536 wide; ~1.3B parameters with a 4096-token vocabulary). No weights are downloaded; such a model is
+saved in bfloat16 (half the disk; loading casts to ``coder.dtype``).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class EmbeddedSpec:
     max_positions: int = 4096
     pretokenizer: str = "lines_numbers"  # lines: merges may span a line | lines_numbers: also numbers apart | words: GPT-2
     seed: int = 0
+    architecture: str | None = None  # a published architecture (architecture_config) instead of the sizes above
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
@@ -59,6 +66,32 @@ class EmbeddedSpec:
             raise ValueError(f"embedded tokenizer: pretokenizer must be one of {PRETOKENIZERS}, got {self.pretokenizer!r}")
         if self.vocab_size < 300:
             raise ValueError(f"embedded tokenizer: vocab_size {self.vocab_size} < 300 cannot hold the 256 bytes")
+
+
+ARCHITECTURES = Path(__file__).resolve().parent / "architectures"
+# What the tokenizer decides, not the architecture file (the embedded tokenizer has its own vocabulary and tokens).
+TOKENIZER_KEYS = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def architecture_path(name: str) -> Path:
+    """The JSON file of architecture ``name``: a file of ``ARCHITECTURES``, a ``config.json`` or a directory holding one."""
+    for path in (ARCHITECTURES / f"{name}.json", Path(name), Path(name) / "config.json"):
+        if path.is_file():
+            return path
+    known = sorted(p.stem for p in ARCHITECTURES.glob("*.json"))
+    raise ValueError(f"embedded model: unknown architecture {name!r}; known: {known}, or a path to a config.json")
+
+
+def architecture_config(name: str, tokenizer):
+    """A transformers config of architecture ``name`` for ``tokenizer`` (its vocabulary and special tokens)."""
+    from transformers import AutoConfig
+
+    numbers = {k: v for k, v in json.loads(architecture_path(name).read_text()).items()
+               if not k.startswith("_") and k not in TOKENIZER_KEYS and k != "architectures"}
+    model_type = numbers.pop("model_type")
+    return AutoConfig.for_model(model_type, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+                                pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+                                **{TOKENIZER_AS_SAVED: True}, **numbers)
 
 
 def default_cache_dir() -> Path:
@@ -108,10 +141,17 @@ def train_tokenizer(corpus: Sequence[str], vocab_size: int, pretokenizer: str = 
 
 
 def build_model(spec: EmbeddedSpec, tokenizer):
-    """A freshly initialised tiny Qwen2 for ``tokenizer``."""
+    """A freshly initialised tiny Qwen2 for ``tokenizer`` (or a model of ``spec.architecture``)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+    if spec.architecture:
+        torch.manual_seed(spec.seed)
+        model = AutoModelForCausalLM.from_config(architecture_config(spec.architecture, tokenizer))
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.generation_config.bos_token_id = None
+        return model
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,
@@ -156,6 +196,10 @@ def build_embedded(corpus: Sequence[str], spec: EmbeddedSpec = EmbeddedSpec(), c
     """
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     recipe = {**asdict(spec), "build_format": BUILD_FORMAT}
+    if spec.architecture:  # the file's numbers, so that an edited file builds anew
+        recipe["architecture"] = json.loads(architecture_path(spec.architecture).read_text())
+    else:
+        del recipe["architecture"]  # the small models' cache keys stay what they were
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode() + corpus_hash(corpus).encode()).hexdigest()[:16]
     target = root / key
     if (target / "kernelzero_embedded.json").exists():
@@ -165,6 +209,10 @@ def build_embedded(corpus: Sequence[str], spec: EmbeddedSpec = EmbeddedSpec(), c
     model = build_model(spec, tokenizer)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
     try:
+        if spec.architecture:
+            import torch
+
+            model.to(torch.bfloat16)  # a hub-sized model: half the disk and the load time
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         meta = {"spec": asdict(spec), "corpus_texts": len(corpus), "corpus_hash": corpus_hash(corpus),

@@ -1,0 +1,102 @@
+"""Verification off the critical path of a GRPO step, and the step's time breakdown.
+
+TRL 1.16 generates a whole *generation round* at once (``steps_per_generation`` optimisation steps'
+worth of completions, all with the same policy; the steps after the first are importance-weighted
+against it), then calls the reward functions on all of it, then optimises step by step. Its async
+reward functions run side by side with each other, but still inside that reward call, after all
+generation. :func:`timed_trainer_class` changes two things:
+
+1. With ``steps_per_generation = S > 1`` a round is generated one optimisation step's batch at a
+   time (S calls of TRL's own ``_generate``, each the size of one step: the batch a run without
+   ``steps_per_generation`` generates), and each batch is handed to ``on_batch``.
+   :meth:`core.loop.shared_verification.SharedVerification.submit` starts verifying it in the
+   verifier's pools at once, so batch ``k`` is verified while batch ``k + 1`` is generated, and the
+   last one while TRL computes the old policy's log-probabilities. TRL's reward call then waits
+   only for what is still in flight; the rewards, advantages and loss are TRL's, on the same
+   completions and verdicts as without the overlap (``trainer.overlap_verification=false``).
+2. It times the step's parts for :class:`core.loop.step_clock.StepClock` (generation, the batch
+   being ready, completion tokens).
+
+What it does not do: verify a round while the *previous* round is optimised (that would need the
+rewards after the first step's update, which TRL computes before it), or overlap multi-turn
+episodes (``coder.turns > 1``: each turn's verdict decides the next turn, inside the rollout).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from core.loop.training_config import TrainingError
+
+OnBatch = Callable[[Sequence[str], Sequence[Any]], Any]  # (task ids, completions) of one generated batch
+
+
+def merge_generations(parts: Sequence[tuple]) -> tuple:
+    """TRL's ``_generate`` outputs of consecutive batches as one output of all their rows, in order.
+
+    ``_generate`` returns ``(prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields,
+    images, tool_images)``: lists with one entry per row (``tool_mask``, ``logprobs``, ``images``: or
+    None), and ``extra_fields`` a dict of such lists (a rollout function's extra columns).
+    """
+    if len(parts) == 1:
+        return parts[0]
+
+    def rows(index: int):
+        values = [p[index] for p in parts]
+        if all(v is None for v in values):
+            return None
+        if any(v is None for v in values):
+            raise TrainingError(f"generation output {index} is missing in some batches of one round")
+        return [row for v in values for row in v]
+
+    extra: dict[str, Any] = {}
+    for key in parts[0][5]:
+        values = [p[5][key] for p in parts]
+        extra[key] = [row for v in values for row in v] if isinstance(values[0], list) else values[-1]
+    return (rows(0), rows(1), rows(2), rows(3), rows(4), extra, rows(6), rows(7) or [])
+
+
+def timed_trainer_class(base: type, clock: Any, on_batch: OnBatch | None = None) -> type:
+    """``base`` (TRL's ``GRPOTrainer`` or a subclass) generating per step's batch, telling ``clock`` the step's
+    parts and handing each generated batch to ``on_batch`` (see the module docstring)."""
+
+    class TimedGRPOTrainer(base):
+        _kz_task_ids: list[Any] | None = None
+
+        def _prepare_inputs(self, generation_batch):
+            inputs = super()._prepare_inputs(generation_batch)
+            if self.model.training:
+                clock.batch_ready()
+            return inputs
+
+        def _generate_and_score_completions(self, inputs):
+            self._kz_task_ids = [row.get("task_id") for row in inputs]
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                self._kz_task_ids = None
+
+        def _generate(self, prompts):
+            training = self.model.training
+            batches = int(self.args.steps_per_generation or 1) if training else 1
+            task_ids = self._kz_task_ids
+            if task_ids is None or len(task_ids) != len(prompts) or len(prompts) % batches:
+                batches, task_ids = 1, task_ids if task_ids is not None and len(task_ids) == len(prompts) else None
+            size = max(1, len(prompts) // batches)
+            parts = []
+            for start in range(0, len(prompts), size):
+                waited = clock.value("wait")  # a multi-turn rollout verifies inside generation: not generation time
+                t0 = time.perf_counter()
+                part = super()._generate(prompts[start:start + size])
+                if training:
+                    clock.add("generate", time.perf_counter() - t0 - (clock.value("wait") - waited))
+                    mask = part[2]  # a rollout's env mask: 0 on feedback tokens the model did not write
+                    clock.add("completion_tokens", sum(map(sum, mask)) if mask is not None else sum(map(len, part[1])))
+                if on_batch is not None and task_ids is not None and training:
+                    on_batch(task_ids[start:start + size], part[3])
+                parts.append(part)
+            return merge_generations(parts)
+
+    return TimedGRPOTrainer
