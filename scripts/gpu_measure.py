@@ -459,6 +459,37 @@ def _refinement(ctx: Context) -> list[Command]:
     ]
 
 
+# experiment=hub_grpo (conf/experiment/hub_grpo.yaml: bf16, gradient checkpointing, verification overlapped with
+# generation, steps_per_generation 4) with a model of Qwen2.5-Coder-1.5B's architecture, randomly initialised (no
+# weights can be downloaded) and paired with the embedded tokenizer: a brief SFT warm start on the expert's verified
+# pairs, so that its completions are kernels for the verifier to judge, then 20 GRPO steps of 8 tasks x 8 samples x
+# up to 512 new tokens. No held-out evaluation (random weights: nothing to compare) and no checkpoints (a 1.3B model
+# with its optimiser state is ~16 GB a save); the phases' models are still saved at their ends.
+_HUB_GRPO = ("experiment=hub_grpo", "coder.model=embedded", "coder.embedded.architecture=qwen2.5-coder-1.5b",
+             "device=cuda", "trainer.eval_tasks=0", "trainer.save_steps=1000", "trainer.report_to=[]",
+             "trainer.phases.distill.tasks=64", "trainer.phases.distill.steps=80", "trainer.phases.distill.batch_size=16",
+             "trainer.phases.distill.learning_rate=1e-4", "trainer.phases.correctness.steps=20",
+             "trainer.tasks_per_step=8", "trainer.num_generations=8", "coder.max_new_tokens=512")
+
+
+def _hub_grpo(ctx: Context) -> list[Command]:
+    root = ctx.work / "hub_grpo"
+    env = (("KERNELZERO_CACHE", str(root / "cache")), *ctx.one_gpu())
+    return [ctx.py("-m", "core.run", *_HUB_GRPO, f"hydra.run.dir={root / 'run'}", env=env)]
+
+
+def hub_grpo_figure(log: str) -> str:
+    """The GRPO phase's step-time line (core/loop/step_clock.py, breakdown_line), shortened."""
+    found = re.findall(r"^correctness step time: (\d+) steps, mean step ([\d.]+) s = .*?; verify ([\d.]+) s a step "
+                       r"\((\d+)% of step time, (\d+)% waited for\); (\d+) tokens/s generating, ([\d.]+) verdicts/s "
+                       r"verifying; (?:peak GPU memory ([\d.]+) GiB)?", log, re.MULTILINE)
+    if not found:
+        return held_out_figure(log)
+    steps, step_s, verify_s, verify_pct, wait_pct, tokens, verdicts, gpu = found[-1]
+    return (f"{steps} steps, {step_s} s/step, verify {verify_s} s/step ({verify_pct}% of step, {wait_pct}% waited), "
+            f"{tokens} tokens/s, {verdicts} verdicts/s" + (f", peak GPU {gpu} GiB" if gpu else ""))
+
+
 # Phase 2 on tasks where the teacher has headroom: fused chains of 2-3 ops (block sizes, num_warps and
 # fusion choices matter there), the larger model of `training`.
 _PHASE2_TASKS = ("proposer=random", "proposer.min_ops=2", "proposer.max_ops=3")
@@ -570,6 +601,13 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "1..3 from verdict feedback, before and after SFT on feedback pairs", _refinement, refinement_figure,
          results=(("refinement/refinement.json", "refinement.json"), ("refinement/refinement.png", "refinement.png")),
          tail=12, chain=True),
+    Step("hub_grpo", 540, "not yet run; estimated 6-9 min (build and load ~1 min, SFT ~1 min, 20 GRPO steps of "
+         "HF generate at 64 x up to 512 tokens ~10-15 s each)",
+         "experiment=hub_grpo with Qwen2.5-Coder-1.5B's architecture at random init: a brief SFT warm start on 64 "
+         "teacher pairs, then 20 GRPO steps of 8 tasks x 8 samples x <= 512 tokens; tokens/s, verdicts/s, the step "
+         "time breakdown and peak GPU memory", _hub_grpo, hub_grpo_figure,
+         results=(("hub_grpo/run/metrics.jsonl", "hub_grpo_metrics.jsonl"), ("hub_grpo/run/result.json", "hub_grpo_result.json")),
+         tail=12),
     Step("phase2", 3 * 3600, "not yet run; estimated 2-3 GPU hours: not for a 600 s device call",
          "phase 2 (performance GRPO) on fused 2-3 op tasks: geomean speedup vs eager of the coder's accepted "
          "kernels before and after phase 2, and of the teacher's, on 64 held-out tasks", _phase2, geomean_figure,

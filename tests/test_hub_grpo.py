@@ -1,0 +1,245 @@
+"""experiment=hub_grpo on a CPU with a tiny model: the step-time breakdown is logged and printed, and
+verification overlapped with generation gives the very rewards of verification inside TRL's reward call.
+
+The preset runs as it is, with a tiny architecture file in place of Qwen2.5-Coder-1.5B's and a handful of
+steps; the verifier is a test double whose verdict depends on the completion's text (half of them pass),
+so that a verdict given to the wrong completion would change the rewards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from train_fakes import StaticVerifier
+
+from core import hookimpl
+from core.contracts import CurriculumState
+from core.loop.rewards import RewardMix
+from core.loop.step_clock import StepClock, breakdown, breakdown_line
+from core.loop.taskstream import TaskStream
+from core.loop.training import SharedVerification
+
+TINY_ARCHITECTURE = {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                     "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 4096,
+                     "rope_theta": 1000000.0, "tie_word_embeddings": True}
+STEPS, STEPS_PER_GENERATION, TASKS, SAMPLES = 4, 2, 2, 4
+TIME_KEYS = ("time/step_s", "time/generate_s", "time/verify_s", "time/wait_s", "time/optimize_s", "time/other_s")
+
+
+def tiny_overrides(tmp: Path) -> list[str]:
+    arch = tmp / "tiny-qwen2.json"
+    arch.write_text(json.dumps(TINY_ARCHITECTURE))
+    return ["experiment=hub_grpo", "coder.model=embedded", f"coder.embedded.architecture={arch}", "device=cpu",
+            "trainer.precision=fp32", "coder.embedded.vocab_size=400", "coder.corpus_tasks=8", "coder.max_new_tokens=16",
+            "coder.include_guide=false", "coder.compact_prompt=true", "trainer.eval_tasks=2", "trainer.report_to=[]",
+            "trainer.torch_threads=1", "trainer.phases.distill.steps=2", "trainer.phases.distill.tasks=3",
+            "trainer.phases.distill.batch_size=2", "trainer.phases.distill.max_length=2048",
+            "trainer.phases.distill.teacher=copy_teacher", f"trainer.phases.correctness.steps={STEPS}",
+            f"trainer.tasks_per_step={TASKS}", f"trainer.num_generations={SAMPLES}",
+            f"trainer.grpo_kwargs.steps_per_generation={STEPS_PER_GENERATION}", "trainer.save_steps=100"]
+
+
+class ParityVerifier(StaticVerifier):
+    """Accepts the model's candidate when its source's digest is even: about half of any model's completions,
+    decided by their text only (the teacher's are judged as StaticVerifier does). Each ``verify_many`` takes
+    ``delay`` seconds, as the verifier's pools do."""
+
+    delay = 0.05
+
+    def verify_many(self, pairs):
+        time.sleep(self.delay)
+        verdicts = super().verify_many(pairs)
+        for (task, cand), v in zip(pairs, verdicts):
+            if cand.coder == "copy_teacher":
+                continue
+            v.accepted = v.correct = hashlib.sha256(cand.source.encode()).digest()[-1] % 2 == 0
+            v.accuracy = 1.0 if v.accepted else 0.0
+            v.status = "accepted" if v.accepted else "rejected"
+        return verdicts
+
+
+class VerdictLog:
+    def __init__(self):
+        self.seen: list[tuple[str, str, bool]] = []
+
+    @hookimpl
+    def on_verdict(self, task, candidate, verdict):
+        self.seen.append((task.id, candidate.source, bool(verdict.accepted)))
+
+
+def run_preset(out: Path, overlap: bool):
+    from fake_training_run import install_fakes
+    from hydra import compose, initialize_config_dir
+    from rich.console import Console
+
+    from core import plugins
+    from core.loop.training import Training
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=[f"out_dir={out}", f"coder.cache_dir={out.parent / 'cache'}",
+                                           *tiny_overrides(out.parent), f"trainer.overlap_verification={overlap}"])
+    log, verifier, screen = VerdictLog(), ParityVerifier(), io.StringIO()
+    old = plugins._pm
+    try:
+        install_fakes(log)
+        summary = Training(cfg, verifier, console=Console(file=screen, width=200)).run()
+    finally:
+        plugins.set_plugin_manager(old)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {"rows": rows, "summary": summary, "verdicts": log.seen, "batches": verifier.batches, "screen": screen.getvalue()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub_grpo")
+    return {overlap: run_preset(root / ("overlap" if overlap else "sync"), overlap) for overlap in (True, False)}
+
+
+def _learning(row):
+    return {k: v for k, v in row.items() if not k.startswith(("time/", "memory/", "throughput/"))}
+
+
+def test_overlapped_verification_gives_the_synchronous_rewards(runs):
+    overlapped, sync = runs[True], runs[False]
+    # the same completions were judged in the same order with the same verdicts...
+    assert overlapped["verdicts"] == sync["verdicts"]
+    accepted = [ok for *_, ok in overlapped["verdicts"]]
+    assert any(accepted) and not all(accepted)  # mixed verdicts: a verdict given to the wrong completion would show
+    # ...so every step's rewards, pass rates and group statistics are equal
+    assert [_learning(r) for r in overlapped["rows"]] == [_learning(r) for r in sync["rows"]]
+    assert len(overlapped["rows"]) == STEPS
+    assert all(r["samples"] == TASKS * SAMPLES for r in overlapped["rows"])  # each step reports its own share
+    # how they were verified differs: each step's share of a round as soon as it was generated, against the
+    # whole round inside TRL's reward call (the held-out evaluations and SFT pairs verify alike in both)
+    rounds = STEPS // STEPS_PER_GENERATION
+    assert len(overlapped["batches"]) == len(sync["batches"]) + STEPS - rounds
+    assert sum(overlapped["batches"]) == sum(sync["batches"])
+
+
+def test_every_step_logs_its_time_breakdown_and_peak_memory(runs):
+    for overlap, run in runs.items():
+        rows = run["rows"]
+        for i, row in enumerate(rows):
+            assert all(row[k] >= 0 for k in TIME_KEYS) and row["memory/peak_rss_gib"] > 0
+            parts = row["time/generate_s"] + row["time/wait_s"] + row["time/optimize_s"] + row["time/other_s"]
+            assert parts == pytest.approx(row["time/step_s"], rel=1e-6)
+            first_of_round = i % STEPS_PER_GENERATION == 0  # a round is generated and verified in its first step
+            assert (row["time/generate_s"] > 0) == first_of_round and (row["time/verify_s"] > 0) == first_of_round
+            assert (row["throughput/completion_tokens"] > 0) == first_of_round
+            assert row["time/optimize_s"] > 0
+        verified = [r["time/verify_s"] for r in rows if r["time/verify_s"] > 0]
+        assert all(v >= ParityVerifier.delay for v in verified)
+        if not overlap:  # inside the reward call, verification is all waited for
+            assert all(r["time/wait_s"] >= r["time/verify_s"] for r in rows)
+        step_time = run["summary"]["step_time"]["correctness"]
+        assert step_time["steps"] == STEPS and step_time["overlap_verification"] == float(overlap)
+        assert step_time["step_s"] == pytest.approx(sum(r["time/step_s"] for r in rows) / STEPS)
+        assert step_time["tokens_per_s"] > 0 and step_time["verdicts_per_s"] > 0
+        assert run["screen"].count("correctness step time: 4 steps, mean step") == 2  # at the phase's end and in the summary
+
+
+def _shared(verifier, overlap, clock):
+    from train_fakes import CatalogProposer
+
+    from plugins.coders.llm.prompts import to_candidate
+
+    class Curriculum:
+        state = CurriculumState(max_tier=1)
+
+    proposer = CatalogProposer(seed=3)
+    stream = TaskStream(proposer, Curriculum(), prompt=lambda t: t.source)
+    tasks = proposer.propose(2)
+    for t in tasks:
+        stream.remember(t)
+    shared = SharedVerification(verifier=verifier, stream=stream, mix=RewardMix({"correctness": 1.0, "format": 0.1}),
+                                num_generations=2, clock=clock, overlap=overlap,
+                                to_candidate=lambda t, text: to_candidate(t, text, "triton"))
+    return shared, tasks
+
+
+def test_a_share_is_verified_while_the_next_is_generated_and_only_the_rest_is_waited_for():
+    from train_fakes import KERNEL
+
+    ParityVerifier.delay = 0.3
+    try:
+        completions = [KERNEL + f"# variant {i}\n```" for i in range(8)]
+        verifier, clock = ParityVerifier(), StepClock()
+        shared, tasks = _shared(verifier, True, clock)
+        task_ids = [tasks[i // 4].id for i in range(8)]
+        assert shared.submit(task_ids[:4], completions[:4]) == 4
+        time.sleep(0.5)  # the trainer generates the next share meanwhile
+        assert shared.submit(task_ids[4:], completions[4:]) == 4
+        assert shared.submit(task_ids[4:], completions[4:]) == 0  # in flight already: not sent twice
+        overlapped = shared.score(completions, task_ids)
+        sync_verifier = ParityVerifier()
+        sync, _ = _shared(sync_verifier, False, StepClock())
+        assert sync.submit(task_ids, completions) == 0  # without the overlap, submit does nothing
+        expected = sync.score(completions, task_ids)
+    finally:
+        ParityVerifier.delay = 0.05
+    assert overlapped.totals == expected.totals and overlapped.per_term == expected.per_term
+    assert [v.accepted for v in overlapped.verdicts] == [v.accepted for v in expected.verdicts]
+    assert verifier.batches == [4, 4] and sync_verifier.batches == [8]
+    assert shared.verified_in_reward_call == 0 and shared.verifications == 8
+    verify, wait = clock.value("verify"), clock.value("wait")
+    # the first share's 0.3 s were hidden behind the "generation" of the next; the second share's were waited for
+    assert verify >= 0.6 and 0.25 <= wait <= verify - 0.25
+    shared.close()
+
+
+def test_the_qwen_coder_architecture_has_its_published_size():
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from plugins.coders.llm.embedded import architecture_config, train_tokenizer
+
+    tokenizer = train_tokenizer(["import torch\n", "def f(x):\n    return x\n"], 300)
+    config = architecture_config("qwen2.5-coder-1.5b", tokenizer)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    embedding = model.get_input_embeddings().weight.numel()
+    non_embedding = sum(p.numel() for p in model.parameters()) - embedding
+    # the model card: 1.54B parameters, 1.31B of them non-embedding (vocabulary 151,936 tied to the output)
+    assert round(non_embedding / 1e9, 2) == 1.31
+    assert round((non_embedding + 151_936 * config.hidden_size) / 1e9, 2) == 1.54
+    assert model.config.tie_word_embeddings and config.vocab_size == len(tokenizer)
+    assert config.eos_token_id == tokenizer.eos_token_id and config.rope_parameters["rope_theta"] == 1e6
+
+
+def _gpu_measure():
+    spec = importlib.util.spec_from_file_location("gpu_measure", ROOT / "scripts" / "gpu_measure.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_measure"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["gpu_measure"]
+    return module
+
+
+def test_the_gpu_step_runs_the_preset_at_the_issues_size_and_reads_its_breakdown(runs):
+    gm = _gpu_measure()
+    step = gm.STEPS["hub_grpo"]
+    assert step.limit_s < 560
+    (command,) = step.commands(gm.Context("python3", Path("/w"), 1, Path(".kb"), "", listing=True))
+    argv = command.argv
+    for override in ("experiment=hub_grpo", "coder.embedded.architecture=qwen2.5-coder-1.5b", "device=cuda",
+                     "trainer.phases.correctness.steps=20", "trainer.tasks_per_step=8", "trainer.num_generations=8",
+                     "coder.max_new_tokens=512"):
+        assert override in argv, override
+    assert any(a.startswith("coder.model=embedded") for a in argv)
+    line = breakdown_line("correctness step time", breakdown(runs[True]["rows"]))
+    figure = step.figure(f"noise\n{line}\nmore noise\n")
+    assert "tokens/s" in figure and "verdicts/s" in figure and "verify" in figure
