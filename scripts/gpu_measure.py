@@ -41,7 +41,7 @@ SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
 CALL_S = 600  # one device call
 # Subsets whose limits, install's included, fit one device call; together they cover every 1-GPU step.
 ONE_CALL = ("suites timing", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement",
-            "oneshot", "kbeval", "training_sft")
+            "oneshot", "kbeval", "training_sft", "hub_grpo")
 MIN_STEP_S = 15  # with --call-s, a step is skipped rather than started with less than this left
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
 PYTEST = ("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--durations=25")
@@ -467,7 +467,7 @@ def _refinement(ctx: Context) -> list[Command]:
 # with its optimiser state is ~16 GB a save); the phases' models are still saved at their ends.
 _HUB_GRPO = ("experiment=hub_grpo", "coder.model=embedded", "coder.embedded.architecture=qwen2.5-coder-1.5b",
              "device=cuda", "trainer.eval_tasks=0", "trainer.save_steps=1000", "trainer.report_to=[]",
-             "trainer.phases.distill.tasks=64", "trainer.phases.distill.steps=80", "trainer.phases.distill.batch_size=16",
+             "trainer.phases.distill.tasks=64", "trainer.phases.distill.steps=60", "trainer.phases.distill.batch_size=16",
              "trainer.phases.distill.learning_rate=1e-4", "trainer.phases.correctness.steps=20",
              "trainer.tasks_per_step=8", "trainer.num_generations=8", "coder.max_new_tokens=512")
 
@@ -601,8 +601,8 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "1..3 from verdict feedback, before and after SFT on feedback pairs", _refinement, refinement_figure,
          results=(("refinement/refinement.json", "refinement.json"), ("refinement/refinement.png", "refinement.png")),
          tail=12, chain=True),
-    Step("hub_grpo", 540, "not yet run; estimated 6-9 min (build and load ~1 min, SFT ~1 min, 20 GRPO steps of "
-         "HF generate at 64 x up to 512 tokens ~10-15 s each)",
+    Step("hub_grpo", 480, "not yet run; estimated 5-8 min (build and load ~1 min, SFT ~1 min, 20 GRPO steps of "
+         "HF generate at 64 x up to 512 tokens ~10-15 s each); per-step lines are in its log if the limit cuts it",
          "experiment=hub_grpo with Qwen2.5-Coder-1.5B's architecture at random init: a brief SFT warm start on 64 "
          "teacher pairs, then 20 GRPO steps of 8 tasks x 8 samples x <= 512 tokens; tokens/s, verdicts/s, the step "
          "time breakdown and peak GPU memory", _hub_grpo, hub_grpo_figure,

@@ -243,3 +243,17 @@ def test_the_gpu_step_runs_the_preset_at_the_issues_size_and_reads_its_breakdown
     line = breakdown_line("correctness step time", breakdown(runs[True]["rows"]))
     figure = step.figure(f"noise\n{line}\nmore noise\n")
     assert "tokens/s" in figure and "verdicts/s" in figure and "verify" in figure
+
+
+def test_the_preset_stops_at_once_without_a_model_named():
+    from hydra import compose, initialize_config_dir
+
+    from core.config import build
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=["experiment=hub_grpo"])
+    assert cfg.trainer.overlap_verification and cfg.trainer.grpo_kwargs.steps_per_generation > 1
+    assert cfg.trainer.precision == "bf16" and cfg.trainer.grpo_kwargs.gradient_checkpointing
+    assert cfg.trainer.grpo_kwargs.use_vllm is False  # vLLM's options are there, switched off (not run here)
+    with pytest.raises(ValueError, match="coder.model is not set"):
+        build("coder", cfg.coder).load()

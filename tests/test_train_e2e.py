@@ -52,22 +52,37 @@ def test_core_run_trains_a_tiny_model_through_the_full_stack(tmp_path):
     assert "FutureWarning" in (out / "run.log").read_text()
 
 
+def _gpu_measure_overrides(name: str) -> tuple[str, ...]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_measure", ROOT / "scripts" / "gpu_measure.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_measure"] = module  # dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["gpu_measure"]
+    return getattr(module, name)
+
+
 def test_the_hub_preset_runs_through_the_full_stack_with_its_step_time_breakdown(tmp_path):
-    # experiment=hub_grpo as the GPU measurement runs it (scripts/gpu_measure.py hub_grpo), with a tiny
-    # architecture in place of Qwen2.5-Coder-1.5B's: the sandboxed verifier's pools judge each step's share of a
-    # generation round from the overlap's thread, and the run logs and prints where each step's time went.
+    # The GPU measurement's command (scripts/gpu_measure.py hub_grpo: experiment=hub_grpo, Qwen2.5-Coder-1.5B's
+    # architecture) with tiny overrides after it (the last value of a key wins): the sandboxed verifier's pools judge
+    # each step's share of a generation round from the overlap's thread, and the run logs and prints where each
+    # step's time went.
     arch = tmp_path / "tiny-qwen2.json"
     arch.write_text(json.dumps({"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64,
                                 "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
                                 "max_position_embeddings": 4096, "tie_word_embeddings": True}))
     out = tmp_path / "run"
     env = {**os.environ, "KERNELZERO_CACHE": str(tmp_path / "cache"), "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, "-m", "core.run", "experiment=hub_grpo", "coder.model=embedded",
+    cmd = [sys.executable, "-m", "core.run", *_gpu_measure_overrides("_HUB_GRPO"),
            f"coder.embedded.architecture={arch}", "device=cpu", "trainer.precision=fp32", "trainer.torch_threads=1",
            "coder.embedded.vocab_size=512", "coder.corpus_tasks=8", "coder.max_new_tokens=24",
-           "coder.include_guide=false", "coder.compact_prompt=true", "trainer.eval_tasks=2", "trainer.report_to=[]",
+           "coder.include_guide=false", "coder.compact_prompt=true",
            "trainer.phases.distill.steps=2", "trainer.phases.distill.tasks=3", "trainer.phases.distill.batch_size=2",
-           "trainer.phases.distill.max_length=2048", "trainer.phases.correctness.steps=4", "trainer.tasks_per_step=2",
+           "trainer.phases.distill.max_length=2048", "trainer.phases.distill.learning_rate=1e-3",
+           "trainer.phases.correctness.steps=4", "trainer.tasks_per_step=2",
            "trainer.num_generations=2", "trainer.grpo_kwargs.steps_per_generation=2", f"hydra.run.dir={out}"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -36,7 +36,7 @@ def _resolve_device(device: str) -> str:
 class LLMCoder:
     """A causal LM coder. Every field is a config key of ``conf/coder/llm.yaml``."""
 
-    model: str = "embedded"
+    model: str | None = "embedded"
     tokenizer: str | None = None  # defaults to ``model``
     embedded: dict[str, Any] = field(default_factory=dict)  # EmbeddedSpec fields
     corpus_tasks: int = 200  # tasks (and teacher kernels) the embedded tokenizer is trained on
@@ -66,6 +66,9 @@ class LLMCoder:
 
     def model_path(self, corpus: Sequence[str] | None = None) -> str:
         """The directory or hub name weights load from; builds the embedded model when asked."""
+        if not self.model:  # experiment=hub_grpo leaves it to the command line
+            raise ValueError("coder.model is not set: give a hub name or a local directory, e.g. "
+                             "coder.model=Qwen/Qwen2.5-Coder-1.5B (or coder.model=embedded)")
         if self.model != "embedded":
             return self.model
         from plugins.coders.llm.corpus import corpus_from_plugins
