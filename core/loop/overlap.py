@@ -81,9 +81,11 @@ def timed_trainer_class(base: type, clock: Any, on_batch: OnBatch | None = None)
         def _generate(self, prompts):
             training = self.model.training
             batches = int(self.args.steps_per_generation or 1) if training else 1
+            if len(prompts) % batches:
+                batches = 1
             task_ids = self._kz_task_ids
-            if task_ids is None or len(task_ids) != len(prompts) or len(prompts) % batches:
-                batches, task_ids = 1, task_ids if task_ids is not None and len(task_ids) == len(prompts) else None
+            if task_ids is None or len(task_ids) != len(prompts) or None in task_ids:
+                task_ids = None  # nothing to hand over; the reward call says what is missing
             size = max(1, len(prompts) // batches)
             parts = []
             for start in range(0, len(prompts), size):
