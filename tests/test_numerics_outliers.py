@@ -151,3 +151,77 @@ def test_honest_exp_and_softplus_pass_the_domain_sweep():
     verdict = _verify("honest_num_exp_softplus")
     assert verdict.accepted, verdict.reason
     assert "domain sweep" in verdict.checks["stability"].detail
+
+
+def _switching_band(n: int, band: int, seed: int):
+    """Inputs of ``clamp(3x - 3y, 0, 1)`` at x1e8 (KernelBench's conv+clamp at a x1.45e8 probe): ``x - y`` is
+    large at every element but ``band`` of them, where it is within the rounding of the 1e8 products
+    (~8-16), so whether the output is 0 or 1 there depends on how the arithmetic rounds."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.rand(n, generator=g) + 1.0) * 1e8
+    gap = (torch.rand(n, generator=g) * 2 - 1).sign() * (200 + torch.rand(n, generator=g) * 1e3)
+    where = torch.randperm(n, generator=g)[:band]
+    gap[where] = (torch.rand(band, generator=g) * 2 - 1) * 24
+    return x, (x.double() + gap.double()).float()
+
+
+def _reference(inputs):
+    x, y = inputs
+    return [torch.clamp(x * 3.0 - y * 3.0, 0.0, 1.0)]
+
+
+def _honest_band(seed: int, band: int = 300):
+    """The reference, an honest kernel's output (3(x - y): the exact difference, one rounding) and the
+    reference's reruns on inputs moved by an ulp."""
+    inputs = _switching_band(1 << 20, band, seed)
+    (e,) = _reference(inputs)
+    return e, torch.clamp(3.0 * (inputs[0] - inputs[1]), 0.0, 1.0), jittered_reruns(_reference, list(inputs), [e])
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_jumps_in_a_switching_band_like_the_references_own_pass(seed):
+    # the honest kernel jumps 0 <-> 1 at elements of the band where the reference's 3x - 3y rounds the other
+    # way; they miss every plain bound, and the reference's own reruns jump at others of the band
+    e, got, reruns = _honest_band(seed)
+    if int(((got - e).abs() > 0.5).sum()):
+        assert not compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL).ok
+    cmp = compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=reruns)
+    assert cmp.ok, cmp.detail
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_jumps_the_reruns_do_not_repeat_element_by_element_pass_as_a_band(seed):
+    # these seeds' jumps include elements where neither rerun jumped: the per-element spread alone rejected
+    # them (as 34 of 5.4e8 elements of an honest conv+clamp kernel were on the H200 at x1.45e8)
+    from unittest import mock
+
+    import core.verification.outliers as outliers
+
+    e, got, reruns = _honest_band(seed)
+    with mock.patch.object(outliers, "FLIP_COUNT_FACTOR", 0):
+        assert not compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=reruns).ok
+    cmp = compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=reruns)
+    assert cmp.ok and "switching band" in cmp.detail, cmp.detail
+
+
+@pytest.mark.parametrize("wrong", ["outside_the_band_many", "larger_than_a_jump", "a_row", "no_band"])
+def test_jumps_unlike_the_references_own_are_rejected(wrong):
+    n, band = 1 << 20, 60
+    inputs = _switching_band(n, 0 if wrong == "no_band" else band, seed=7)
+    (e,) = _reference(inputs)
+    reruns = jittered_reruns(_reference, list(inputs), [e])
+    got = torch.clamp(3.0 * (inputs[0] - inputs[1]), 0.0, 1.0)
+    idx = torch.randperm(n, generator=torch.Generator().manual_seed(3))
+    if wrong == "outside_the_band_many":  # far more jumps than the reference makes itself
+        got[idx[:40]] = 1.0 - got[idx[:40]]
+    elif wrong == "larger_than_a_jump":  # a handful off by 5 steps
+        got[idx[:3]] += 5.0
+    elif wrong == "a_row":  # jumps along one row of the 1024 x 1024 output, among the band's own
+        got.view(1024, 1024)[5, ::64] = 1.0 - got.view(1024, 1024)[5, ::64]
+    else:  # a well-conditioned output: the reference never jumps, so no jump of the candidate's is excused
+        got[idx[:3]] = 1.0 - got[idx[:3]]
+    square = [[r.view(1024, 1024) for r in run] for run in reruns]
+    cmp = compare_outputs([e.view(1024, 1024)], [got.view(1024, 1024)], scale_aware=True, tolerances=PROBE_TOL,
+                          rerun=square)
+    assert not cmp.ok, cmp.detail

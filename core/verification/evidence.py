@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 # callers import the digests from here too (core.evidence's star import among them)
 from core.verification.digests import device_fingerprint, element_bytes, input_digests  # noqa: F401
-from core.verification.outliers import JITTER_RUNS, forgive_outliers, jittered, reference_spread
+from core.verification.outliers import JITTER_RUNS, forgive_outliers, jittered, reference_flips, reference_spread
 
 # CPython 3.11 keeps the AST converter's recursion depth in interpreter-wide state, so two threads
 # parsing at once can fail with "SystemError: AST constructor recursion depth mismatch"
@@ -327,7 +327,7 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     truths: list[Any] | None = None
     noises: list[float | None] | None = None
     reruns: list[list[Any]] | None = None
-    outliers, positions = 0, []
+    outliers, positions, bands = 0, [], []
 
     def truth_of(i: int) -> Any:
         """Output ``i``'s float64 truth (None: unknown), every output's fetched once, on first need."""
@@ -425,13 +425,16 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
             if vs_truth is not None and vs_truth.ok:
                 by_truth += 1
                 continue
-            spread = reference_spread(e, t, reruns_of(i) if rerun is not None else [], finite)
+            others = reruns_of(i) if rerun is not None else []
+            spread = reference_spread(e, t, others, finite)
             forgiven = None
             if spread is not None:
-                forgiven = forgive_outliers(diff, bad, spread, finite, noise_factor, tuple(e.shape))
+                flips = reference_flips(e, t, others, finite, atol, rtol)
+                forgiven = forgive_outliers(diff, bad, spread, finite, noise_factor, tuple(e.shape), flips)
                 if forgiven.ok:
                     outliers += forgiven.outliers
                     positions += forgiven.outlier_positions
+                    bands += [forgiven.band] if forgiven.band else []
                     continue
             n = int(bad.sum())
             what = ("magnitude (at least the median magnitude" if scale_aware == "median"
@@ -453,8 +456,9 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
         detail += (f"; {by_truth} output(s) as accurate as the fp32 reference against a float64 reference "
                    f"(within {noise_factor:g}x its error)")
     if outliers:
-        detail += (f"; {outliers} isolated rounding outlier(s) forgiven, each within {noise_factor:g}x the "
-                   f"reference's own spread there, at {positions[:8]}")
+        why = (f"as jumps like the reference's own ({bands[0]})" if bands else
+               f"each within {noise_factor:g}x the reference's own spread there")
+        detail += f"; {outliers} isolated rounding outlier(s) forgiven, {why}, at {positions[:8]}"
     return Comparison(True, detail, worst_abs, worst_rel, by_truth=by_truth, noise_ratio=noise_ratio, judged=judged,
                       outliers=outliers, outlier_positions=positions[:32])
 

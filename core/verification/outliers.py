@@ -7,6 +7,7 @@ outliers, never as a structured region (:func:`structured_outliers`)."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,24 @@ OUTLIER_FRACTION = 1e-6
 # intermediates is its scale, not its own 1e-9 magnitude).
 SPREAD_QUANTILE = 0.9
 JITTER_RUNS = 2  # reruns of the reference on inputs moved by an ulp
+# Flips the reference makes itself: where an output saturates or switches on an intermediate far larger than
+# itself (clamp(conv(x)) at x1e8 inputs: a sum of terms of 1e16 whose rounding of ~8 decides 0 or 1), the
+# elements in the switching band jump by the whole step on any rounding change, and which of them jump
+# differs from one rounding to the next. The reference rerun on inputs moved by an ulp shows the band (its
+# own jumps) without landing on the candidate's jumps. Those are forgiven when they are no more than
+# FLIP_COUNT_FACTOR x the reference's own, scattered, within the overall outlier limit, and each at most
+# FLIP_SIZE_FACTOR x the reference's largest own jump.
+FLIP_COUNT_FACTOR = 4
+FLIP_SIZE_FACTOR = 2.0
+
+
+@dataclass
+class Flips:
+    """Elements where the reference, rerun on inputs moved by an ulp (or against the float64 truth), misses
+    the plain bound of its own output: how many, and by how much at most."""
+
+    count: int = 0
+    largest: float = 0.0
 
 
 @dataclass
@@ -35,6 +54,7 @@ class Forgiven:
     detail: str
     outliers: int = 0  # elements beyond the spread quantile (see OUTLIER_COUNT)
     outlier_positions: list = field(default_factory=list)  # the first few, as indices into the output
+    band: str = ""  # how the reference's own jumps excused them (a switching band), else ""
 
 
 def jittered(inputs: list[Any], seed: int = 0) -> list[Any]:
@@ -82,12 +102,34 @@ def reference_spread(e: Any, truth: Any, reruns: list[Any], finite: Any) -> Any 
     return spread
 
 
+def reference_flips(e: Any, truth: Any, reruns: list[Any], finite: Any, atol: Any, rtol: float) -> Flips:
+    """The reference's own misses of the plain bound ``atol + rtol |e|`` of its output ``e``: rerun on inputs
+    moved by an ulp, or against the float64 truth (see :data:`FLIP_COUNT_FACTOR`)."""
+    import torch
+
+    work = torch.float32 if e.element_size() <= 4 else torch.float64
+    ew = e.detach().to(work)
+    bound = atol + rtol * ew.abs()
+    missed, largest = None, 0.0
+    others = list(reruns) + ([truth] if isinstance(truth, torch.Tensor) else [])
+    for other in others:
+        if not isinstance(other, torch.Tensor) or other.shape != e.shape:
+            continue
+        d = (ew - other.detach().to(device=e.device, dtype=work)).abs()
+        over = (d > bound) & torch.isfinite(d) & finite
+        if bool(over.any()):
+            largest = max(largest, float(d[over].max()))
+            missed = over if missed is None else missed | over
+    return Flips(int(missed.sum()) if missed is not None else 0, largest)
+
+
 def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor: float,
-                     shape: tuple[int, ...]) -> Forgiven:
+                     shape: tuple[int, ...], flips: Flips | None = None) -> Forgiven:
     """Whether the elements in ``bad`` (missing the plain bound by ``diff``) are within what the
     reference's own ``spread`` justifies: the output's spread quantile (:data:`SPREAD_QUANTILE`, the
     near-zero rule), or, for at most max(:data:`OUTLIER_COUNT`, :data:`OUTLIER_FRACTION` x n)
-    scattered elements, the spread at the element itself."""
+    scattered elements, the spread at the element itself, or the reference's own ``flips`` (at most
+    :data:`FLIP_COUNT_FACTOR` x as many, each at most :data:`FLIP_SIZE_FACTOR` x its largest)."""
     from core.verification.worker.rounding import _quantile
 
     n = int(finite.sum())
@@ -103,7 +145,12 @@ def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor
     flat = still.reshape(-1).nonzero().reshape(-1)
     beyond = diff.reshape(-1)[flat] > noise_factor * spread.reshape(-1)[flat]
     where = [_index(int(k), shape) for k in flat[:32].tolist()]
-    if bool(beyond.any()):
+    # jumps like the reference's own in a switching band: judged as a whole (few and scattered), not one by one
+    like_flips = bool(flips is not None and flips.count and m <= FLIP_COUNT_FACTOR * flips.count
+                      and float(diff.reshape(-1)[flat].max()) <= FLIP_SIZE_FACTOR * flips.largest)
+    flipped = (f"; the reference itself jumps by up to {flips.largest:.3g} at {flips.count} element(s) on inputs "
+               "moved by an ulp (a switching band)") if like_flips and flips is not None else ""
+    if bool(beyond.any()) and not like_flips:
         k = int(flat[beyond.nonzero()[0, 0]])
         return Forgiven(False, f"{int(beyond.sum())} of {m} outlier(s) are beyond {noise_factor:g}x the reference's "
                         f"own rounding spread at that element (first at {_index(k, shape)}: err "
@@ -113,7 +160,8 @@ def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor
     if pattern:
         return Forgiven(False, f"{m} outlier(s) form a pattern ({pattern}), not isolated rounding: {where[:8]}",
                         outliers=m, outlier_positions=where)
-    return Forgiven(True, f"{m} isolated rounding outlier(s) at {where[:8]}", outliers=m, outlier_positions=where)
+    return Forgiven(True, f"{m} isolated rounding outlier(s) at {where[:8]}{flipped}", outliers=m,
+                    outlier_positions=where, band=flipped.removeprefix("; "))
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> list[int]:
@@ -134,7 +182,8 @@ PATTERN_STRIDE = 32
 def structured_outliers(flat: list[int], shape: tuple[int, ...]) -> str:
     """A name for the pattern the outliers (flat indices, ascending) form, "" when they look like
     scattered rounding: three or more in a contiguous run, four or more on one index of a
-    dimension of at least :data:`PATTERN_DIM` (a row, a channel, a column), or four or more whose gaps
+    dimension of at least :data:`PATTERN_DIM` (a row, a channel, a column), all of them or far more
+    than scattered outliers would put on one index, or four or more whose gaps
     share a stride of at least :data:`PATTERN_STRIDE` (every 4096th element, a tile's last lane)."""
     run = 1
     for a, b in zip(flat, flat[1:]):
@@ -147,6 +196,12 @@ def structured_outliers(flat: list[int], shape: tuple[int, ...]) -> str:
     for d, size in enumerate(shape):
         if size >= PATTERN_DIM and len({c[d] for c in coords}) == 1:
             return f"all at index {coords[0][d]} of dimension {d}"
+        if size >= PATTERN_DIM:  # one index far more crowded than scattered outliers would make it (a wrong
+            # row among a few honest outliers elsewhere): beyond a Poisson tail of the mean count per index
+            index, crowd = Counter(c[d] for c in coords).most_common(1)[0]
+            mean = len(flat) / size
+            if crowd >= PATTERN_MIN and crowd > mean + 6 * math.sqrt(mean) + 3:
+                return f"{crowd} of {len(flat)} at index {index} of dimension {d}"
     g = 0
     for a, b in zip(flat, flat[1:]):
         g = math.gcd(g, b - a)
