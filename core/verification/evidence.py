@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 # callers import the digests from here too (core.evidence's star import among them)
 from core.verification.digests import device_fingerprint, element_bytes, input_digests  # noqa: F401
-from core.verification.outliers import JITTER_RUNS, forgive_outliers, jittered, reference_flips, reference_spread
+from core.verification.outliers import JITTER_RUNS, forgive_outliers, jittered, reference_spread
 
 # CPython 3.11 keeps the AST converter's recursion depth in interpreter-wide state, so two threads
 # parsing at once can fail with "SystemError: AST constructor recursion depth mismatch"
@@ -426,10 +426,9 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
                 by_truth += 1
                 continue
             others = reruns_of(i) if rerun is not None else []
-            spread = reference_spread(e, t, others, finite)
+            spread, flips = reference_spread(e, t, others, finite, atol, rtol)
             forgiven = None
             if spread is not None:
-                flips = reference_flips(e, t, others, finite, atol, rtol)
                 forgiven = forgive_outliers(diff, bad, spread, finite, noise_factor, tuple(e.shape), flips)
                 if forgiven.ok:
                     outliers += forgiven.outliers

@@ -81,15 +81,18 @@ def jittered(inputs: list[Any], seed: int = 0) -> list[Any]:
     return out
 
 
-def reference_spread(e: Any, truth: Any, reruns: list[Any], finite: Any) -> Any | None:
+def reference_spread(e: Any, truth: Any, reruns: list[Any], finite: Any, atol: Any = None,
+                     rtol: float = 0.0) -> tuple[Any | None, Flips]:
     """Element by element, how far the reference's own rounding moves it: the largest of its distance
-    from the float64 truth and from each jittered rerun (zeros where not finite); None when neither is
-    known."""
+    from the float64 truth and from each jittered rerun (zeros where not finite; None when neither is
+    known); and, with ``atol``, its :class:`Flips`: where those distances miss the plain bound
+    ``atol + rtol |e|`` of its own output (see :data:`FLIP_COUNT_FACTOR`)."""
     import torch
 
     work = torch.float32 if e.element_size() <= 4 else torch.float64
     ew = e.detach().to(work)
-    spread = None
+    spread, missed, largest = None, None, 0.0
+    bound = atol + rtol * ew.abs() if atol is not None else None
     others = list(reruns)
     if isinstance(truth, torch.Tensor) and truth.shape == e.shape:
         others.append(truth.to(e.device))
@@ -98,29 +101,13 @@ def reference_spread(e: Any, truth: Any, reruns: list[Any], finite: Any) -> Any 
             continue
         d = (ew - other.detach().to(device=e.device, dtype=work)).abs()
         d = torch.where(torch.isfinite(d) & finite, d, torch.zeros((), dtype=work, device=d.device))
+        if bound is not None:
+            over = d > bound
+            if bool(over.any()):
+                largest = max(largest, float(d[over].max()))
+                missed = over if missed is None else missed | over
         spread = d if spread is None else torch.maximum(spread, d)
-    return spread
-
-
-def reference_flips(e: Any, truth: Any, reruns: list[Any], finite: Any, atol: Any, rtol: float) -> Flips:
-    """The reference's own misses of the plain bound ``atol + rtol |e|`` of its output ``e``: rerun on inputs
-    moved by an ulp, or against the float64 truth (see :data:`FLIP_COUNT_FACTOR`)."""
-    import torch
-
-    work = torch.float32 if e.element_size() <= 4 else torch.float64
-    ew = e.detach().to(work)
-    bound = atol + rtol * ew.abs()
-    missed, largest = None, 0.0
-    others = list(reruns) + ([truth] if isinstance(truth, torch.Tensor) else [])
-    for other in others:
-        if not isinstance(other, torch.Tensor) or other.shape != e.shape:
-            continue
-        d = (ew - other.detach().to(device=e.device, dtype=work)).abs()
-        over = (d > bound) & torch.isfinite(d) & finite
-        if bool(over.any()):
-            largest = max(largest, float(d[over].max()))
-            missed = over if missed is None else missed | over
-    return Flips(int(missed.sum()) if missed is not None else 0, largest)
+    return spread, Flips(int(missed.sum()) if missed is not None else 0, largest)
 
 
 def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor: float,
