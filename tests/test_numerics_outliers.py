@@ -225,3 +225,54 @@ def test_jumps_unlike_the_references_own_are_rejected(wrong):
     cmp = compare_outputs([e.view(1024, 1024)], [got.view(1024, 1024)], scale_aware=True, tolerances=PROBE_TOL,
                           rerun=square)
     assert not cmp.ok, cmp.detail
+
+
+def _cancelled_intermediate(inputs):
+    """``layer_norm(x @ w + 1)`` at x6e-8 (KernelBench's ConvTranspose3d + sum + LayerNorm at a x6e-8 probe):
+    ``x @ w + 1`` rounds to 1 plus a few ulps, so the output is the rounding of that sum, normalised."""
+    x, w = inputs
+    return [torch.nn.functional.layer_norm(x @ w + 1.0, (w.shape[1],))]
+
+
+def test_an_output_made_of_a_cancelled_intermediates_rounding_is_judged_on_that_rounding():
+    # an honest fused kernel rounds x @ w + 1 elsewhere: every element differs by ~100% of its magnitude.
+    # Moving the inputs by an ulp does not move that rounding (x @ w is 1e-7 of the 1); moving every rounded
+    # intermediate by an ulp does, and measures the spread the output really has
+    from contextlib import nullcontext
+    from unittest import mock
+
+    import core.verification.evidence as evidence
+
+    g = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(4096, 64, generator=g) * 6e-8, torch.randn(64, 64, generator=g)]
+    (e,) = _cancelled_intermediate(inputs)
+    h = inputs[0] @ inputs[1] + 1.0
+    centred = h - h.mean(-1, keepdim=True)
+    got = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-5)  # two-pass, as a kernel might
+    assert not compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL).ok
+    with mock.patch.object(evidence, "rounding_jitter", lambda seed: nullcontext()):
+        inputs_only = jittered_reruns(_cancelled_intermediate, inputs, [e])
+    assert not compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=inputs_only).ok
+    reruns = jittered_reruns(_cancelled_intermediate, inputs, [e])
+    cmp = compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=reruns)
+    assert cmp.ok, cmp.detail
+    wrong = e.clone()
+    wrong[:64] *= 4.0  # a wrong block of rows is still beyond that spread
+    assert not compare_outputs([e], [wrong], scale_aware=True, tolerances=PROBE_TOL, rerun=reruns).ok
+
+
+def test_rounding_jitter_moves_rounded_results_by_an_ulp_and_nothing_exact():
+    from core.verification.outliers import rounding_jitter
+
+    x = torch.randn(1000, dtype=torch.float32, generator=torch.Generator().manual_seed(1))
+    kept = x.clone()
+    with rounding_jitter(seed=3):
+        summed, copied, relu, view = x + 0.5, x.clone(), torch.relu(x), x.view(10, 100)
+    assert torch.equal(x, kept) and torch.equal(copied, x) and torch.equal(relu, torch.relu(x))
+    assert view.data_ptr() == x.data_ptr() and torch.equal(view.reshape(-1), x)
+    moved = (summed - (x + 0.5)).abs()
+    ulp = torch.finfo(torch.float32).eps * (x + 0.5).abs()
+    assert bool((moved <= 2 * ulp + 1e-30).all()) and float((moved > 0).float().mean()) > 0.5
+    with rounding_jitter(seed=3):
+        again = x + 0.5
+    assert torch.equal(again, summed)  # seeded: the same rerun every time

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 # callers import the digests from here too (core.evidence's star import among them)
 from core.verification.digests import device_fingerprint, element_bytes, input_digests  # noqa: F401
-from core.verification.outliers import JITTER_RUNS, forgive_outliers, jittered, reference_spread
+from core.verification.outliers import JITTER_RUNS, forgive_outliers, jittered, reference_spread, rounding_jitter
 
 # CPython 3.11 keeps the AST converter's recursion depth in interpreter-wide state, so two threads
 # parsing at once can fail with "SystemError: AST constructor recursion depth mismatch"
@@ -480,14 +480,19 @@ def median_scale(magnitudes: Any, finite: Any) -> Any:
 def jittered_reruns(run: Callable[[list[Any]], list[Any]], inputs: list[Any], expected: list[Any],
                     count: int = JITTER_RUNS) -> list[list[Any]]:
     """``count`` runs of the trusted reference ``run`` (inputs -> flattened outputs) on ``inputs``
-    moved by an ulp (:func:`jittered`): the ``rerun`` of :func:`compare_outputs`. None of them when
+    moved by an ulp (:func:`jittered`), each rounded intermediate moved by an ulp too
+    (:func:`~core.verification.outliers.rounding_jitter`): the ``rerun`` of :func:`compare_outputs`. None when
     the reference is not a function of its inputs alone: rerun on ``inputs`` themselves it must give
     ``expected`` bit for bit (a forward drawing random numbers, or a nondeterministic one, would
     otherwise pass off its randomness as rounding and widen the bound)."""
     again = run(inputs)
     if len(again) != len(expected) or not all(bitwise_equal(a, b) for a, b in zip(expected, again)):
         return []
-    return [run(jittered(inputs, seed=k + 1)) for k in range(count)]
+    reruns = []
+    for k in range(count):
+        with rounding_jitter(seed=k + 1):
+            reruns.append(run(jittered(inputs, seed=k + 1)))
+    return reruns
 
 
 def truth_for_disputed_nan(truth: Any, e: Any, disputed: Any) -> Any | None:

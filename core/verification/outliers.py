@@ -81,6 +81,50 @@ def jittered(inputs: list[Any], seed: int = 0) -> list[Any]:
     return out
 
 
+# Intermediates are moved in chunks of this many elements (the sign of each element is drawn per chunk,
+# so a rerun's transient is one chunk's signs, not a tensor as large as the op's output).
+JITTER_CHUNK = 1 << 24
+
+
+def rounding_jitter(seed: int) -> Any:
+    """A dispatch mode moving every rounded op's floating outputs (``core.verification.worker.rounding``'s
+    allow-list: fresh results of arithmetic, contractions, reductions, normalisations) by an ulp up or
+    down at random, seeded. The reference rerun under it rounds each intermediate otherwise, as a kernel
+    that orders its arithmetic otherwise does; moving only the inputs misses that where an intermediate
+    cancels (``layer_norm(conv(x) + 1)`` at x6e-8: ``conv(x)`` moved by an ulp leaves ``conv(x) + 1``
+    rounding the same, while another kernel rounds it elsewhere). Only the trusted reference runs
+    under it."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
+
+    from core.verification.worker.rounding import _rounds
+
+    generators: dict[Any, Any] = {}
+
+    def move(t: Any) -> Any:
+        if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() and t.is_contiguous()):
+            return t
+        gen = generators.get(t.device)
+        if gen is None:
+            gen = generators[t.device] = torch.Generator(device=t.device)
+            gen.manual_seed(int(seed) % (1 << 63))
+        eps = torch.finfo(t.dtype).eps
+        flat = t.view(-1)
+        for start in range(0, flat.numel(), JITTER_CHUNK):
+            part = flat[start:start + JITTER_CHUNK]
+            sign = torch.randint(0, 2, part.shape, generator=gen, device=t.device, dtype=torch.int8)
+            part.mul_(sign.to(t.dtype).mul_(2 * eps).add_(1 - eps))  # x (1 +- eps): 1-2 ulps, rounded
+        return t
+
+    class RoundingJitter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            return tree_map(move, out) if _rounds(func) else out
+
+    return RoundingJitter()
+
+
 def reference_spread(e: Any, truth: Any, reruns: list[Any], finite: Any, atol: Any = None,
                      rtol: float = 0.0) -> tuple[Any | None, Flips]:
     """Element by element, how far the reference's own rounding moves it: the largest of its distance
