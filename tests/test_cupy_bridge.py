@@ -78,8 +78,8 @@ def test_a_launch_gets_the_real_arrays_in_place_of_the_ones_handed_out():
     scalar = cupy.int64(4)
     args, kwargs = unwrap(((1,), (32,), (array, scalar, 7)), {})
     assert args[2][0] is array._array and args[2][1] is scalar and args[2][2] == 7
-    args, kwargs = unwrap(((1,), (32,)), {"args": [array]})
-    assert kwargs["args"][0] is array._array
+    args, kwargs = unwrap(((1,), (32,)), {"args": [array, array.data]})
+    assert kwargs["args"][0] is array._array and kwargs["args"][1] == array.data.ptr
 
 
 @settings(max_examples=30, deadline=None)
@@ -108,6 +108,14 @@ def test_the_dry_recorder_bridges_nothing_without_a_gpu_and_restores_cupy():
             with pytest.raises(GpuRequiredError, match=f"cupy.{name} was called"):
                 getattr(cupy, name)(torch.ones(2))
     assert {name: getattr(cupy, name) for name in BRIDGED} == originals
+
+
+def test_a_modules_global_is_asked_for_only_on_a_gpu():
+    # on a GPU, RawModule.get_global gives the global's address (CuPy's MemoryPointer copies from the host)
+    with CupyRecorder(dry=True):
+        module = cupy.RawModule(code='extern "C" __global__ void k(float* y) { y[0] = 1.0f; }\n__device__ float buf[4];')
+        with pytest.raises(GpuRequiredError, match="global 'buf'"):
+            module.get_global("buf")
 
 
 def test_the_worker_checks_the_bridged_functions_are_still_in_place():

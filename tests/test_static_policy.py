@@ -516,6 +516,9 @@ def test_cupy_is_the_cuda_backends_alone_to_build_and_launch_kernels_and_bridge_
                  "m = cp.cuda.MemoryPointer"):
         assert "module-member" in rules(f"import cupy as cp\nx = 1\n{code}\n", CUDA), code
     assert rules("import cupy as cp\nimport torch\ndef f(x):\n    return x.data_ptr(), cp.int64(3)\n", CUDA) == set()
+    # a host callback the driver runs on a thread of its own (unaudited host compute)
+    for code in ("s.launch_host_func(print, 1)", "s.add_callback(print, 1)"):
+        assert "barred-attribute" in rules(f"import cupy as cp\ns = cp.cuda.Stream()\n{code}\n", CUDA), code
     # DLPack back into torch is the CUDA backend's alone; the DLPack module itself stays refused
     assert rules("import torch\ndef f(x):\n    return torch.from_dlpack(x)\n", CUDA) == set()
     assert rules("import torch\ndef f(x):\n    return torch.from_dlpack(x)\n", TRITON) != set()

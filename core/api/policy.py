@@ -92,6 +92,8 @@ ATTRIBUTE_FAMILIES: dict[str, str] = {
     "data_ptr": "a raw device pointer: Triton kernels take tensors",
     "untyped_storage": "raw storage: host reads and writes of a tensor's bytes",
     "storage": "raw storage: host reads and writes of a tensor's bytes",
+    "launch_host_func": "a host callback the CUDA driver runs on a thread of its own: host computation outside the kernels",
+    "add_callback": "a host callback the CUDA driver runs on a thread of its own: host computation outside the kernels",
 }
 _HOOK = "a launch hook: it runs inside the launch, where the audit does not look"
 # Attributes that install code a Triton launch runs (kernel and autotune-config hooks).

@@ -123,7 +123,8 @@ for _form, _symbol in {"__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": "
 
 
 class DevicePointer:
-    """``array.data`` of a :class:`DeviceArray`: its address, ``ptr``, and nothing that copies or fills."""
+    """``array.data`` of a :class:`DeviceArray`, or a module's global (``RawModule.get_global``): its
+    address, ``ptr`` (a launch takes it as a pointer), and nothing that copies or fills."""
 
     __slots__ = ("ptr",)
 
@@ -252,7 +253,8 @@ def unwrap(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ..
     its CuPy array, which CuPy passes as a pointer."""
     def real(values: Any) -> Any:
         if isinstance(values, (tuple, list)):
-            return type(values)(v._array if isinstance(v, DeviceArray) else v for v in values)
+            return type(values)(v._array if isinstance(v, DeviceArray) else v.ptr if isinstance(v, DevicePointer)
+                                else v for v in values)
         return values
 
     if len(args) >= 3:

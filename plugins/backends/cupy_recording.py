@@ -161,6 +161,13 @@ class CupyRecorder:
                 kernel = None if dry else super().get_function(name)
                 return _KernelProxy(kernel, name, log, dry)
 
+            def get_global(self, name: str) -> Any:
+                """A ``__device__``/``__constant__`` global's address (``.ptr``) to launch on; not CuPy's
+                MemoryPointer, whose copies from the host are data no kernel computed."""
+                if dry:
+                    raise GpuRequiredError(f"global {name!r} asked for, but {NEEDS_GPU}")
+                return cupy_bridge.DevicePointer(int(super().get_global(name).ptr))
+
         class RawKernel(cupy.RawKernel):  # type: ignore[misc,valid-type]
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, **kwargs)

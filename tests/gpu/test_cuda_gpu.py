@@ -110,6 +110,21 @@ def test_cupy_compute_on_bridged_arrays_fools_a_naive_judge_and_is_rejected(veri
     assert not verdict.accepted and "CuPy library compute" in verdict.reason, verdict.reason
 
 
+def test_a_modules_global_is_an_address_to_launch_on_not_a_memory_pointer():
+    import cupy
+
+    from plugins.backends.cupy_bridge import DevicePointer
+
+    src = 'extern "C" __global__ void fill(float* y) { y[threadIdx.x] = 2.0f; }\n__device__ float buf[32];'
+    with CupyRecorder(dry=False):
+        module = cupy.RawModule(code=src)
+        buf = module.get_global("buf")
+        assert isinstance(buf, DevicePointer) and buf.ptr > 0
+        assert not hasattr(buf, "copy_from_host") and not hasattr(buf, "memset_async")
+        module.get_function("fill")((1,), (32,), (buf,))  # launched on the global's address
+        torch.cuda.synchronize()
+
+
 def test_a_cached_cupy_buffer_returned_again_is_an_earlier_output(verifier):
     # torch.as_tensor makes a new storage over the cached buffer each call: seen through Backend.output_owner
     verdict = verifier.verify(Task(source=relu_task(2048, 4096)), Candidate(source=CUPY_CACHED_OUTPUT, backend="cuda"))
