@@ -118,6 +118,17 @@ def test_a_modules_global_is_asked_for_only_on_a_gpu():
             module.get_global("buf")
 
 
+def test_the_installed_bridge_views_through_cupys_own_functions_not_itself():
+    # the worker replaces cupy.asarray by the bridge's; the bridge must still reach CuPy's (else it recurses)
+    originals = {name: getattr(cupy, name) for name in BRIDGED}
+    with CupyRecorder(dry=False) as recorder:
+        assert all(getattr(cupy, name) is not originals[name] for name in BRIDGED)
+        assert recorder.bridge is not None and recorder.bridge.real == originals
+        with pytest.raises(TypeError, match="host or another library"):
+            cupy.asarray(torch.ones(3))  # the bridge answers (a CPU tensor is host data)
+    assert {name: getattr(cupy, name) for name in BRIDGED} == originals
+
+
 def test_the_worker_checks_the_bridged_functions_are_still_in_place():
     from plugins.backends.cuda_backend import CudaBackend
 

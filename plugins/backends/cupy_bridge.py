@@ -157,6 +157,9 @@ class Bridge:
 
     def __init__(self, cupy: Any) -> None:
         self.cupy = cupy
+        # CuPy's own functions, taken before the worker puts this bridge's in their place (calling
+        # cupy.asarray through the module then would call the bridge again)
+        self.real: dict[str, Callable[..., Any]] = {name: getattr(cupy, name) for name in BRIDGED}
         # storages of the torch tensors behind the arrays handed out, weakly: an output returned through
         # torch.as_tensor(array) is a new storage over one of them (owner_of)
         self._bases: list[weakref.ReferenceType[Any]] = []
@@ -167,11 +170,11 @@ class Bridge:
     # ---- views of torch memory
     def asarray(self, obj: Any, dtype: Any = None, order: Any = None, **kwargs: Any) -> DeviceArray:
         """``cupy.asarray``: a view of a CUDA torch tensor, or the array itself; no copy, no cast."""
-        return self._view(obj, dtype, "cupy.asarray", lambda t: self.cupy.asarray(t))
+        return self._view(obj, dtype, "cupy.asarray", self.real["asarray"])
 
     def from_dlpack(self, obj: Any, **kwargs: Any) -> DeviceArray:
         """``cupy.from_dlpack``: a view of a CUDA torch tensor, or the array itself."""
-        return self._view(obj, None, "cupy.from_dlpack", lambda t: self.cupy.from_dlpack(t))
+        return self._view(obj, None, "cupy.from_dlpack", self.real["from_dlpack"])
 
     def _view(self, obj: Any, dtype: Any, what: str, view: Callable[[Any], Any]) -> DeviceArray:
         import torch
@@ -227,7 +230,7 @@ class Bridge:
             raise TypeError(f"dtype {kind.name} has no torch equivalent")
         make = torch.zeros if zero else torch.empty  # zeros: a memset fill, as cupy.zeros does
         base = make(shape, dtype=torch_dtype, device=torch.device("cuda", torch.cuda.current_device()))
-        return self._hand_out(self.cupy.asarray(base), base)
+        return self._hand_out(self.real["asarray"](base), base)
 
     def _hand_out(self, array: Any, base: Any) -> DeviceArray:
         self._bases = [ref for ref in self._bases if ref() is not None]
