@@ -328,6 +328,23 @@ def test_when_outputs_are_dropped_once_judged_the_estimate_holds_one_kind_of_run
     assert dropped.parts["adopted_outputs"] == max(trials, orders + 1, 2, probes) * o
 
 
+def _output_memory():
+    """A candidate session's memory of earlier outputs alone, and ``returned(t)``: whether output ``t`` was
+    returned before (then remembered, as a call's outputs are)."""
+    from core.verification.worker.session import Session
+
+    session = Session.__new__(Session)
+    session._held, session._held_ids, session._held_storages, session._large = [], set(), [], []
+
+    def returned(t):
+        storages = [t.untyped_storage()]
+        seen = any(session._returned_before(s) for s in storages)
+        session._remember([t], storages)
+        return seen
+
+    return session, returned
+
+
 def test_a_candidate_workers_large_outputs_are_not_held_yet_one_returned_again_is_seen():
     # holding every run's outputs took 10 x 8 GiB of the GPU in the candidate's worker at KernelBench's sizes:
     # large outputs are only weakly referenced (freed unless the candidate keeps them), small ones held as before;
@@ -338,17 +355,9 @@ def test_a_candidate_workers_large_outputs_are_not_held_yet_one_returned_again_i
     import torch
 
     import core.verification.worker.session as session_module
-    from core.verification.worker.session import Session
 
-    session = Session.__new__(Session)
-    session._held, session._held_ids, session._held_storages, session._large = [], set(), [], []
+    session, returned = _output_memory()
     large = session_module.LARGE_OUTPUT_BYTES // 4 + 1  # float32 elements of one large output
-
-    def returned(t):
-        storages = [t.untyped_storage()]
-        seen = any(session._returned_before(s) for s in storages)
-        session._remember([t], storages)
-        return seen
 
     fresh = torch.empty(large)
     alive = weakref.ref(fresh.untyped_storage())
@@ -373,17 +382,9 @@ def test_a_kept_output_returned_again_under_a_new_storage_is_seen(large, offset,
     import torch
 
     import core.verification.worker.session as session_module
-    from core.verification.worker.session import Session
 
-    session = Session.__new__(Session)
-    session._held, session._held_ids, session._held_storages, session._large = [], set(), [], []
+    _, returned = _output_memory()
     n = session_module.LARGE_OUTPUT_BYTES // 4 + 16 if large else 64
-
-    def returned(t):
-        storages = [t.untyped_storage()]
-        seen = any(session._returned_before(s) for s in storages)
-        session._remember([t], storages)
-        return seen
 
     kept = torch.empty(n)
     assert not returned(kept)

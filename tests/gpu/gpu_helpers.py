@@ -50,28 +50,7 @@ def quick_checks(*skip: str) -> list[str]:
 
 # The CuPy tutorial idiom: torch tensors handed to the kernel as CuPy arrays (cupy.asarray, the CUDA
 # array interface), the result allocated by cupy.empty_like and handed back by torch.as_tensor.
-CUPY_IDIOM = '''
-import cupy as cp
-import torch
-import torch.nn as nn
-
-SRC = r"""
-extern "C" __global__ void relu_kernel(const float* x, float* y, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        float v = x[i];
-        y[i] = v > 0.0f ? v : 0.0f;
-    }
-}
-"""
-_module = cp.RawModule(code=SRC)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+CUPY_IDIOM = GUIDE_EXAMPLE[:GUIDE_EXAMPLE.index("    def forward")] + '''    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x_cp = cp.asarray(x.contiguous())
         y_cp = cp.empty_like(x_cp)
         n = x_cp.size
