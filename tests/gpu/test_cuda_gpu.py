@@ -92,21 +92,30 @@ def test_verifier_reports_compile_errors_with_the_compiler_message(verifier):
     assert "candidate.cu(" in verdict.reason
 
 
+@pytest.fixture(scope="module")
+def quick_cuda():
+    """The CUDA verifier without the slow sanitizer race tools: the CuPy bridge's verdicts do not need them."""
+    from core.verify import Verifier
+
+    with Verifier(backend="cuda", device="cuda", workers=1, timeout_s=300, checks=quick_checks()) as v:
+        yield v
+
+
 @pytest.mark.parametrize("source", [CUPY_IDIOM, CUPY_IDIOM_DLPACK], ids=["asarray", "dlpack"])
-def test_the_cupy_tutorial_idiom_is_accepted(verifier, source):
+def test_the_cupy_tutorial_idiom_is_accepted(quick_cuda, source):
     # torch tensors as CuPy arrays (array interface or DLPack), a CuPy buffer, handed back to torch
-    verdict = verifier.verify(Task(source=relu_task(2048, 4096)), Candidate(source=source, backend="cuda"))
+    verdict = quick_cuda.verify(Task(source=relu_task(2048, 4096)), Candidate(source=source, backend="cuda"))
     assert verdict.accepted, verdict.reason
     assert verdict.checks["gpu_activity"].passed, verdict.checks["gpu_activity"].detail
 
 
 @pytest.mark.parametrize("name", sorted(CUPY_COMPUTE_HACKS))
-def test_cupy_compute_on_bridged_arrays_fools_a_naive_judge_and_is_rejected(verifier, name):
+def test_cupy_compute_on_bridged_arrays_fools_a_naive_judge_and_is_rejected(quick_cuda, name):
     source = CUPY_COMPUTE_HACKS[name]
     naive = execute_candidate(source, "kz_naive_cupy")  # real CuPy arrays: the answer, and a launch
     x = torch.randn(256, 64, device="cuda")
     assert torch.equal(naive.ModelNew()(x), torch.relu(x))
-    verdict = verifier.verify(Task(source=relu_task(256, 64)), Candidate(source=source, backend="cuda"))
+    verdict = quick_cuda.verify(Task(source=relu_task(256, 64)), Candidate(source=source, backend="cuda"))
     assert not verdict.accepted and "CuPy library compute" in verdict.reason, verdict.reason
 
 
@@ -125,9 +134,9 @@ def test_a_modules_global_is_an_address_to_launch_on_not_a_memory_pointer():
         torch.cuda.synchronize()
 
 
-def test_a_cached_cupy_buffer_returned_again_is_an_earlier_output(verifier):
+def test_a_cached_cupy_buffer_returned_again_is_an_earlier_output(quick_cuda):
     # torch.as_tensor makes a new storage over the cached buffer each call: seen through Backend.output_owner
-    verdict = verifier.verify(Task(source=relu_task(2048, 4096)), Candidate(source=CUPY_CACHED_OUTPUT, backend="cuda"))
+    verdict = quick_cuda.verify(Task(source=relu_task(2048, 4096)), Candidate(source=CUPY_CACHED_OUTPUT, backend="cuda"))
     assert not verdict.accepted and "integrity" in verdict.hack_flags, verdict.reason
     assert "already returned on an earlier call" in verdict.reason, verdict.reason
 
