@@ -151,8 +151,8 @@ def _c_contiguous(array: Any) -> bool:
 class Bridge:
     """The bridged functions of one worker (:data:`BRIDGED`), and the buffers they made.
 
-    :param cupy: the real ``cupy`` module (its functions are called for the views).
-    :param torch_dtype: maps a numpy/CuPy dtype to torch's (allocation is torch's).
+    :param cupy: the real ``cupy`` module, before the worker patches it (its own functions make the views;
+        buffers are torch's, of the torch dtype of the same name).
     """
 
     def __init__(self, cupy: Any) -> None:
