@@ -1,6 +1,7 @@
 """One markdown table from several ``core.eval`` runs (their results.json): per run, the tasks measured
 and not run, accepted, fast_p at p = 0, 1, 1.2, 1.5, 2 and the geomean speedup, against eager and
-against torch.compile, then the names of the tasks each run measured.
+against torch.compile, then the names of the tasks each run measured, and where its verdicts' time
+went (:func:`time_spent`: waits for the GPU, its turns held shared and alone by label, each check's stage).
 
     python -m benchmarks.kb_table RUN_DIR [RUN_DIR ...]
 """
@@ -32,6 +33,34 @@ def rows(run: Path) -> list[str]:
     return out
 
 
+def time_spent(tasks: list[dict], top: int = 6) -> list[str]:
+    """Where the verdicts' time went, summed over ``tasks`` (results.json rows): wall time, the wait for a GPU
+    turn, the turns held alone (timing: every other verification waits) and shared, the labels that held
+    the GPU longest, and the checks' stages. A timed turn waits until every shared turn inside has left,
+    so long shared turns (a baseline's torch.compile build) lengthen the serial part of a run."""
+    timed = [t for t in tasks if t.get("elapsed_s") is not None]
+    if not timed:
+        return []
+    held: dict[str, float] = {}
+    stages: dict[str, float] = {}
+    for t in timed:
+        for label, seconds in (t.get("gpu_held_s") or {}).items():
+            held[label] = held.get(label, 0.0) + float(seconds)
+        for stage, seconds in (t.get("stage_s") or {}).items():
+            stages[stage] = stages.get(stage, 0.0) + float(seconds)
+    alone = sum(v for k, v in held.items() if k.endswith(" alone"))
+    shared = sum(v for k, v in held.items() if not k.endswith(" alone"))
+
+    def biggest(values: dict[str, float]) -> str:
+        return ", ".join(f"{k} {v:.1f}" for k, v in sorted(values.items(), key=lambda kv: -kv[1])[:top]) or "-"
+
+    return [f"{len(timed)} verdicts: {sum(float(t['elapsed_s']) for t in timed):.1f} s in all, "
+            f"{sum(float(t.get('gpu_wait_s') or 0.0) for t in timed):.1f} s waiting for a GPU turn; "
+            f"GPU held alone {alone:.1f} s, shared {shared:.1f} s",
+            f"held longest (s): {biggest(held)}",
+            f"stages (s): {biggest(stages)}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     runs = [Path(a) for a in (argv if argv is not None else sys.argv[1:])]
     found = [r for r in runs if (r / "results.json").exists()]
@@ -46,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         payload = json.loads((run / "results.json").read_text())
         names = ", ".join(f"{t['name']}{'' if t['accepted'] else ' (' + t['status'] + ')'}" for t in payload["tasks"])
         print(f"\n{run.name}: {names}")
+        for line in time_spent(payload["tasks"]):
+            print(f"{run.name}: {line}")
     return 0
 
 

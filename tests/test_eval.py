@@ -265,6 +265,10 @@ def test_core_eval_contract_on_cpu_then_a_rerun_verifies_nothing(generated_suite
     for name in ("results.csv", "summary.csv", "fast_p.png"):
         assert (tmp_path / "run1" / name).stat().st_size > 0
     assert len((tmp_path / "heldout.txt").read_text().split("\n")) >= 4  # label + 3 fingerprints
+    table = subprocess.run([sys.executable, "-m", "benchmarks.kb_table", str(tmp_path / "run1")], cwd=REPO,
+                           text=True, capture_output=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    assert "run1: 3 verdicts:" in table.stdout and "GPU held alone 0.0 s, shared 0.0 s" in table.stdout  # on CPU
 
     second = run_eval(*common, f"hydra.run.dir={tmp_path}/run2", cwd=tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
@@ -311,3 +315,20 @@ def test_a_time_budget_reports_only_what_was_verified_and_lists_the_rest(generat
     names = {r["name"] for r in payload["tasks"]}
     assert len(names) == 2 and payload["not_run"] and not set(payload["not_run"]) & names
     assert payload["summary"][-1]["tasks"] == 2 and payload["budget_s"] == 0.001
+
+
+def test_the_time_summary_splits_turns_held_alone_from_shared_ones_and_names_the_longest():
+    # a timed turn (" alone") waits for every shared turn inside to leave: the summary tells them apart
+    from benchmarks.kb_table import time_spent
+
+    rows = [{"elapsed_s": 10.0, "gpu_wait_s": 4.0, "stage_s": {"interp_races": 3.0, "correctness": 1.0},
+             "gpu_held_s": {"performance baseline set-up": 5.5, "performance baseline alone": 1.0, "trials": 2.0}},
+            {"elapsed_s": 6.0, "gpu_wait_s": 1.5, "stage_s": {"interp_races": 2.0},
+             "gpu_held_s": {"performance alone": 0.5, "trials": 1.0}},
+            {"name": "declined", "elapsed_s": None}]
+    verdicts, held, stages = time_spent(rows)
+    assert verdicts == ("2 verdicts: 16.0 s in all, 5.5 s waiting for a GPU turn; GPU held alone 1.5 s, "
+                        "shared 8.5 s")
+    assert held.startswith("held longest (s): performance baseline set-up 5.5, trials 3.0")
+    assert stages == "stages (s): interp_races 5.0, correctness 1.0"
+    assert time_spent([{"elapsed_s": None}]) == []
