@@ -4,7 +4,6 @@ to fail, to succeed with a known figure, or to run past its limit in a second.""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -14,20 +13,11 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_measure.py"
+from gpu_measure_script import SCRIPT
+from gpu_measure_script import load as _module
+
 # the steps the project's GPU measurements need (issue 16)
 REQUIRED = {"install", "suites", "redteam", "timing", "kernelbench", "expert", "scaling", "sanitizer", "training", "multigpu"}
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_measure", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_measure"] = module  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["gpu_measure"]
-    return module
 
 
 def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -53,16 +53,9 @@ def test_core_run_trains_a_tiny_model_through_the_full_stack(tmp_path):
 
 
 def _gpu_measure_overrides(name: str) -> tuple[str, ...]:
-    import importlib.util
+    from gpu_measure_script import load
 
-    spec = importlib.util.spec_from_file_location("gpu_measure", ROOT / "scripts" / "gpu_measure.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_measure"] = module  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["gpu_measure"]
-    return getattr(module, name)
+    return getattr(load(), name)
 
 
 def test_the_hub_preset_runs_through_the_full_stack_with_its_step_time_breakdown(tmp_path):
