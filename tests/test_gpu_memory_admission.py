@@ -334,7 +334,7 @@ def _output_memory():
     from core.verification.worker.session import Session
 
     session = Session.__new__(Session)
-    session._held, session._held_ids, session._held_storages, session._large = [], set(), [], []
+    session._held, session._held_storages, session._large = [], [], []
 
     def returned(t):
         storages = [t.untyped_storage()]

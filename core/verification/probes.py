@@ -98,8 +98,8 @@ def domain_sweep(n: int, dtype: Any, seed: int, device: Any = None, out_dtype: A
 
     Up to :data:`CHUNK` values the order is a random permutation drawn from the seed; beyond, the affine
     permutation ``i -> (a*i + b) mod n``, ``a`` the coprime stride nearest ``0.618 n`` (or ``n`` minus
-    it) and ``b`` drawn from the seed, computed where the values land (``device``), chunk by chunk, in ``out_dtype``
-    (float64 by default). A random permutation of 10^9 places drawn on the host took
+    it) and ``b`` drawn from the seed, computed where the values land (``device``), chunk by chunk, in
+    ``out_dtype`` (float64 by default). A random permutation of 10^9 places drawn on the host took
     minutes per verification at KernelBench's real sizes and 16 GiB of host memory."""
     import torch
 

@@ -6,7 +6,7 @@ array interface) or ``cupy.from_dlpack``, allocates the result with ``cupy.empty
 back with ``torch.as_tensor`` or ``torch.from_dlpack``. A real ``cupy.ndarray`` also computes: its
 operators, ``.sum()``, ``cupy.matmul`` (cuBLAS), ``.astype``: CuPy library compute, not the candidate's
 kernel, and invisible to the ATen audit. So in the sandbox worker these functions of ``cupy`` are
-replaced (:class:`plugins.backends.cuda_backend.CupyRecorder`) by the ones here, which return a
+replaced (:class:`plugins.backends.cupy_recording.CupyRecorder`) by the ones here, which return a
 :class:`DeviceArray`: the array's shape, dtype, strides and pointer, the array and DLPack protocols
 that a launch and torch read, views (``reshape`` and ``ravel`` of a contiguous array), and no
 arithmetic. Buffers are allocated by torch, so the worker's memory accounting sees them and
@@ -225,7 +225,7 @@ class Bridge:
             raise TypeError(f"order={order!r}: the bridge allocates C-contiguous arrays")
         shape = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
         kind = self.cupy.dtype(dtype)
-        torch_dtype = getattr(torch, "bool" if kind.name == "bool" else kind.name, None)
+        torch_dtype = getattr(torch, kind.name, None)
         if not isinstance(torch_dtype, torch.dtype):
             raise TypeError(f"dtype {kind.name} has no torch equivalent")
         make = torch.zeros if zero else torch.empty  # zeros: a memset fill, as cupy.zeros does

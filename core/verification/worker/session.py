@@ -242,7 +242,6 @@ class Session:
         # Earlier calls' outputs, so a call that returns one again is seen (``output_reused``): held, or
         # weakly referenced when large (:meth:`_remember`; holding every run's took 10 x 8 GiB of the GPU).
         self._held: list[Any] = []
-        self._held_ids: set[int] = set()
         self._held_storages: list[Any] = []
         self._large: list[Any] = []
         # sandbox findings after the trials (a check's collect ran candidate code): the tamper check reports them
@@ -334,8 +333,6 @@ class Session:
         here, or a large one the candidate kept (torch keeps one Python object per live storage, so a weak
         reference to it dies with the storage). Memory of a live storage is never handed out again, so
         an overlap is the same bytes: ``torch.from_dlpack(kept)`` is a new storage over a kept output."""
-        if storage._cdata in self._held_ids:
-            return True
         start, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
         earlier = [*self._held_storages, *(ref() for ref in self._large)]
         return any(e is storage or (e is not None and e.device == storage.device and e.nbytes()
@@ -350,4 +347,3 @@ class Session:
             return
         self._held.append(outputs)
         self._held_storages += storages
-        self._held_ids |= {s._cdata for s in storages}
