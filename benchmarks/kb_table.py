@@ -2,6 +2,7 @@
 and not run, accepted, fast_p at p = 0, 1, 1.2, 1.5, 2 and the geomean speedup, against eager and
 against torch.compile, then the names of the tasks each run measured, and where its verdicts' time
 went (:func:`time_spent`: waits for the GPU, its turns held shared and alone by label, each check's stage).
+A run cut before it wrote results.json is summed from its ``verdicts.jsonl`` (a row per verdict as it landed).
 
     python -m benchmarks.kb_table RUN_DIR [RUN_DIR ...]
 """
@@ -61,6 +62,36 @@ def time_spent(tasks: list[dict], top: int = 6) -> list[str]:
             f"stages (s): {biggest(stages)}"]
 
 
+def landed_rows(run: Path) -> list[dict]:
+    """The rows ``core.eval`` appended to ``verdicts.jsonl`` as verdicts landed (a cut last line is skipped)."""
+    path = run / "verdicts.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # the writer was killed mid-line
+    return out
+
+
+def cut_run(run: Path) -> list[str]:
+    """What a run that never wrote results.json reached: its landed verdicts by status, the last one's
+    time, the rejections and errors with their reasons, and where the time went."""
+    landed = landed_rows(run)
+    if not landed:
+        return ["no verdict landed (no verdicts.jsonl rows)"]
+    counts: dict[str, int] = {}
+    for t in landed:
+        counts[t["status"]] = counts.get(t["status"], 0) + 1
+    last = max(float(t.get("at_s") or 0.0) for t in landed)
+    out = [f"cut run: {len(landed)} verdicts landed by {last:.1f} s: "
+           + ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))]
+    out += [f"  {t['name']}: {t['status']} - {(t.get('reason') or '')[:300]}" for t in landed if not t["accepted"]]
+    return out + time_spent(landed)
+
+
 def main(argv: list[str] | None = None) -> int:
     runs = [Path(a) for a in (argv if argv is not None else sys.argv[1:])]
     found = [r for r in runs if (r / "results.json").exists()]
@@ -71,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs:
         if run not in found:
             print(f"| {run.name}: no results.json (the run did not finish) |||||||||")
+    for run in runs:
+        if run not in found:
+            for line in cut_run(run):
+                print(f"{run.name}: {line}")
     for run in found:
         payload = json.loads((run / "results.json").read_text())
         names = ", ".join(f"{t['name']}{'' if t['accepted'] else ' (' + t['status'] + ')'}" for t in payload["tasks"])

@@ -315,6 +315,20 @@ def test_a_time_budget_reports_only_what_was_verified_and_lists_the_rest(generat
     names = {r["name"] for r in payload["tasks"]}
     assert len(names) == 2 and payload["not_run"] and not set(payload["not_run"]) & names
     assert payload["summary"][-1]["tasks"] == 2 and payload["budget_s"] == 0.001
+    # each verdict was also appended as it landed: a run cut before results.json still shows them
+    landed = [json.loads(line) for line in (tmp_path / "run" / "verdicts.jsonl").read_text().splitlines()]
+    assert {r["name"] for r in landed} == names and all(r["at_s"] > 0 for r in landed)
+    assert [{k: v for k, v in r.items() if k != "at_s"} for r in sorted(landed, key=lambda r: r["name"])] == \
+        sorted(payload["tasks"], key=lambda r: r["name"])
+    (tmp_path / "run" / "results.json").unlink()
+    with open(tmp_path / "run" / "verdicts.jsonl", "a") as f:
+        f.write('{"name": "cut mid-li')  # the run killed while writing
+    table = subprocess.run([sys.executable, "-m", "benchmarks.kb_table", str(tmp_path / "run")], cwd=REPO,
+                           text=True, capture_output=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    accepted = sum(r["accepted"] for r in landed)
+    assert f"run: cut run: 2 verdicts landed by {max(r['at_s'] for r in landed):.1f} s: " in table.stdout
+    assert f"{accepted} accepted" in table.stdout and "run: 2 verdicts:" in table.stdout
 
 
 def test_the_time_summary_splits_turns_held_alone_from_shared_ones_and_names_the_longest():

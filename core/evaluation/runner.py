@@ -9,7 +9,9 @@ unless the cache (:mod:`core.evaluation.cache`) holds their verdict, summarised 
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,24 @@ def verdict_line(task: Task, verdict: Verdict, at_s: float) -> str:
             f"({verdict.elapsed_s:.1f} s{': ' + where if where else ''}){why}")
 
 
+LANDED_FILE = "verdicts.jsonl"  # a row per verdict as it lands; results.json is written only at the end
+
+
+class LandedLog:
+    """Each verdict's results.json row (plus ``at_s``, seconds into the run), appended as it lands, so a
+    run cut by a time limit still leaves every verdict it reached (``benchmarks.kb_table`` reads it)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")  # this run's verdicts only
+
+    def add(self, task: Task, candidate: Candidate, verdict: Verdict, at_s: float) -> None:
+        row = {**asdict(TaskResult.of(task, level_of(task), candidate, verdict)), "at_s": round(at_s, 2)}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+
+
 def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     """Run one evaluation from a composed config; return the JSON payload that was written."""
     console = console or Console()
@@ -139,10 +159,14 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             with Progress(*columns, console=console, transient=True) as progress:
                 bar = progress.add_task("verify", total=len(todo))
 
+                landed_log = LandedLog(out_dir / LANDED_FILE)
+
                 def landed(idx: list[int], vs: list[Verdict]) -> None:
                     for i, v in zip(idx, vs):
                         cache.put(key.of(*todo[i]), v)
-                        console.print(verdict_line(todo[i][0], v, time.perf_counter() - started), highlight=False)
+                        at_s = time.perf_counter() - started
+                        console.print(verdict_line(todo[i][0], v, at_s), highlight=False)
+                        landed_log.add(todo[i][0], todo[i][1], v, at_s)
                     progress.advance(bar, len(vs))
 
                 for j, v in enumerate(executor.verify_many(todo, on_verdicts=landed, deadline=deadline)):
@@ -188,4 +212,4 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     return {**meta, "summary": [g.to_dict() for g in groups]}
 
 
-__all__ = ["VERDICT_SETTINGS", "candidates_for", "evaluate", "levels_line", "select_tasks"]
+__all__ = ["LANDED_FILE", "LandedLog", "VERDICT_SETTINGS", "candidates_for", "evaluate", "levels_line", "select_tasks"]
