@@ -208,3 +208,116 @@ def test_a_verdict_says_how_long_it_held_the_gpu_per_turn_and_which_turns_were_a
     assert set(verdict.gpu_held_s) == {"performance alone", "run"}
     assert verdict.gpu_held_s["performance alone"] >= 0.05 and verdict.gpu_held_s["run"] >= 0.02
     assert Verdict.from_json(verdict.to_json()).gpu_held_s == verdict.gpu_held_s
+
+
+def _can_take_alone(lock: DeviceLock, wait_s: float = 0.3) -> bool:
+    """Whether a timed (exclusive) turn could start now, asked from another thread."""
+    got: list[bool] = []
+
+    def ask() -> None:
+        try:
+            with lock.exclusive(time.monotonic() + wait_s):
+                got.append(True)
+        except DeviceLockTimeout:
+            got.append(False)
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    thread.join()
+    return got[0]
+
+
+def _baseline_worker(lock: DeviceLock, seen: dict):
+    """A reference worker's baseline set-up as core.verification.worker.reference runs it: GPU work,
+    a torch.compile build (whose backend looks whether a timed turn could start meanwhile), GPU work."""
+    import torch
+
+    from core.verification.worker.reference import _own_gpu_lock_of
+
+    def backend(gm, example_inputs):
+        seen["during the build"] = _can_take_alone(lock)
+        return gm.forward
+
+    class Worker:
+        def request(self, message, timeout_s):
+            held = _own_gpu_lock_of(message.get("device_lock"))
+            with held:
+                seen["before"] = _can_take_alone(lock)
+                torch.compile(lambda x: torch.sin(x) + 1, backend=backend)(torch.randn(8))
+                seen["after"] = _can_take_alone(lock)
+            return {"ok": True, "data": {"gpu_lock": {"wait_s": held.waited_s, "segments": held.segments,
+                                                      "builds": held.builds}}}
+
+    return Worker()
+
+
+def test_a_baseline_build_gives_the_gpu_back_while_torch_compile_compiles(tmp_path):
+    # A torch.compile build is seconds of CPU at real sizes: held as a shared turn, it kept every timed
+    # turn of the host (and, behind the gate, every other worker) waiting. The set-up holds the lock
+    # itself around its GPU work and gives it back for the build.
+    import types
+
+    from core.verdict import Verdict
+    from core.verification.judge import Verifier, _Budget
+
+    lock = DeviceLock("cuda-build", tmp_path)
+    judge = types.SimpleNamespace(device_lock=lock, gpu_wait_s=30.0, gpu_turns=[])
+    seen: dict = {}
+    verdict = Verdict()
+    budget = _Budget(60.0, verdict)
+    answer = Verifier._baseline_set_up(judge, _baseline_worker(lock, seen), {"op": "baseline", "phase": "prepare"},
+                                       budget, "performance baseline set-up")
+    assert seen == {"before": False, "during the build": True, "after": False}
+    assert answer == {"ok": True, "data": {}}  # the lock's record is the judge's, not the check's
+    turns = judge.gpu_turns
+    assert len(turns) == 2 and not any(t["exclusive"] for t in turns)  # before and after the build
+    assert turns[0]["done"] < turns[1]["got"]
+    held = sum(t["done"] - t["got"] for t in turns)
+    assert verdict.gpu_held_s["performance baseline set-up"] == pytest.approx(held, abs=1e-3)
+    assert _can_take_alone(lock)  # and given back at the end
+
+
+def test_a_baseline_set_up_without_a_gpu_lock_takes_none(tmp_path):
+    import types
+
+    from core.verification.judge import Verifier, _Budget
+
+    class Worker:
+        def request(self, message, timeout_s):
+            assert "device_lock" not in message
+            return {"ok": True, "data": {}}
+
+    judge = types.SimpleNamespace(device_lock=None, gpu_wait_s=30.0, gpu_turns=[])
+    assert Verifier._baseline_set_up(judge, Worker(), {"op": "baseline"}, _Budget(5.0), "x") == {"ok": True, "data": {}}
+    assert judge.gpu_turns == []
+
+
+def test_taking_the_gpu_back_after_a_build_past_the_deadline_fails_the_request(tmp_path):
+    # GPU work must never run unlocked: a build that cannot get the lock back ends the set-up
+    import torch
+
+    from core.verification.devicelock import SharedExceptCompiling
+
+    lock = DeviceLock("cuda-late", tmp_path)
+    taken, release = threading.Event(), threading.Event()
+
+    def timed_turn_elsewhere():
+        with lock.exclusive():
+            taken.set()
+            release.wait(10)
+
+    def backend(gm, example_inputs):
+        threading.Thread(target=timed_turn_elsewhere).start()
+        assert taken.wait(10)
+        return gm.forward
+
+    held = SharedExceptCompiling(lock, time.monotonic() + 0.5)
+    with pytest.raises(DeviceLockTimeout):
+        with held:
+            try:  # as compile_baseline does: a failed build leaves the baseline without torch.compile ...
+                torch.compile(lambda x: torch.cos(x) * 2, backend=backend)(torch.randn(4))
+            except Exception:
+                pass
+            # ... and the set-up would go on here, unlocked, were the lost lock not raised at the end
+    release.set()
+    assert held.builds == 1 and len(held.segments) == 1

@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 class DeviceLockTimeout(TimeoutError):
@@ -106,6 +107,80 @@ class DeviceLock:
     def exclusive(self, deadline: float | None = None) -> contextlib.AbstractContextManager[None]:
         """Have the GPU alone (timing)."""
         return self._hold(fcntl.LOCK_EX, deadline)
+
+
+class SharedExceptCompiling(contextlib.AbstractContextManager):
+    """The lock held shared by a worker itself around GPU work that includes a ``torch.compile`` build,
+    given back while Dynamo and Inductor compile and taken again before the compiled code runs.
+
+    A build is seconds of CPU per graph at KernelBench's sizes (Inductor's code generation, Triton's
+    compiler): held as a shared turn it kept every timed (exclusive) turn of the host waiting, and the
+    gate kept every other worker out behind it. Dynamo's compile callbacks mark the build
+    (``torch._dynamo.callback``, trigger DYNAMO); Triton's autotuning runs at the first call, after
+    the build, so under the lock again. Without those callbacks (an older torch) the lock is simply
+    held throughout. ``segments`` are the (got, done) spans it held, ``waited_s`` the time it waited.
+    A wait past ``deadline`` when taking it back ends the request: :meth:`__exit__` raises
+    :class:`DeviceLockTimeout` rather than let GPU work run unlocked.
+    """
+
+    def __init__(self, lock: DeviceLock, deadline: float | None = None):
+        self.lock, self.deadline = lock, deadline
+        self.segments: list[tuple[float, float]] = []
+        self.waited_s = 0.0
+        self.builds = 0
+        self._held: Any = None
+        self._since = 0.0
+        self._lost: DeviceLockTimeout | None = None
+        self._handler: Any = None
+        self._dynamo: Any = None
+
+    def _take(self) -> None:
+        asked = time.monotonic()
+        held = self.lock.shared(self.deadline)
+        held.__enter__()
+        self._held, self._since = held, time.monotonic()
+        self.waited_s += self._since - asked
+
+    def _give(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self.segments.append((self._since, time.monotonic()))
+            held.__exit__(None, None, None)
+
+    def _on_start(self, args: Any) -> None:
+        if args.callback_trigger == self._dynamo and self._held is not None:
+            self.builds += 1
+            self._give()
+
+    def _on_end(self, args: Any) -> None:
+        if self._held is None and self._lost is None:
+            try:
+                self._take()
+            except DeviceLockTimeout as exc:
+                self._lost = exc
+                raise
+
+    def __enter__(self) -> SharedExceptCompiling:
+        self._take()
+        try:
+            from torch._dynamo.callback import CallbackTrigger, callback_handler
+        except ImportError:
+            return self
+        self._handler, self._dynamo = callback_handler, CallbackTrigger.DYNAMO
+        callback_handler.register_start_callback(self._on_start)
+        callback_handler.register_end_callback(self._on_end)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._handler is not None:
+            self._handler.remove_start_callback(self._on_start)
+            self._handler.remove_end_callback(self._on_end)
+        self._give()
+        if self._lost is not None:  # even where the build's error was caught (no compiled baseline)
+            raise self._lost
+
+    def held_s(self) -> float:
+        return sum(b - a for a, b in self.segments)
 
 
 # --------------------------------------------------------------------------- where the GPU's time went

@@ -200,3 +200,24 @@ class GpuSharing:
         wait_until = started + self.gpu_wait_s
         inner = self.device_lock.exclusive(wait_until) if exclusive else self.device_lock.shared(wait_until)
         return GpuTurn(inner, budget, started, self.gpu_turns, label, exclusive)
+
+    def _baseline_set_up(self, worker: Any, message: dict[str, Any], budget: Budget, label: str) -> dict[str, Any]:
+        """A baseline's set-up request, the worker holding this GPU's lock shared itself except while
+        torch.compile builds (:class:`core.verification.devicelock.SharedExceptCompiling`); its waits are
+        given back to ``budget`` and its held spans recorded as turns, as :meth:`_gpu` records its own."""
+        if self.device_lock is None:
+            return worker.request(message, timeout_s=budget.left())
+        asked = time.monotonic()
+        lock = {**self.device_lock.describe(), "wait_s": self.gpu_wait_s}
+        answer = worker.request({**message, "device_lock": lock}, timeout_s=budget.left() + self.gpu_wait_s)
+        turns = (answer.get("data") or {}).pop("gpu_lock", None) if answer.get("ok") else None
+        if not turns:
+            return answer
+        budget.waited(float(turns.get("wait_s") or 0.0))
+        verdict = getattr(budget, "verdict", None)
+        for got, done in turns.get("segments") or []:
+            if verdict is not None:
+                verdict.gpu_held_s[label] = round(verdict.gpu_held_s.get(label, 0.0) + done - got, 4)
+            self.gpu_turns.append({"label": label, "exclusive": False, "asked": asked, "got": got, "done": done})
+            asked = done
+        return answer

@@ -401,11 +401,12 @@ class Verifier(GpuSharing):
             seed = fresh_seed()
             try:
                 if optional(check, "Check", "baseline_prepare") is not None:
-                    # the set-up and torch.compile's build while the GPU is shared (seconds to a minute
-                    # at real sizes, all of it CPU work): the exclusive turn below only times
-                    with self._gpu(budget, label=f"{check.name} baseline set-up"):
-                        ready = worker.request(request(Op.BASELINE, check=check.name, config=config, source=task.source,
-                                                       init_seed=seed, phase="prepare"), timeout_s=budget.left())
+                    # the set-up while the GPU is shared, the exclusive turn below only times; the worker
+                    # takes the shared turn itself and gives it back during torch.compile's build (seconds
+                    # of CPU per graph at real sizes), which timed turns elsewhere need not wait through
+                    ready = self._baseline_set_up(worker, request(
+                        Op.BASELINE, check=check.name, config=config, source=task.source, init_seed=seed,
+                        phase="prepare"), budget, f"{check.name} baseline set-up")
                     if not ready.get("ok"):
                         raise RuntimeError(ready.get("error"))
                 with self._gpu(budget, exclusive=True, label=f"{check.name} baseline"):

@@ -4,8 +4,10 @@ from seeds, the *keeper* that holds a verification's outputs on the device
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
+import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -211,8 +213,12 @@ class ReferenceRole:
             check = registry("verifier").create(req["check"], **req.get("config", {}))
             with self._task_module(req["source"]) as module:
                 if req.get("phase") == "prepare":  # set up while the GPU is shared; timed by the next request
-                    self.prepared_baselines = {key: check.baseline_prepare(module, int(req["init_seed"]))}
-                    return {"ok": True, "data": {}}
+                    lock = _own_gpu_lock_of(req.get("device_lock"))
+                    with lock:
+                        self.prepared_baselines = {key: check.baseline_prepare(module, int(req["init_seed"]))}
+                    turns = {} if isinstance(lock, contextlib.nullcontext) else {
+                        "gpu_lock": {"wait_s": lock.waited_s, "segments": lock.segments, "builds": lock.builds}}
+                    return {"ok": True, "data": turns}
                 prepared = self.prepared_baselines.pop(key, None)
                 extra = {"prepared": prepared} if prepared is not None else {}
                 return {"ok": True, "data": check.baseline(module, int(req["init_seed"]), **extra)}
@@ -220,6 +226,17 @@ class ReferenceRole:
             raise
         except Exception as exc:
             return {"ok": False, "error": describe(exc)}
+
+
+def _own_gpu_lock_of(description: dict[str, Any] | None) -> Any:
+    """The judge's GPU lock taken here, shared but given back while torch.compile builds
+    (:class:`core.verification.devicelock.SharedExceptCompiling`); none without a description."""
+    if not description:
+        return contextlib.nullcontext()
+    from core.verification.devicelock import DeviceLock, SharedExceptCompiling
+
+    return SharedExceptCompiling(DeviceLock.from_description(description),
+                                 time.monotonic() + float(description.get("wait_s", 600.0)))
 
 
 def jittered_reruns(vault: Any, run: int) -> list[list[Any]]:
