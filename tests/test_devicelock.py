@@ -76,6 +76,68 @@ def test_a_stream_of_readers_does_not_starve_the_timer(tmp_path):
             t.join(5)
 
 
+def test_timed_turns_asked_for_while_the_gpu_drains_run_back_to_back(tmp_path):
+    # A timed turn waits for the shared turns inside to end (seconds at KernelBench's sizes). Timed turns
+    # that queue meanwhile go next, one after the other, before any new shared turn: one drain for all.
+    lock = DeviceLock("cuda-0", tmp_path, poll_s=0.001)
+    order: list[str] = []
+    inside, release = threading.Event(), threading.Event()
+
+    def long_shared_turn():
+        with lock.shared():
+            inside.set()
+            release.wait(10)
+
+    def turn(name: str, exclusive: bool):
+        with (lock.exclusive() if exclusive else lock.shared()):
+            order.append(name)
+            time.sleep(0.05)
+
+    first = threading.Thread(target=long_shared_turn)
+    first.start()
+    assert inside.wait(10)
+    threads = []
+    for name, exclusive in (("timed 1", True), ("shared 1", False), ("timed 2", True), ("shared 2", False),
+                            ("timed 3", True)):
+        threads.append(threading.Thread(target=turn, args=(name, exclusive)))
+        threads[-1].start()
+        time.sleep(0.05)  # asked for in this order, all while the first shared turn still runs
+        until = time.monotonic() + 10
+        while not lock._writers_waiting() and time.monotonic() < until:  # a loaded host starts threads late
+            time.sleep(0.01)
+    assert order == []
+    release.set()
+    for t in [first, *threads]:
+        t.join(10)
+    assert sorted(order[:3]) == ["timed 1", "timed 2", "timed 3"], order
+    assert sorted(order[3:]) == ["shared 1", "shared 2"]
+
+
+def test_a_reader_waits_while_a_writer_waits_and_gives_up_at_its_deadline(tmp_path):
+    lock = DeviceLock("cuda-0", tmp_path, poll_s=0.001)
+    served = threading.Event()
+
+    def writer():
+        with lock.exclusive(time.monotonic() + 5):
+            served.set()
+
+    with lock.shared():
+        with lock.shared(deadline=time.monotonic() + 1):  # no writer: readers overlap at once
+            pass
+        waiting = threading.Thread(target=writer)
+        waiting.start()
+        time.sleep(0.1)  # the writer now waits for this reader to leave
+        t0 = time.monotonic()
+        with pytest.raises(DeviceLockTimeout):
+            with lock.shared(deadline=t0 + 0.2):
+                pass
+        assert time.monotonic() - t0 < 1.5 and not served.is_set()
+    waiting.join(5)
+    assert served.is_set()
+    with lock.shared(deadline=time.monotonic() + 1):  # the writer gone, readers enter again
+        pass
+
+
 @given(st.lists(st.integers(0, 15), min_size=1, max_size=4))
 def test_gpu_key_is_the_first_visible_device(ids):
     assert gpu_key("cuda", {"CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}) == f"cuda-{ids[0]}"

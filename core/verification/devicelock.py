@@ -10,6 +10,12 @@ Ray actors, several training ranks) on one GPU respect each other.
 ``flock`` alone lets a stream of readers starve a writer; a second *gate* file makes it fair: every
 acquirer passes through the gate exclusively, and a writer keeps the gate closed until the readers
 already inside have left, so no new reader enters in front of it.
+
+Each timed turn first waits for the shared turns inside to end (a reference stage at KernelBench's
+sizes: seconds), with the GPU idle but for them. So waiting writers go first: a writer holds a third
+file, *wants*, shared from the moment it asks until its turn ends, and a reader that finds it held
+steps back out of the gate. Timed turns asked for meanwhile then run back to back after one drain,
+instead of one drain each.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class DeviceLock:
         self.directory = str(Path(directory or tempfile.gettempdir()))
         self.main_path = root / f"{safe}.lock"
         self.gate_path = root / f"{safe}.gate"
+        self.wants_path = root / f"{safe}.wants"  # held shared by every writer waiting or holding
         self.poll_s = poll_s
 
     @classmethod
@@ -64,12 +71,16 @@ class DeviceLock:
     def from_description(cls, description: dict[str, str]) -> DeviceLock:
         return cls(str(description["key"]), description.get("directory"))
 
-    def _acquire(self, path: Path, mode: int, deadline: float | None) -> int:
+    @staticmethod
+    def _open(path: Path) -> int:
         # One open file description per acquisition: flock then arbitrates threads of one process too.
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError:  # read-only filesystem (sandboxed worker): flock works on a read-only descriptor
-            fd = os.open(path, os.O_RDONLY)
+            return os.open(path, os.O_RDONLY)
+
+    def _acquire(self, path: Path, mode: int, deadline: float | None) -> int:
+        fd = self._open(path)
         while True:
             try:
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
@@ -87,18 +98,49 @@ class DeviceLock:
         finally:
             os.close(fd)
 
+    def _writers_waiting(self) -> bool:
+        """Whether a writer asks for or holds the GPU (the *wants* file is held), asked without waiting."""
+        try:
+            fd = self._open(self.wants_path)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing the description drops a lock it got
+        return False
+
+    def _through_gate(self, deadline: float | None) -> int:
+        """A reader's pass through the gate, stepping back while a writer waits."""
+        while True:
+            gate = self._acquire(self.gate_path, fcntl.LOCK_EX, deadline)
+            if not self._writers_waiting():
+                return gate
+            self._release(gate)
+            if deadline is not None and time.monotonic() > deadline:
+                raise DeviceLockTimeout(f"GPU {self.key} stayed busy past the deadline (timed turns waiting)")
+            time.sleep(self.poll_s)
+
     @contextlib.contextmanager
     def _hold(self, mode: int, deadline: float | None) -> Iterator[None]:
         # Through the gate first: a writer waiting inside it keeps new readers out until it is served.
-        gate = self._acquire(self.gate_path, fcntl.LOCK_EX, deadline)
+        writer = mode == fcntl.LOCK_EX
+        wants = self._acquire(self.wants_path, fcntl.LOCK_SH, deadline) if writer else None
         try:
-            main = self._acquire(self.main_path, mode, deadline)
+            gate = self._acquire(self.gate_path, fcntl.LOCK_EX, deadline) if writer else self._through_gate(deadline)
+            try:
+                main = self._acquire(self.main_path, mode, deadline)
+            finally:
+                self._release(gate)
+            try:
+                yield
+            finally:
+                self._release(main)
         finally:
-            self._release(gate)
-        try:
-            yield
-        finally:
-            self._release(main)
+            if wants is not None:
+                self._release(wants)
 
     def shared(self, deadline: float | None = None) -> contextlib.AbstractContextManager[None]:
         """Use the GPU beside other shared holders."""
