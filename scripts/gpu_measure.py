@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,6 +43,7 @@ CALL_S = 600  # one device call
 ONE_CALL = ("suites timing", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement",
             "oneshot", "kbeval", "training_sft", "hub_grpo")
 MIN_STEP_S = 15  # with --call-s, a step is skipped rather than started with less than this left
+SUMMARY_S = 30  # what a summary command (Command.after_timeout) gets after its step's limit
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
 PYTEST = ("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--durations=25")
 # The versions that differ between hosts. A module that is absent is reported, not an error; one that
@@ -65,6 +66,9 @@ class Command:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     background: bool = False  # started without waiting for it; its step waits for all of them at the end
+    # a summary of what the commands before it left (e.g. a cut run's verdicts): it runs even after one of
+    # them was stopped at the step's limit, within SUMMARY_S more
+    after_timeout: bool = False
 
     def shell(self) -> str:
         prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in self.env)
@@ -277,7 +281,7 @@ def _kbeval(ctx: Context) -> list[Command]:
     return [ctx.py("-m", "core.eval", f"suite={ctx.kb / 'KernelBench'}", f"levels=[{','.join(KB_LEVELS)}]",
                    f"budget_s={KB_BUDGET_S}", "coder=expert", "device=cuda", "heldout.record=false", "cache.enabled=false",
                    f"verifier.checks={_KB_CHECKS}", f"hydra.run.dir={run_dir}", env=env),
-            ctx.py("-m", "benchmarks.kb_table", run_dir)]
+            replace(ctx.py("-m", "benchmarks.kb_table", run_dir), after_timeout=True)]
 
 
 def kbeval_figure(log: str) -> str:
@@ -744,6 +748,10 @@ def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: C
         background: list[subprocess.Popen | int] = []
         try:
             for cmd in step.commands(ctx):
+                if status == "timeout":
+                    if not cmd.after_timeout:
+                        continue
+                    deadline = time.monotonic() + SUMMARY_S
                 say(f"== {step.name} (limit {limit_s} s): {cmd.shell()}" + (" &" if cmd.background else ""))
                 if cmd.background:
                     with _interrupt_deferred():  # an interrupt between start and append would orphan the run
@@ -753,7 +761,7 @@ def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: C
                 log.flush()
                 if rc is None:
                     status = "timeout"
-                    break
+                    continue  # only summaries run after this (Command.after_timeout)
                 if rc != 0:
                     log.write(f"== exit status {rc}\n")
                     status = "failed"

@@ -119,6 +119,24 @@ def test_steps_run_in_order_and_one_past_its_limit_is_reported_as_timeout(tmp_pa
     assert "3 failed" in (out / "measure.log").read_text()
 
 
+def test_a_kbeval_cut_at_its_limit_still_sums_the_verdicts_that_landed(tmp_path):
+    # the H200's kbeval runs were cut by their limit; the table of what landed comes after anyway
+    fake = _fake_python(tmp_path, r"""
+*core.eval*) echo "[  1.0 s] level1/19_ReLU: accepted"; exec sleep 30 ;;
+*kb_table*) echo "expert_l1_l2: cut run: 1 verdicts landed by 1.0 s: 1 accepted" ;;""")
+    kb = tmp_path / "kb"
+    (kb / "KernelBench").mkdir(parents=True)
+    t0 = time.monotonic()
+    run = _run("--python", str(fake), "--gpus", "1", "--kb", str(kb), "--out", str(tmp_path / "out"),
+               "--work", str(tmp_path / "work"), "--limit", "kbeval=2", "kbeval")
+    assert time.monotonic() - t0 < 25, run.stdout
+    assert _table(run.stdout)["kbeval"][0] == "timeout"
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert "core.eval" in calls[-2] and "benchmarks.kb_table" in calls[-1]
+    log = (tmp_path / "work" / "kbeval.log").read_text()
+    assert log.index("stopped at the step's limit") < log.index("cut run: 1 verdicts landed")
+
+
 # excerpts of real step logs (run outputs, no longer kept in the repository) and the key figure the table shows for them
 _SANITIZER = """variant                  at once wall s/run CPU s/run runs/min
 python+torch+context           1       4.36      8.27     13.8
