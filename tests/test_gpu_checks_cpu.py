@@ -224,21 +224,6 @@ class ModelNew(torch.nn.Module):
 '''
 
 
-def _held_by_another(path) -> bool:
-    import fcntl
-    import os
-
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
 @pytest.fixture
 def fake_sanitizer(tmp_path, monkeypatch):
     """FAKE_SANITIZER on the PATH as compute-sanitizer."""
@@ -268,9 +253,9 @@ def test_the_sanitizer_driver_waits_for_the_gpu_lock_only_around_its_gpu_work(tm
         worker = threading.Thread(target=lambda: results.append(run_sanitizer(
             "memcheck", RELU_TASK, str(cand), tmp_path, timeout_s=60, device_lock=lock.describe(), device="cpu")))
         worker.start()
-        # start-up (python + torch) happens unlocked; then the driver waits inside the lock's gate
+        # start-up (python + torch) happens unlocked; then the driver waits, stepping back for the writer
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not _held_by_another(lock.gate_path):
+        while time.monotonic() < deadline and not lock.readers_waiting():
             time.sleep(0.05)
         time.sleep(0.5)
         assert not results

@@ -57,6 +57,7 @@ class DeviceLock:
         self.main_path = root / f"{safe}.lock"
         self.gate_path = root / f"{safe}.gate"
         self.wants_path = root / f"{safe}.wants"  # held shared by every writer waiting or holding
+        self.queued_path = root / f"{safe}.queued"  # held shared by every reader stepping back for writers
         self.poll_s = poll_s
 
     @classmethod
@@ -98,10 +99,10 @@ class DeviceLock:
         finally:
             os.close(fd)
 
-    def _writers_waiting(self) -> bool:
-        """Whether a writer asks for or holds the GPU (the *wants* file is held), asked without waiting."""
+    def _held(self, path: Path) -> bool:
+        """Whether another acquisition holds ``path``'s lock, asked without waiting."""
         try:
-            fd = self._open(self.wants_path)
+            fd = self._open(path)
         except OSError:
             return False
         try:
@@ -112,16 +113,31 @@ class DeviceLock:
             os.close(fd)  # closing the description drops a lock it got
         return False
 
+    def _writers_waiting(self) -> bool:
+        """Whether a writer asks for or holds the GPU (the *wants* file is held)."""
+        return self._held(self.wants_path)
+
+    def readers_waiting(self) -> bool:
+        """Whether a reader is stepping back for writers (the *queued* file is held)."""
+        return self._held(self.queued_path)
+
     def _through_gate(self, deadline: float | None) -> int:
         """A reader's pass through the gate, stepping back while a writer waits."""
-        while True:
-            gate = self._acquire(self.gate_path, fcntl.LOCK_EX, deadline)
-            if not self._writers_waiting():
-                return gate
-            self._release(gate)
-            if deadline is not None and time.monotonic() > deadline:
-                raise DeviceLockTimeout(f"GPU {self.key} stayed busy past the deadline (timed turns waiting)")
-            time.sleep(self.poll_s)
+        queued = None
+        try:
+            while True:
+                gate = self._acquire(self.gate_path, fcntl.LOCK_EX, deadline)
+                if not self._writers_waiting():
+                    return gate
+                self._release(gate)
+                if queued is None:
+                    queued = self._acquire(self.queued_path, fcntl.LOCK_SH, deadline)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise DeviceLockTimeout(f"GPU {self.key} stayed busy past the deadline (timed turns waiting)")
+                time.sleep(self.poll_s)
+        finally:
+            if queued is not None:
+                self._release(queued)
 
     @contextlib.contextmanager
     def _hold(self, mode: int, deadline: float | None) -> Iterator[None]:
