@@ -105,6 +105,8 @@ def test_the_estimate_counts_every_held_copy_of_the_outputs(i, w, o, trials):
     # a request's exports wait on the device until adopted: large outputs go a few runs per request
     assert fp.parts["exported_outputs"] <= max(EXPORT_BATCH_BYTES, o)
     assert fp.parts["exported_outputs"] == min(max(trials, 2 + 1 + 3), runs_per_request(o)) * o
+    # the timed stage: the model, two draws of inputs, its output, a checked run's reference and comparison
+    assert fp.parts["timing"] >= w + 2 * i + 4 * o
 
 
 def test_the_task_is_measured_on_meta_even_when_its_inputs_are_built_with_cuda():

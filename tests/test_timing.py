@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import pytest
@@ -312,3 +313,45 @@ def test_neighbours_on_the_gpu_do_not_inflate_the_sync_cost_that_is_subtracted(e
     assert cost_ms <= overhead <= cost_ms + max(sorted(extra)[:6])
     side_work = 0.25  # ms of work on another stream: charged in full, whatever the neighbours did
     assert honest_sample(0.1, 0.1 + side_work + cost_ms, overhead) >= 0.1 + side_work - max(sorted(extra)[:6])
+
+
+def _naive_profile(x):
+    f = x.detach().double().reshape(-1)
+    f = f[torch.isfinite(f)]
+    return int(f.numel()), float(f.min()), float(f.max()), float(f.mean()), float(f.std()) if f.numel() > 1 else 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=3), chunk=st.integers(1, 40),
+       transposed=st.booleans(), specials=st.integers(0, 5), seed=st.integers(0, 2**16), shift=st.floats(-1e3, 1e3))
+def test_the_input_profile_reads_a_tensor_in_bounded_chunks_and_gets_the_whole_tensors_statistics(
+        shape, chunk, transposed, specials, seed, shift):
+    # At KernelBench's sizes the profile's boolean-mask indexing took 24 GiB of indices at once (H200,
+    # 2026-12-05: the performance stage of 19_ReLU..24_LogSoftmax ran out of memory alone). It reads chunks now.
+    from plugins.verifiers.performance.timing import finite_stats
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=gen) * 3 + shift
+    k = min(specials, x.numel() - 1)
+    x.view(-1)[:k] = torch.tensor([math.nan, math.inf, -math.inf] * 2)[:k]
+    if transposed and x.dim() > 1:
+        x = x.transpose(0, -1)  # a strided view: chunks must not copy the whole tensor either
+    n, lo, hi, mean, std = finite_stats(x, chunk)
+    want = _naive_profile(x)
+    assert n == want[0] and lo == want[1] and hi == want[2]
+    assert mean == pytest.approx(want[3], rel=1e-9, abs=1e-9)
+    assert std == pytest.approx(want[4], rel=1e-7, abs=1e-9)
+
+
+def test_the_profile_of_a_large_tensor_allocates_a_chunk_not_the_tensor():
+    from torch.profiler import ProfilerActivity, profile
+
+    from plugins.verifiers.performance.timing import PROFILE_CHUNK, _Profile
+
+    x = torch.randn(4 * PROFILE_CHUNK // 1024, 1024)  # 4 chunks, 256 MiB of float32
+    x[0, 0] = math.nan
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        made = _Profile(x)
+    assert made.kind == "normal" and abs(made.a) < 1e-3 and abs(made.b - 1.0) < 1e-3
+    largest = max(e.cpu_memory_usage for e in prof.events())
+    assert 0 < largest <= 2 * 8 * PROFILE_CHUNK  # one chunk in float64, and its indices; never x's size again

@@ -118,7 +118,8 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
     * candidate worker: its weights; one run's inputs at a time (their digests, or a host copy, show what
       it wrote to them); intermediates; the outputs of one request's runs exported to the keeper until adopted
       (large outputs go a few runs per request, :func:`runs_per_request`);
-      the timed stage's inputs, outputs and flush buffer;
+      the timed stage's model, inputs (the first draw and a fresh one per run), outputs (the run's, a checked
+      run's reference and the comparison's temporaries) and flush buffer;
     * each worker's CUDA context and library workspaces.
     """
     i, w, o = (int(measured.get(k) or 0) for k in ("inputs", "weights", "outputs"))
@@ -139,7 +140,10 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
         "candidate_inputs": i,
         "candidate_intermediates": transient,
         "exported_outputs": min(max(trials, runs_cand - trials), runs_per_request(o)) * o,
-        "timing": i + o + TIMING_SCRATCH_BYTES,
+        # the timed stages (the candidate's, then the task's baseline): the task's model, the first draw of
+        # inputs and one fresh draw per run, the run's output, and a checked run's reference output with
+        # its comparison's temporaries (H200, 2026-12-05: i + o here ran 6 level-1 tasks out of memory alone)
+        "timing": w + 2 * i + 4 * o + TIMING_SCRATCH_BYTES,
         "worker_overhead": 2 * WORKER_OVERHEAD_BYTES,
     }
     return Footprint(sum(parts.values()), parts, dict(measured))

@@ -163,10 +163,12 @@ class WorkerMain:
         answer = handler(req) if handler is not None else refusal(self.role, op)
         if self.device == "cuda" and isinstance(answer, dict):
             answer["gpu_peak"] = peak_gpu_bytes()  # the judge compares it with its memory estimate
-        if self.device == "cuda" and op in (Op.REFERENCE, Op.RUN, Op.BASELINE):
-            release_cached_gpu_memory()
-        elif self.device == "cuda" and op == Op.FORGET:  # a verification ended: its memory goes back whole
+        if self.device == "cuda" and op == Op.FORGET:  # a verification ended: its memory goes back whole
             release_cached_gpu_memory(0)
+        elif self.device == "cuda":  # after every request: a keeper's comparisons and a timed stage's inputs
+            # left tens of GiB cached in their process, where the next stage's other worker could not use them
+            # (H200, 2026-12-05: six level-1 tasks ran out of memory alone in the performance stage)
+            release_cached_gpu_memory()
         return answer
 
     def ping(self, req: dict[str, Any]) -> dict[str, Any]:

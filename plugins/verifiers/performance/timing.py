@@ -39,7 +39,7 @@ import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 MiB = 1 << 20
 MAX_FILLER_US = 5000.0  # the filler adapts to the host's launch time up to this
@@ -272,6 +272,51 @@ class TimingResult:
         return d
 
 
+# _Profile reads a tensor this many elements at a time: at KernelBench's sizes (1.6e9 elements) a boolean
+# mask's indexing took 24 GiB of int64 indices at once, and ran the performance stage out of memory
+PROFILE_CHUNK = 1 << 24
+
+
+def _chunks(x: Any, chunk: int) -> Iterator[Any]:
+    """Views of ``x`` along its first dimension, about ``chunk`` elements each (a copy of one is bounded)."""
+    if x.dim() == 0:
+        yield x.reshape(1)
+        return
+    row = max(1, x[0].numel())
+    rows = max(1, chunk // row)
+    for start in range(0, x.shape[0], rows):
+        part = x[start:start + rows]
+        if part.dim() > 1 and part[0].numel() > chunk:  # one row is itself larger: go a level deeper
+            for sub in part:
+                yield from _chunks(sub, chunk)
+        else:
+            yield part
+
+
+def finite_stats(x: Any, chunk: int = PROFILE_CHUNK) -> tuple[int, float, float, float, float]:
+    """(count, min, max, mean, unbiased std) of ``x``'s finite values, read ``chunk`` elements at a time
+    (the std combined across chunks by Chan's rule, in float64)."""
+    import torch
+
+    n, lo, hi, mean, m2 = 0, math.inf, -math.inf, 0.0, 0.0
+    for part in _chunks(x.detach(), chunk):
+        f = part.reshape(-1).to(torch.float64)
+        f = f[torch.isfinite(f)]  # a chunk's indices, not the tensor's
+        k = int(f.numel())
+        if k == 0:
+            continue
+        lo, hi = min(lo, float(f.min())), max(hi, float(f.max()))
+        k_mean = float(f.mean())
+        k_m2 = float(((f - k_mean) ** 2).sum())
+        total = n + k
+        delta = k_mean - mean
+        mean += delta * k / total
+        m2 += k_m2 + delta * delta * n * k / total
+        n = total
+    std = math.sqrt(m2 / (n - 1)) if n > 1 else 1.0
+    return n, lo, hi, mean, std
+
+
 class _Profile:
     """How to draw fresh values like a given tensor: normal, uniform, integer range or bool."""
 
@@ -284,26 +329,19 @@ class _Profile:
         elif x.dtype == torch.bool:
             self.kind = "bool"
         elif x.is_floating_point():
-            f = x.detach().float()
-            finite = f[torch.isfinite(f)]
-            if finite.numel() == 0:
+            n, lo, hi, mean, std = finite_stats(x)
+            if n == 0:
                 self.kind = "copy"
+            elif lo >= 0.0:
+                self.kind, self.a, self.b = "uniform", lo, hi if hi > lo else lo + 1.0
             else:
-                lo, hi = float(finite.min()), float(finite.max())
-                if lo >= 0.0:
-                    self.kind, self.a, self.b = "uniform", lo, hi if hi > lo else lo + 1.0
-                else:
-                    self.kind = "normal"
-                    self.a = float(finite.mean())
-                    self.b = float(finite.std()) if finite.numel() > 1 else 1.0
+                self.kind, self.a, self.b = "normal", mean, std
         elif not x.is_complex():
             self.kind, self.a, self.b = "int", int(x.min()), int(x.max()) + 1
 
     def fill(self, flat: Any, generator: Any) -> None:
         if self.kind == "bool":
-            import torch
-
-            flat.copy_(torch.rand(flat.shape, generator=generator, device=flat.device) < 0.5)
+            flat.bernoulli_(0.5, generator=generator)  # in place: no float tensor of the input's size
         elif self.kind == "uniform":
             flat.uniform_(self.a, self.b, generator=generator)
         elif self.kind == "normal":
@@ -522,6 +560,7 @@ class GpuTimer:
         exposed = 0
         for r in range(runs):
             for attempt in range(1 + policy.launch_retries):  # a descheduled host: run again
+                args = None  # the last run's inputs go before the next are drawn (inputs of GiB at real sizes)
                 args = make_args(i)
                 i += 1
                 s, d, out, host_us = self._one(fn, args)
