@@ -82,3 +82,60 @@ def test_other_failures_are_not_retried(tmp_path):
     worker = ScriptedWorker([{"ok": False, "error": "AssertionError"}], lock)
     answer = Verifier._on_gpu(judge_with(lock), worker, {"op": "run"}, Budget(60))
     assert answer["error"] == "AssertionError" and len(worker.sent) == 1
+
+
+def test_a_check_waiting_on_the_cpu_is_judged_after_the_verification_gave_its_gpu_memory_back(monkeypatch):
+    # H200, 2026-12-05: a matrix-vector verdict held its 37-GiB reservation through 90 s of the CPU
+    # interpreter's race analysis, while a 105-GiB task waited for the memory. That wait now comes after.
+    import contextlib
+
+    from core.task import Candidate, Task
+    from core.verdict import CheckResult, Verdict
+    from core.verification import pipeline
+    from core.verification.pipeline import Verification
+
+    reserved: list[bool] = []
+    seen: dict[str, bool] = {}
+
+    @contextlib.contextmanager
+    def reservation(verification):
+        reserved.append(True)
+        try:
+            yield
+        finally:
+            reserved.pop()
+
+    class Check:
+        where, hard, stage = "worker", True, 3
+
+        def __init__(self, name, needs, passed=True):
+            self.name, self.needs, self.passed = name, frozenset(needs), passed
+
+        def evaluate(self, evidence):
+            seen[self.name] = bool(reserved)  # whether the GPU memory was still held
+            return CheckResult(self.passed, self.name)
+
+    def run_checks(races_pass):
+        checks = [Check("correctness", {"trials"}), Check("stability", {"trials", "probes"}),
+                  Check("interp_races", {"trials", "interpreter"}, races_pass)]
+        verifier = types.SimpleNamespace(checks=checks, compile_only=None, backend_name="triton", device="cuda",
+                                         trials=5, tolerances={}, _reserved=reservation)
+        verdict = Verdict()
+        v = Verification(verifier, Task(source="x = 1"), Candidate(source="y = 2"), verdict, 60.0)
+
+        def on_device():  # the trials' checks, then the extra observations' (as executed() does)
+            verdict.compiled = verdict.correct = True
+            v.evaluate([checks[0]])
+            v.extra_observations()
+            v.finish()
+
+        monkeypatch.setattr(pipeline.ExtraObservations, "make", lambda self: None)
+        v.on_device = on_device
+        v.run()
+        return verdict
+
+    verdict = run_checks(races_pass=True)
+    assert seen == {"correctness": True, "stability": True, "interp_races": False}
+    assert verdict.accepted and set(verdict.checks) == {"correctness", "stability", "interp_races"}
+    verdict = run_checks(races_pass=False)  # and its failure still decides the verdict
+    assert not verdict.accepted and verdict.reason.startswith("interp_races")
