@@ -10,6 +10,7 @@ from dataclasses import asdict
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from lock_probe import could_take
 
 from core.verification.devicelock import DeviceLock, DeviceLockTimeout, gpu_key
 
@@ -272,21 +273,9 @@ def test_a_verdict_says_how_long_it_held_the_gpu_per_turn_and_which_turns_were_a
     assert Verdict.from_json(verdict.to_json()).gpu_held_s == verdict.gpu_held_s
 
 
-def _can_take_alone(lock: DeviceLock, wait_s: float = 0.3) -> bool:
+def _can_take_alone(lock: DeviceLock) -> bool:
     """Whether a timed (exclusive) turn could start now, asked from another thread."""
-    got: list[bool] = []
-
-    def ask() -> None:
-        try:
-            with lock.exclusive(time.monotonic() + wait_s):
-                got.append(True)
-        except DeviceLockTimeout:
-            got.append(False)
-
-    thread = threading.Thread(target=ask)
-    thread.start()
-    thread.join()
-    return got[0]
+    return could_take(lock, exclusive=True, wait_s=0.3)
 
 
 def _baseline_worker(lock: DeviceLock, seen: dict):
@@ -307,8 +296,7 @@ def _baseline_worker(lock: DeviceLock, seen: dict):
                 seen["before"] = _can_take_alone(lock)
                 torch.compile(lambda x: torch.sin(x) + 1, backend=backend)(torch.randn(8))
                 seen["after"] = _can_take_alone(lock)
-            return {"ok": True, "data": {"gpu_lock": {"wait_s": held.waited_s, "segments": held.segments,
-                                                      "builds": held.builds}}}
+            return {"ok": True, "data": {"gpu_lock": {"wait_s": held.waited_s, "segments": held.segments}}}
 
     return Worker()
 

@@ -4,11 +4,10 @@ while neighbours held the memory). The lock is the real host-wide file lock; the
 
 from __future__ import annotations
 
-import threading
-import time
 import types
 
 import pytest
+from lock_probe import could_take
 
 from core.verification.budget import Budget
 from core.verification.devicelock import DeviceLock
@@ -29,19 +28,7 @@ class ScriptedWorker:
         return self.answers.pop(0)
 
     def _neighbour_can_share(self):
-        got = []
-
-        def try_shared():
-            try:
-                with self.lock.shared(deadline=time.monotonic() + 0.05):
-                    got.append(True)
-            except Exception:
-                got.append(False)
-
-        t = threading.Thread(target=try_shared)
-        t.start()
-        t.join()
-        return got[0]
+        return could_take(self.lock, exclusive=False, wait_s=0.05)
 
 
 def judge_with(lock):

@@ -39,6 +39,18 @@ class GpuBusy(WorkerFailure):
     """No turn on the GPU within ``gpu_wait_s``: the run's problem; the worker itself is fine."""
 
 
+def record_turn(budget: Any, journal: list | None, label: str, exclusive: bool, asked: float, got: float,
+                done: float) -> None:
+    """One turn on the GPU: how long it kept the others waiting, in the verdict's ``gpu_held_s`` (a turn held
+    alone under "<label> alone"), and the turn itself in the judge's ``journal``."""
+    verdict = getattr(budget, "verdict", None)
+    if verdict is not None:
+        key = f"{label} alone" if exclusive else label
+        verdict.gpu_held_s[key] = round(verdict.gpu_held_s.get(key, 0.0) + done - got, 4)
+    if journal is not None:
+        journal.append({"label": label, "exclusive": exclusive, "asked": asked, "got": got, "done": done})
+
+
 class GpuTurn(contextlib.AbstractContextManager):
     """Holds a device lock for one worker request; the wait extends the budget, and a GPU busy
     past ``wait_s`` is reported as an error of the run (status ``error``), not of the candidate."""
@@ -58,13 +70,8 @@ class GpuTurn(contextlib.AbstractContextManager):
         self.budget.waited(self.got - self.started)
 
     def __exit__(self, *exc: Any) -> None:
-        verdict = getattr(self.budget, "verdict", None)
-        if verdict is not None:  # how long this turn kept the others waiting
-            key = f"{self.label} alone" if self.exclusive else self.label
-            verdict.gpu_held_s[key] = round(verdict.gpu_held_s.get(key, 0.0) + time.monotonic() - self.got, 4)
         try:
             return self.inner.__exit__(*exc)
         finally:
-            if self.journal is not None:
-                self.journal.append({"label": self.label, "exclusive": self.exclusive, "asked": self.started,
-                                     "got": self.got, "done": time.monotonic()})
+            record_turn(self.budget, self.journal, self.label, self.exclusive, self.started, self.got,
+                        time.monotonic())

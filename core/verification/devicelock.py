@@ -237,9 +237,6 @@ class SharedExceptCompiling(contextlib.AbstractContextManager):
         if self._lost is not None:  # even where the build's error was caught (no compiled baseline)
             raise self._lost
 
-    def held_s(self) -> float:
-        return sum(b - a for a, b in self.segments)
-
 
 # --------------------------------------------------------------------------- where the GPU's time went
 

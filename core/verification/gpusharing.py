@@ -14,10 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from core.contracts import optional
 from core.task import Task
-from core.verification.budget import Budget, GpuBusy, GpuTurn
+from core.verification.budget import Budget, GpuBusy, GpuTurn, record_turn
 from core.verification.devicelock import DeviceLockTimeout
-from core.verification.gpumemory import (Footprint, GpuOutOfMemory, MemoryAdmission, capacity_from, estimate,
-                                         fmt_bytes, is_out_of_memory, unknown_footprint)
+from core.verification.gpumemory import (
+    Footprint,
+    GpuOutOfMemory,
+    MemoryAdmission,
+    capacity_from,
+    estimate,
+    fmt_bytes,
+    is_out_of_memory,
+    unknown_footprint,
+)
 from core.verification.protocol import Op, request
 from core.verification.sandbox import WorkerFailure, WorkerPool
 
@@ -214,10 +222,7 @@ class GpuSharing:
         if not turns:
             return answer
         budget.waited(float(turns.get("wait_s") or 0.0))
-        verdict = getattr(budget, "verdict", None)
         for got, done in turns.get("segments") or []:
-            if verdict is not None:
-                verdict.gpu_held_s[label] = round(verdict.gpu_held_s.get(label, 0.0) + done - got, 4)
-            self.gpu_turns.append({"label": label, "exclusive": False, "asked": asked, "got": got, "done": done})
+            record_turn(budget, self.gpu_turns, label, False, asked, got, done)
             asked = done
         return answer

@@ -217,7 +217,7 @@ class ReferenceRole:
                     with lock:
                         self.prepared_baselines = {key: check.baseline_prepare(module, int(req["init_seed"]))}
                     turns = {} if isinstance(lock, contextlib.nullcontext) else {
-                        "gpu_lock": {"wait_s": lock.waited_s, "segments": lock.segments, "builds": lock.builds}}
+                        "gpu_lock": {"wait_s": lock.waited_s, "segments": lock.segments}}
                     return {"ok": True, "data": turns}
                 prepared = self.prepared_baselines.pop(key, None)
                 extra = {"prepared": prepared} if prepared is not None else {}
