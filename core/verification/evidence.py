@@ -470,9 +470,10 @@ def median_scale(magnitudes: Any, finite: Any) -> Any:
     values = magnitudes[finite] if not bool(finite.all()) else magnitudes.reshape(-1)
     if values.numel() == 0:
         return magnitudes
-    k = max(1, (values.numel() + 1) // 2)
-    median = values.reshape(-1).kthvalue(k).values
-    return torch.maximum(magnitudes, median)
+    from core.verification.selection import kth_smallest
+
+    median = kth_smallest(values, max(1, (values.numel() + 1) // 2))
+    return torch.clamp_min(magnitudes, median)
 
 
 

@@ -161,10 +161,10 @@ def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor
     near-zero rule), or, for at most max(:data:`OUTLIER_COUNT`, :data:`OUTLIER_FRACTION` x n)
     scattered elements, the spread at the element itself, or the reference's own ``flips`` (at most
     :data:`FLIP_COUNT_FACTOR` x as many, each at most :data:`FLIP_SIZE_FACTOR` x its largest)."""
-    from core.verification.worker.rounding import _quantile
+    from core.verification.selection import quantile
 
     n = int(finite.sum())
-    q = _quantile(spread[finite], SPREAD_QUANTILE) if n else 0.0
+    q = quantile(spread[finite], SPREAD_QUANTILE) if n else 0.0
     still = bad & (diff > noise_factor * q)
     m = int(still.sum())
     if m == 0:

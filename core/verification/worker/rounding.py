@@ -25,7 +25,6 @@ that rounding really drives moves most elements (a constant row's normalisation 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -118,6 +117,8 @@ def rounding_noise(run: Callable[[], list[Any]], truth: list[Any | None], unit: 
     where the truth is."""
     import torch
 
+    from core.verification.selection import quantile
+
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)  # its own stream: the task's global RNG state is not touched
     with torch.no_grad(), rounding_mode(unit, generator):
@@ -131,14 +132,7 @@ def rounding_noise(run: Callable[[], list[Any]], truth: list[Any | None], unit: 
         if not bool(torch.isfinite(n)[finite].all()):
             noise.append(None)
             continue
-        noise.append(_quantile((n.to(torch.float64)[finite] - t[finite]).abs(), NOISE_QUANTILE))
+        noise.append(quantile((n.to(torch.float64)[finite] - t[finite]).abs(), NOISE_QUANTILE))
     return noise + [None] * (len(truth) - len(noise))
 
 
-def _quantile(values: Any, q: float) -> float:
-    """The ``q`` quantile of a 1-d tensor (0 when empty); ``kthvalue``, since ``torch.quantile``
-    refuses tensors of over 2^24 elements."""
-    if values.numel() == 0:
-        return 0.0
-    k = max(1, min(values.numel(), math.ceil(q * values.numel())))
-    return float(values.kthvalue(k).values)
