@@ -1,7 +1,8 @@
 """One markdown table from several ``core.eval`` runs (their results.json): per run, the tasks measured
 and not run, accepted, fast_p at p = 0, 1, 1.2, 1.5, 2 and the geomean speedup, against eager and
 against torch.compile, then the names of the tasks each run measured, and where its verdicts' time
-went (:func:`time_spent`: waits for the GPU, its turns held shared and alone by label, each check's stage).
+went (:func:`time_spent`: waits for the GPU, its turns held shared and alone by label, each check's stage,
+and the memory admission's estimates against the peaks the workers reported).
 A run cut before it wrote results.json is summed from its ``verdicts.jsonl`` (a row per verdict as it landed).
 
     python -m benchmarks.kb_table RUN_DIR [RUN_DIR ...]
@@ -59,7 +60,36 @@ def time_spent(tasks: list[dict], top: int = 6) -> list[str]:
             f"{sum(float(t.get('gpu_wait_s') or 0.0) for t in timed):.1f} s waiting for a GPU turn; "
             f"GPU held alone {alone:.1f} s, shared {shared:.1f} s",
             f"held longest (s): {biggest(held)}",
-            f"stages (s): {biggest(stages)}"]
+            f"stages (s): {biggest(stages)}", *memory_estimates(timed)]
+
+
+def measured_peak(memory: dict) -> int:
+    """The most device memory a verification's two workers can have held at once: the largest peak
+    its reference (keeper) worker reported plus the largest its candidate worker reported."""
+    peaks = memory.get("peak_bytes") or {}
+    ref = max((v for k, v in peaks.items() if not k.startswith("candidate")), default=0)
+    cand = max((v for k, v in peaks.items() if k.startswith("candidate")), default=0)
+    return int(ref) + int(cand)
+
+
+def memory_estimates(tasks: list[dict], top: int = 5) -> list[str]:
+    """The admission's estimate against what the workers reported (``gpu_memory``'s ``estimate_bytes`` and
+    ``peak_bytes``): how many verdicts it over- and under-estimated, the median ratio, and the tasks it
+    under-estimated most (those share the GPU on too small a reservation and can run out of memory)."""
+    pairs = []
+    for t in tasks:
+        memory = t.get("gpu_memory") or {}
+        peak, estimate = measured_peak(memory), int(memory.get("estimate_bytes") or 0)
+        if peak and estimate:
+            pairs.append((estimate / peak, t.get("name") or t.get("task_id"), estimate, peak))
+    if not pairs:
+        return []
+    pairs.sort()
+    under = [p for p in pairs if p[0] < 1.0]
+    worst = ", ".join(f"{name} {est / 2**30:.1f}/{peak / 2**30:.1f} GiB" for _, name, est, peak in under[:top])
+    return [f"memory estimate / measured peak: median {pairs[len(pairs) // 2][0]:.2f}, range "
+            f"{pairs[0][0]:.2f}-{pairs[-1][0]:.2f}; under-estimated {len(under)} of {len(pairs)}"
+            + (f" (estimate/peak: {worst})" if worst else "")]
 
 
 def landed_rows(run: Path) -> list[dict]:

@@ -395,3 +395,41 @@ def test_a_kept_output_returned_again_under_a_new_storage_is_seen(large, offset,
     assert wrap != "from_dlpack" or again.untyped_storage() is not kept.untyped_storage()
     assert returned(again)
     assert not returned(torch.empty(n))  # a fresh output while the kept one lives: other memory
+
+
+def test_the_keepers_and_the_candidates_requests_report_their_peaks_to_the_verdict():
+    # the keeper's compares and the candidate's timed stage took the most memory on the H200; a verdict
+    # that only kept the pool requests' peaks could not show the estimate was short there
+    import contextlib
+    from types import SimpleNamespace
+
+    from core.verdict import Verdict
+    from core.verification.keeper import Keeper
+
+    class Worker:
+        role = "reference"
+
+        def request(self, message, timeout_s):
+            return {"ok": True, "gpu_peak": 7 << 30}
+
+    verdict = Verdict()
+    budget = SimpleNamespace(verdict=verdict, left=lambda: 60.0)
+    verifier = SimpleNamespace(_gpu=lambda budget, label="": contextlib.nullcontext())
+    Keeper(verifier, Worker(), budget, evidence=None)._ask({"op": "compare"})
+    assert verdict.gpu_memory["peak_bytes"] == {"keeper compare": 7 << 30}
+
+
+def test_the_table_says_which_tasks_the_estimate_fell_short_of():
+    from benchmarks.kb_table import measured_peak, memory_estimates
+
+    g = 1 << 30
+    rows = [{"name": "19_ReLU", "gpu_memory": {"estimate_bytes": 40 * g, "peak_bytes": {
+                "keeper compare": 30 * g, "reference reference": 20 * g, "candidate performance": 20 * g}}},
+            {"name": "1_Square", "gpu_memory": {"estimate_bytes": 8 * g, "peak_bytes": {
+                "keeper adopt": 2 * g, "candidate run": 2 * g}}},
+            {"name": "cpu", "gpu_memory": {}}]
+    assert measured_peak(rows[0]["gpu_memory"]) == 50 * g  # the largest of each worker, added
+    (line,) = memory_estimates(rows)
+    assert "median 2.00" in line and "range 0.80-2.00" in line
+    assert "under-estimated 1 of 2 (estimate/peak: 19_ReLU 40.0/50.0 GiB)" in line
+    assert memory_estimates(rows[2:]) == []

@@ -75,3 +75,14 @@ class GpuTurn(contextlib.AbstractContextManager):
         finally:
             record_turn(self.budget, self.journal, self.label, self.exclusive, self.started, self.got,
                         time.monotonic())
+
+
+def record_peak(budget: Budget, what: str, answer: dict[str, Any]) -> None:
+    """Keep the largest device memory a worker reported for ``what`` (a role and request) in the verdict's
+    ``gpu_memory["peak_bytes"]``, beside the admission's estimate."""
+    peak, verdict = answer.get("gpu_peak"), getattr(budget, "verdict", None)
+    if not isinstance(peak, int) or verdict is None:
+        return
+    memory = verdict.gpu_memory = verdict.gpu_memory or {}
+    peaks = memory.setdefault("peak_bytes", {})
+    peaks[what] = max(peaks.get(what, 0), peak)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.contracts import optional
 from core.task import Task
-from core.verification.budget import Budget, GpuBusy, GpuTurn, record_turn
+from core.verification.budget import Budget, GpuBusy, GpuTurn, record_peak, record_turn
 from core.verification.devicelock import DeviceLockTimeout
 from core.verification.gpumemory import (
     Footprint,
@@ -36,17 +36,6 @@ if TYPE_CHECKING:
 def out_of_gpu_memory(answer: dict[str, Any]) -> bool:
     """A worker's failed answer whose error is PyTorch's or CUDA's allocation failure."""
     return not answer.get("ok") and is_out_of_memory(answer.get("error"))
-
-
-def record_peak(budget: Budget, what: str, answer: dict[str, Any]) -> None:
-    """Keep the largest device memory a worker reported for ``what`` (a role and request) in the verdict's
-    ``gpu_memory["peak_bytes"]``, beside the admission's estimate."""
-    peak, verdict = answer.get("gpu_peak"), getattr(budget, "verdict", None)
-    if not isinstance(peak, int) or verdict is None:
-        return
-    memory = verdict.gpu_memory = verdict.gpu_memory or {}
-    peaks = memory.setdefault("peak_bytes", {})
-    peaks[what] = max(peaks.get(what, 0), peak)
 
 
 class GpuSharing:
@@ -185,6 +174,7 @@ class GpuSharing:
         that."""
         with self._gpu(budget, label=str(message.get("op"))):
             answer = worker.request({**message, "hold": self.split_transfers}, timeout_s=budget.left())
+        record_peak(budget, f"{getattr(worker, 'role', 'worker')} {message.get('op')}", answer)
         if out_of_gpu_memory(answer):
             # neighbours filled the GPU, or the task is too large for it: not the candidate's fault;
             # verify() judges the verification again alone, then calls it an error (core.verification.gpumemory)

@@ -40,7 +40,7 @@ from core.contracts import optional
 from core.task import DEFAULT_BACKEND, Candidate, Task
 from core.verdict import Verdict
 from core.verification.baselines import BaselineCache
-from core.verification.budget import Budget, GpuBusy, GpuTurn
+from core.verification.budget import Budget, GpuBusy, GpuTurn, record_peak
 from core.verification.devicelock import DeviceLock
 from core.verification.evidence import Evidence
 from core.verification.gpumemory import DEFAULT_FRACTION, GpuOutOfMemory
@@ -412,6 +412,7 @@ class Verifier(GpuSharing):
                 with self._gpu(budget, exclusive=True, label=f"{check.name} baseline"):
                     answer = worker.request(request(Op.BASELINE, check=check.name, config=config, source=task.source,
                                                     init_seed=seed), timeout_s=budget.left())
+                record_peak(budget, f"reference {check.name} baseline", answer)
                 dirty = bool(optional(check, "Check", "baseline_dirties_worker")())
             finally:
                 if keeper is not None:

@@ -10,7 +10,7 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.verification.budget import Budget
+from core.verification.budget import Budget, record_peak
 from core.verification.evidence import Comparison, Evidence, HeldTensor
 from core.verification.gpumemory import GpuOutOfMemory, is_out_of_memory
 from core.verification.protocol import Op, request
@@ -35,6 +35,7 @@ class Keeper:
                 answer = self.worker.request({**message, "token": self.token}, timeout_s=max(10.0, self.budget.left()))
             except WorkerFailure as exc:
                 raise WorkerFailure("error", f"the reference worker keeping the outputs failed: {exc.detail}") from None
+        record_peak(self.budget, f"keeper {message.get('op')}", answer)
         if not answer.get("ok"):
             if is_out_of_memory(answer.get("error")):
                 raise GpuOutOfMemory(f"the keeper's {message.get('op')}", str(answer.get("error")))

@@ -15,6 +15,7 @@ from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from core.contracts import optional
+from core.verification.budget import record_peak
 from core.verification.probes import describe as describe_probe
 from core.verification.probes import scale_of
 from core.verification.evidence import Trial
@@ -127,6 +128,7 @@ class ExtraObservations:
             with lock:
                 answer = worker.request(request(Op.COLLECT, check=check.name, config=config),
                                         timeout_s=left() + lock_wait_s)
+            record_peak(budget, f"candidate {check.name}", answer)
         oom = answer.get("error") if not answer.get("ok") else (answer.get("data") or {}).get("error")
         if is_out_of_memory(oom):  # not the candidate's fault (core.verification.gpumemory)
             raise GpuOutOfMemory(f"the {check.name} stage", str(oom))
