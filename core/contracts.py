@@ -339,7 +339,7 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         "warm_up": None,
         # open(settings) -> None: start what the check holds beyond one verdict (the interpreter race
         # check's CPU verifier), without waiting for it, while the Verifier's own workers start;
-        # settings: {"tolerances": ...}. close() -> None: release it; called from Verifier.close.
+        # settings: {"tolerances": ..., "workers": the Verifier's candidate workers}. close() -> None: release it; called from Verifier.close.
         "open": None,
         "close": None,
     },

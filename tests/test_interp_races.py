@@ -328,3 +328,17 @@ def test_the_sample_is_deterministic_and_holds_the_corners_and_their_neighbours(
     assert how["first"] == 1 and how.get("last", 0) <= 1  # the last may be the first's neighbour already
     if budget >= len(corners) + 2 and total >= 4 * budget:  # room for random anchors and their neighbours
         assert how.get("random", 0) >= 1
+
+
+@pytest.mark.parametrize(("cores", "verifier_workers", "expected"), [(16, 1, 1), (16, 4, 4), (16, 64, 8), (2, 0, 2)])
+def test_the_cpu_pool_is_sized_to_the_verifications_in_flight(monkeypatch, cores, verifier_workers, expected):
+    # a one-shot `core.verify` (one worker) started eight interpreter workers on the H200's 16 cores,
+    # each importing torch and Triton beside the GPU workers it waited for
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    sized = []
+    check = InterpreterRaceCheck()
+    monkeypatch.setattr(check, "_pool", lambda memory_mb: sized.append(check.default_workers()))
+    check.open({"tolerances": {}, "workers": verifier_workers})
+    assert sized == [expected]

@@ -69,9 +69,13 @@ def test_workers_share_the_cores_unless_the_user_set_omp_num_threads(monkeypatch
     with Verifier(backend="triton", device="cpu", workers=3, reference_workers=1) as v:
         assert v.pool.extra_env["OMP_NUM_THREADS"] == "8"  # 32 cores over 4 worker processes
         assert v.reference_pool.extra_env["OMP_NUM_THREADS"] == "8"
+        # torch.compile's baselines build with the same share, not a compile pool of one process per core
+        assert v.reference_pool.extra_env["TORCHINDUCTOR_COMPILE_THREADS"] == "8"
     monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "2")
     with Verifier(backend="triton", device="cpu", workers=1) as v:
         assert "OMP_NUM_THREADS" not in v.pool.extra_env  # the user's setting passes through instead
+        assert "TORCHINDUCTOR_COMPILE_THREADS" not in v.pool.extra_env
 
 
 @pytest.mark.parametrize("by_seed", [True, False])

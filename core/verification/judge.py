@@ -101,10 +101,16 @@ def worker_env(backend: Any, device: str, processes: int, cuda_on_cpu: bool = Fa
         from core.verification.worker.cuda_on_cpu import ENV
 
         env[ENV] = "1"
+    share = str(max(1, (os.cpu_count() or 1) // max(1, int(processes))))
     if "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env:
         # Each worker's CPU tensor work gets its share of the cores: 20 workers with one OpenMP
         # thread per core each would oversubscribe the host many times over.
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, int(processes))))
+        env["OMP_NUM_THREADS"] = share
+    if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ and "TORCHINDUCTOR_COMPILE_THREADS" not in env:
+        # torch.compile's baselines: Inductor starts a pool of one compile process per core in every
+        # reference worker (and again in each fresh one), 16 workers x 16 processes on a 16-core host;
+        # a share of 1 compiles in the worker's own process
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = share
     return env
 
 
@@ -238,7 +244,7 @@ class Verifier(GpuSharing):
                                          limits=limits, extra_env=env, max_jobs=max_jobs_per_worker)
         self.device_lock = DeviceLock.for_device("cuda") if self.device == "cuda" and share_gpu_fairly else None
         for opener in filter(None, (optional(c, "Check", "open") for c in self.checks)):
-            opener({"tolerances": self.tolerances})  # e.g. interp_races' CPU pool boots beside ours
+            opener({"tolerances": self.tolerances, "workers": self.workers})  # e.g. interp_races' CPU pool boots beside ours
         self.inputs_by_seed = bool(inputs_by_seed)
         self.float64_on_demand = bool(float64_on_demand)
         self.gpu_wait_s = float(gpu_wait_s)

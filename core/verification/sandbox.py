@@ -55,7 +55,7 @@ TUPLE_TAG = "__kz_tuple__"
 # toolchain adds its own (core.api.sandbox.SandboxNeeds, through core.verification.judge.worker_env).
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
                    "NVIDIA_VISIBLE_DEVICES", "KERNELZERO_DISABLE_AUTOLOAD",
-                   "KERNELZERO_BLOCK_PLUGINS", "OMP_NUM_THREADS")
+                   "KERNELZERO_BLOCK_PLUGINS", "OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS")
 # In a value of a worker's extra environment, stands for its scratch directory (made when it starts).
 SCRATCH = "{scratch}"
 

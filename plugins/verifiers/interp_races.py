@@ -80,7 +80,9 @@ class InterpreterRaceCheck:
     # these bound one candidate's to about half a minute of one core.
     launch_s: float = 8.0
     calls_s: float = 30.0
-    workers: int = 0  # CPU candidate workers of the smallest memory class; 0: half the cores, at least 2
+    # CPU candidate workers of the smallest memory class; 0: one per verification the GPU verifier runs at
+    # once (its workers), at most half the cores: more would only start idle processes beside the GPU's
+    workers: int = 0
     timeout_s: float = 300.0
     memory_mb: int = 8192  # the smallest address-space limit of a CPU worker; larger tasks get a pool sized for them
     _pools: dict[int, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -88,6 +90,7 @@ class InterpreterRaceCheck:
     _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
     _started: dict[int, tuple[Any, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _runner: Any = field(default=None, init=False, repr=False, compare=False)
+    _verifier_workers: int = field(default=0, init=False, repr=False, compare=False)
 
     def applies(self, backend: str, device: str) -> bool:
         return backend == "triton" and device == "cuda"
@@ -96,6 +99,7 @@ class InterpreterRaceCheck:
         """Start the smallest CPU pool's workers now (they boot beside the GPU verifier's own). A pool
         that cannot start here does not stop the GPU verifier: ``evaluate`` tries again and, failing,
         could not run."""
+        self._verifier_workers = int(settings.get("workers") or 0)
         try:
             self._pool(self.memory_mb)
         except Exception:  # noqa: BLE001  (reported by evaluate, which fails closed)
@@ -122,7 +126,7 @@ class InterpreterRaceCheck:
                 from core.api.workers import Limits, WorkerPool, worker_env
                 from core.plugins import registry
 
-                size = (self.workers or max(2, (os.cpu_count() or 1) // 2)) if memory_mb <= self.memory_mb else 1
+                size = (self.workers or self.default_workers()) if memory_mb <= self.memory_mb else 1
                 env = worker_env(registry("backend").create("triton"), "cpu", size, cuda_on_cpu=True)
                 # the interpreter's tile products are small: numpy's BLAS threads only wait on each other
                 # (a 128x32x128 product took 8 ms with its threads on a busy host, 0.03 ms with one)
@@ -131,6 +135,12 @@ class InterpreterRaceCheck:
                 pool = self._pools[memory_mb] = WorkerPool("candidate", "triton", "cpu", size=size, limits=limits,
                                                            extra_env=env)
             return pool
+
+    def default_workers(self) -> int:
+        """The smallest class's pool without ``workers`` set: one per verification in flight, at most
+        half the cores (at least 1)."""
+        half = max(1, (os.cpu_count() or 1) // 2)
+        return min(half, self._verifier_workers) if self._verifier_workers > 0 else max(2, half)
 
     def _plan(self, task: Any) -> dict[str, Any]:
         """What the worker needs for ``task``: its init inputs, its footprint and the memory class."""
