@@ -57,8 +57,21 @@ def one_call(kb: Path, reference: Path, candidate: Path, backend: str, device: s
     verdict = json.loads(lines[-1])
     return {"wall_s": wall, "status": verdict["status"], "accepted": verdict["accepted"],
             "verdict_s": verdict.get("elapsed_s"), "reason": verdict.get("reason"),
-            "warm_up": verdict.get("warm_up"), "stage_s": verdict.get("stage_s"), "gpu_wait_s": verdict.get("gpu_wait_s"),
+            "warm_up": verdict.get("warm_up"), "start_up": verdict.get("start_up"), "stage_s": verdict.get("stage_s"), "gpu_wait_s": verdict.get("gpu_wait_s"),
             "checks": {k: c["passed"] for k, c in verdict["checks"].items()}}
+
+
+def where_it_went(row: dict) -> str:
+    """One call's wall time split: each worker role's start-up (spawn to ready; importing torch within
+    it), the verdict's own seconds and its largest stages."""
+    parts = []
+    for role, workers in sorted((row.get("start_up") or {}).items()):
+        for w in workers:
+            parts.append(f"{role} worker ready {w.get('ready_s')} s (torch {w.get('import_torch')} s, "
+                         f"warm-up {w.get('warm_up') or '-'})")
+    stages = sorted((row.get("stage_s") or {}).items(), key=lambda kv: -kv[1])[:4]
+    parts.append("stages " + ", ".join(f"{k} {v:.2f}" for k, v in stages))
+    return "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         verdict_s = r.get("verdict_s")
         print(f"{r['pair']:30} {r['backend']:12} {r['run']:6} {r['wall_s']:7.2f} "
               f"{'-' if verdict_s is None else f'{verdict_s:.2f}':>9}  {r['status']} {(r.get('reason') or '')[:60]}")
+    for r in rows:
+        print(f"  {r['pair']} {r['run']}: {where_it_went(r)}")
     within = [r for r in rows if r.get("accepted") and r["wall_s"] <= TARGET_S]
     print(f"one-shot: {len(within)}/{len(rows)} calls accepted within {TARGET_S:.0f} s")
     return 0

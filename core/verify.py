@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             out = verdict.to_dict()
             out["sandbox"] = verifier.isolation
             out["warm_up"] = verifier.warm_up_report
+            out["start_up"] = {"candidate": verifier.pool.start_ups(), "reference": verifier.reference_pool.start_ups()}
             if args.json:
                 print(json.dumps(out, sort_keys=True, default=str))
             else:

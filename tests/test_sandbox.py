@@ -141,6 +141,14 @@ def test_worker_reports_its_isolation(pool):
     assert text.startswith(("namespaces:", "partial:", "fallback:"))
 
 
+def test_a_worker_says_where_its_start_up_went(pool):
+    # a one-shot verify is mostly start-up (24-30 s on the H200): the split is what tells what to cut
+    pool.wait_ready()
+    (start,) = pool.start_ups()
+    assert 0 < start["import_torch"] <= start["total"] < start["ready_s"] < 120
+    assert start["warm_up"] is None  # nothing to warm on a CPU
+
+
 def test_writes_outside_scratch_are_refused_and_recorded(pool, tmp_path):
     target = Path("/tmp") / f"kz_sandbox_probe_{os.getpid()}"
     answer = run_code(pool, f"open({str(target)!r}, 'w').write('x')")

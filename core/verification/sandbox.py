@@ -283,8 +283,10 @@ class Worker:
     hello: dict[str, Any] = field(default_factory=dict)
     jobs: int = 0
     _started: bool = False
+    spawned_at: float = 0.0
 
     def start(self) -> "Worker":
+        self.spawned_at = time.time()
         self.scratch = Path(tempfile.mkdtemp(prefix=f"kz-{self.role}-"))
         to_child_r, to_child_w = channel_pipe()
         from_child_r, from_child_w = channel_pipe()
@@ -321,6 +323,9 @@ class Worker:
     def wait_ready(self) -> dict[str, Any]:
         if not self.hello:
             self.hello = self._receive(time.monotonic() + self.start_timeout_s, what="start-up")
+            sent = self.hello.get("sent_at")
+            if isinstance(sent, (int, float)) and self.spawned_at:  # spawn to hello, the interpreter's start included
+                self.hello["ready_s"] = round(float(sent) - self.spawned_at, 3)
         return self.hello
 
     @property
@@ -482,6 +487,15 @@ class WorkerPool:
             except WorkerFailure:
                 discard = True
         self.release(worker, discard=discard)
+
+    def start_ups(self) -> list[dict[str, Any]]:
+        """Where each started worker's start-up went (without waiting for those still starting): the
+        seconds from its spawn to its hello, and the worker's own split (importing torch, the backend,
+        in all) and warm-up report."""
+        with self._lock:
+            workers = list(self._all)
+        return [{"ready_s": w.hello.get("ready_s"), **(w.hello.get("start_up_s") or {}),
+                 "warm_up": w.hello.get("gpu_warm_up")} for w in workers if w.hello]
 
     def wait_ready(self) -> list[str]:
         """Block until every idle worker finished start-up; return their isolation descriptions."""

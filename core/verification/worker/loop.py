@@ -11,6 +11,7 @@ import argparse
 import gc
 import os
 import sys
+import time
 import traceback
 from typing import Any, Callable
 
@@ -111,7 +112,10 @@ class WorkerMain:
     def setup(self) -> dict[str, Any]:
         isolation = isolate(self.scratch) if self.args.isolate else "off: isolation disabled by configuration"
         set_limits(self.args.memory_mb, self.args.file_size_mb, self.args.open_files, self.device)
+        began = time.time()
         import torch  # noqa: F401  (warm: the point of a pool)
+
+        imported_s = time.time() - began
 
         exact_fp32_reference()
         if self.device == "cpu" and os.environ.get(CUDA_ON_CPU_ENV) == "1":
@@ -121,6 +125,7 @@ class WorkerMain:
 
         self.backend = registry("backend").create(self.args.backend)
         self.backend.prepare_worker(self.device)
+        prepared_s = time.time() - began
         # before the audit hook: a check's warm-up may compile (Triton starts ptxas)
         warmed = warm_up(self.device, applicable_checks(self.args.backend, self.device))
         exec_dirs = list(optional(self.backend, "Backend", "compiler_dirs")())
@@ -143,7 +148,10 @@ class WorkerMain:
                 gpu_memory = None
         return {"op": Op.HELLO, "pid": os.getpid(), "isolation": isolation, "role": self.role,
                 "gpu_memory": gpu_memory,
-                "torch": torch.__version__, "python": sys.version.split()[0], "gpu_warm_up": warmed}
+                "torch": torch.__version__, "python": sys.version.split()[0], "gpu_warm_up": warmed,
+                # where a worker's start-up went (the judge adds the seconds from its spawn to this hello)
+                "start_up_s": {"import_torch": round(imported_s, 3), "backend": round(prepared_s - imported_s, 3),
+                               "total": round(time.time() - began, 3)}, "sent_at": time.time()}
 
     # -- requests
 
