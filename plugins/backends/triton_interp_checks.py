@@ -69,6 +69,10 @@ class InterpreterState:
 
 
 MAX_LAUNCH_RECORDS = 64
+# Programs of a sampled launch (of more than one) that run whatever its time budget says: the first
+# and its first neighbour. A race is between two programs; with one analysed, a kernel whose programs
+# outlast the budget (a deep loop, or one added to outlast it) had none to find.
+MIN_SAMPLED_PROGRAMS = 2
 
 
 class SampleBudgetSpent(BaseException):
@@ -369,7 +373,7 @@ def install() -> None:
             _, ny, nz = STATE.grid
             # sampled: the executor's (i, 0, 0) is the i-th sampled program
             linear = x if STATE.sampled is not None else (x * ny + y) * nz + z
-            if STATE.sampled is not None and x and time.monotonic() > STATE.launch_deadline:
+            if STATE.sampled is not None and x >= MIN_SAMPLED_PROGRAMS and time.monotonic() > STATE.launch_deadline:
                 raise SampleBudgetSpent  # no new program of this launch: the ones run are analysed
             if perm is not None:
                 linear = perm[linear]
