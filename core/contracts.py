@@ -337,6 +337,8 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # warm_up(device) -> None: done once in an idle worker before its first verdict (compile
         # the check's own kernels, load its libraries), so no verdict pays for it.
         "warm_up": None,
+        # warm_up_roles: the worker roles ("candidate", "reference") whose warm-up runs the hook; None: every role
+        "warm_up_roles": None,
         # open(settings) -> None: start what the check holds beyond one verdict (the interpreter race
         # check's CPU verifier), without waiting for it, while the Verifier's own workers start;
         # settings: {"tolerances": ..., "workers": the Verifier's candidate workers}. close() -> None: release it; called from Verifier.close.

@@ -41,7 +41,7 @@ SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
 CALL_S = 600  # one device call
 # Subsets whose limits, install's included, fit one device call; together they cover every 1-GPU step.
 ONE_CALL = ("suites timing", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement",
-            "oneshot", "kbeval", "training_sft", "hub_grpo")
+            "oneshot quantiles", "kbeval", "training_sft", "hub_grpo")
 MIN_STEP_S = 15  # with --call-s, a step is skipped rather than started with less than this left
 SUMMARY_S = 30  # what a summary command (Command.after_timeout) gets after its step's limit
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
@@ -271,6 +271,17 @@ def _oneshot(ctx: Context) -> list[Command]:
     return [ctx.py("-m", "benchmarks.one_shot_verify", "--kernelbench", ctx.kb, "--device", "cuda",
                    "--pairs", "kb_example_add_triton,redteam_vector_add", "--checks", _KB_CHECKS.strip("[]"),
                    "--out", root / "one_shot_verify.json", env=ctx.one_gpu())]
+
+
+def _quantiles(ctx: Context) -> list[Command]:
+    # the judge's exact quantiles of whole outputs (core/verification/selection.py) against torch.kthvalue
+    return [ctx.py("-m", "benchmarks.quantile_bench", "--device", "cuda", "--sizes", "1e8,1.6e9",
+                   "--out", ctx.work / "quantiles.json", env=ctx.one_gpu())]
+
+
+def quantiles_figure(log: str) -> str:
+    rows = re.findall(r"^\s*([\d,]+) .*?bisect ([\d.]+) s\s+kthvalue ([\d.]+) s", log, re.MULTILINE)
+    return "; ".join(f"{n} elements: bisect {b} s, kthvalue {k} s" for n, b, k in rows[-2:])
 
 
 def _kbeval(ctx: Context) -> list[Command]:
@@ -558,6 +569,10 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "benchmarks/one_shot_verify.py: one `core.verify --device cuda` process per small pair, wall time",
          _oneshot, kbeval_figure, skip=_no_kernelbench,
          results=(("kb/one_shot_verify.json", "one_shot_verify.json"),), tail=20),
+    Step("quantiles", 90, "not run yet; kthvalue's single-slice compares took 12-16 s at 1.6e9 elements in kbeval "
+         "(2026-12-05)", "benchmarks/quantile_bench.py: the judge's exact quantiles by bisection against "
+         "torch.kthvalue at 1e8 and 1.6e9 elements", _quantiles, quantiles_figure,
+         results=(("quantiles.json", "quantiles.json"),), tail=8),
     Step("kbeval", 480, "2026-12-04 (be7b7a2, two evaluations of 60/45 s budgets): 17 of 200 judged, 0 accepted",
          "core.eval with the expert teacher on all of KernelBench's level-1 and level-2 files at their real sizes "
          "in one continuous queue (a line per verdict; fast_p, geomean vs eager and torch.compile)", _kbeval,

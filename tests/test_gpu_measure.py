@@ -184,6 +184,11 @@ _GEOMEANS = """│ all   │    64 │    0 │     0.98 │    0.95 │     0 �
     ("scaling_figure", ("1 shard          96    69.94         82.4     96  {'accepted': 96}\n"
                         "scaling 1 vs 1: 1.00x (target >= 1.8x)"), "1 GPU: 82.4 verdicts/min (96 verdicts)"),
     ("sanitizer_figure", _SANITIZER, "memcheck stage 7.34 s alone, 8.71 s 8 at once"),
+    ("quantiles_figure", ("device: NVIDIA H200\n 100,000,000 spread (90% zeros), q=0.9    bisect 0.031 s  kthvalue "
+                          "0.702 s  (22.6x)\n1,600,000,000 magnitudes, median           bisect 0.402 s  kthvalue "
+                          "11.210 s  (27.9x)"),
+     "100,000,000 elements: bisect 0.031 s, kthvalue 0.702 s; 1,600,000,000 elements: bisect 0.402 s, "
+     "kthvalue 11.210 s"),
     ("timing_figure", _TIMING, "6 passed; repeatability 2/3 within 1%"),
     ("expert_figure", _EXPERT, "fusion 2.84/1.03, softmax 2.54/1.42 (x eager/x compile)"),
     ("pytest_summary", "PASSED tests/gpu/test_cuda_gpu.py::test_x\n33 passed, 1 warning in 275.61s (0:04:35)",

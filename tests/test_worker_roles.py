@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -144,10 +145,24 @@ def test_warm_up_calls_every_checks_hook_and_reports_each_failure():
     warmed, broken = _Check("timer"), _Check("broken", fail=True)
     assert warm_up("cpu", [_CheckWithoutHook()]) is None  # nothing to warm on the CPU
     report = warm_up("cpu", [warmed, _CheckWithoutHook()])
-    assert warmed.calls == ["cpu"] and report.endswith(" s (checks: timer)"), report
+    assert warmed.calls == ["cpu"] and re.search(r" s \(checks: timer \d+\.\d\d s\)$", report), report
     report = warm_up("cpu", [broken, warmed])
     assert warmed.calls == ["cpu", "cpu"] and broken.calls == ["cpu"]  # one failure does not stop the rest
     assert report.startswith("failed after ") and report.endswith("broken: RuntimeError: no filler kernel"), report
+
+
+def test_a_checks_warm_up_runs_only_in_the_roles_it_names():
+    # gpu_activity profiles candidates only: loading CUPTI in a reference worker cost its start-up seconds
+    from plugins.verifiers.gpu_activity.check import GpuActivityCheck
+
+    only_candidates = _Check("profile")
+    only_candidates.warm_up_roles = frozenset({"candidate"})
+    everywhere = _Check("timer")
+    warm_up("cpu", [only_candidates, everywhere], role="reference")
+    assert only_candidates.calls == [] and everywhere.calls == ["cpu"]
+    warm_up("cpu", [only_candidates, everywhere], role="candidate")
+    assert only_candidates.calls == ["cpu"] and everywhere.calls == ["cpu", "cpu"]
+    assert GpuActivityCheck.warm_up_roles == frozenset({"candidate"})
 
 
 def test_the_worker_warms_the_checks_that_apply_to_its_backend_and_device(register_plugin):

@@ -127,7 +127,7 @@ class WorkerMain:
         self.backend.prepare_worker(self.device)
         prepared_s = time.time() - began
         # before the audit hook: a check's warm-up may compile (Triton starts ptxas)
-        warmed = warm_up(self.device, applicable_checks(self.args.backend, self.device))
+        warmed = warm_up(self.device, applicable_checks(self.args.backend, self.device), self.role)
         exec_dirs = list(optional(self.backend, "Backend", "compiler_dirs")())
         self.guard = AuditGuard(self.scratch, exec_dirs)
         from core.verification.devicemem import Exports

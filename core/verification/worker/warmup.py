@@ -54,10 +54,12 @@ def applicable_checks(backend: str, device: str) -> list[Any]:
     return found
 
 
-def warm_up(device: str, checks: Iterable[Any]) -> str | None:
-    """Warm this worker up for ``device``: :func:`warm_gpu` on CUDA, then every check's ``warm_up``.
+def warm_up(device: str, checks: Iterable[Any], role: str | None = None) -> str | None:
+    """Warm this worker up for ``device``: :func:`warm_gpu` on CUDA, then the ``warm_up`` of every
+    check whose ``warm_up_roles`` hold ``role`` (None: every check's). A reference worker never runs
+    the candidate's profile, so it does not load CUPTI, seconds on the critical path of a one-shot verify.
 
-    Returns how it went, for the worker's hello: ``"1.84 s (checks: performance)"``, or
+    Returns how it went, for the worker's hello: ``"1.84 s (checks: performance 0.61 s)"``, or
     ``"failed after 0.52 s: performance: RuntimeError: ..."`` (the worker still serves; its first
     verdict pays what is left); ``None`` when there was nothing to warm (the CPU, no check hook).
     """
@@ -72,11 +74,13 @@ def warm_up(device: str, checks: Iterable[Any]) -> str | None:
     warmed = []
     for check in checks:
         hook = optional(check, "Check", "warm_up")
-        if hook is None:
+        roles = optional(check, "Check", "warm_up_roles")
+        if hook is None or (role is not None and roles is not None and role not in roles):
             continue
+        began = time.perf_counter()
         try:
             hook(device)
-            warmed.append(check.name)
+            warmed.append(f"{check.name} {time.perf_counter() - began:.2f} s")
         except Exception as exc:
             failures.append(f"{check.name}: {type(exc).__name__}: {exc}")
     if gpu and not failures:

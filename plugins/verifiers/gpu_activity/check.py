@@ -58,6 +58,8 @@ class GpuActivityCheck:
     calls: int = 3
     max_activities: int = 5_000
     backends: tuple[str, ...] | None = None  # None: the backends that list CUPTI among their gpu_tools
+    # only candidate workers profile: a reference worker need not load CUPTI (seconds of its start-up)
+    warm_up_roles: ClassVar[frozenset[str]] = frozenset({"candidate"})
 
     def applies(self, backend: str, device: str) -> bool:
         if self.backends is not None:
