@@ -169,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per verification")
     parser.add_argument("--checks", default=None, help="comma-separated check names (default: all that apply)")
     parser.add_argument("--no-isolate", action="store_true", help="skip namespaces (limits + audit hook only)")
+    parser.add_argument("--server", metavar="URL", default=None,
+                        help="judge on a running `kernelzero serve` (its pools are warm: no start-up); its settings "
+                        "apply, and --trials, --timeout, --checks or --device given here must match them")
     args = parser.parse_args(argv)
 
     def usage(message: str) -> int:
@@ -203,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         problem = reference_problem(args.reference.read_text(), args.reference)
         if problem:
             return usage(f"{problem} (fix the reference: only the candidate is judged)")
+    if args.server:
+        given = {a.split("=")[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
+        return _served(args, items, checks, given, usage)
     workers, warm_up = pool_for(1 if items is None else len(items), args.workers, args.warm_up)
     try:
         verifier = Verifier(backend=args.backend, device=args.device, checks=checks, workers=workers,
@@ -251,23 +257,76 @@ def _print_verdict(out: dict[str, Any]) -> None:
     console.print(f"accuracy {out['accuracy']:.2f}   {out['elapsed_s']:.2f} s   sandbox: {out.get('sandbox')}")
 
 
+def _served(args: Any, items: list[tuple[str, Task, Candidate]] | None, checks: list[str] | None, given: set[str],
+            usage: Any) -> int:
+    """The pairs judged by the service at ``args.server``. The settings given on the command line are
+    restated to it, and a service judging with others refuses the request (exit 2, saying how it judges)."""
+    try:
+        from core.serve.client import ServiceError, VerifierClient
+    except ImportError as exc:
+        from core.cli import missing_dependency
+
+        return usage(missing_dependency(exc) or str(exc))
+    settings: dict[str, Any] = {}
+    for flag, key, value in (("--trials", "trials", args.trials), ("--timeout", "timeout_s", args.timeout),
+                             ("--checks", "checks", checks), ("--device", "device", args.device)):
+        if flag in given and not (key == "device" and value == "auto"):
+            settings[key] = value
+    pairs = [(Task.from_file(args.reference), Candidate.from_file(args.candidate, backend=args.backend))] \
+        if items is None else [(t, c) for _, t, c in items]
+    client = VerifierClient(args.server, timeout_s=max(60.0, args.timeout * len(pairs) + 60.0), retries=2)
+    try:
+        if items is None:
+            verdicts = [client.verify(*pairs[0], backend=args.backend, settings=settings)]
+        else:
+            verdicts = _with_progress(args, len(pairs), lambda advance: client.verify_many(
+                pairs, on_verdicts=lambda done, _: advance(len(done)), backend=args.backend, settings=settings))
+    except ServiceError as exc:
+        return usage(f"the service at {args.server}: {exc}")
+    finally:
+        client.close()
+    where = f"the service at {args.server}"
+    if items is None:
+        out = {**verdicts[0].to_dict(), "sandbox": where}
+        if args.json:
+            print(json.dumps(out, sort_keys=True, default=str))
+        else:
+            _print_verdict(out)
+        return 0
+    _report(args, items, verdicts, where)
+    return 0
+
+
+def _with_progress(args: Any, total: int, run: Any) -> Any:
+    """``run(advance)`` under a progress bar of ``total`` pairs (on stderr with ``--json``)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=args.json), transient=args.json) as progress:
+        bar = progress.add_task("verify", total=total)
+        return run(lambda n=1: progress.advance(bar, n))
+
+
 def _batch(verifier: Verifier, args: Any, items: list[tuple[str, Task, Candidate]]) -> int:
+    verdicts = _with_progress(args, len(items), lambda advance: verifier.verify_many(
+        [(t, c) for _, t, c in items], progress=lambda i, v: advance()))
+    _report(args, items, verdicts, verifier.isolation)
+    return 0
+
+
+def _report(args: Any, items: list[tuple[str, Task, Candidate]], verdicts: list[Any], sandbox: str) -> None:
+    """A batch's verdicts: one JSON line each with ``--json``, else a table and a summary."""
     from collections import Counter
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     console = Console(stderr=args.json)
-    with Progress(TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=args.json) as progress:
-        bar = progress.add_task("verify", total=len(items))
-        verdicts = verifier.verify_many([(t, c) for _, t, c in items],
-                                        progress=lambda i, v: progress.advance(bar))
     if args.json:
         for (name, _, _), v in zip(items, verdicts):
             print(json.dumps({"pair": str(name), **v.to_dict()}, sort_keys=True, default=str))
-        return 0
+        return
     table = Table("pair", "status", "accuracy", "seconds", "reason")
     for (name, _, _), v in zip(items, verdicts):
         colour = "green" if v.accepted else "red"
@@ -275,8 +334,7 @@ def _batch(verifier: Verifier, args: Any, items: list[tuple[str, Task, Candidate
     console.print(table)
     counts = Counter(v.status for v in verdicts)
     console.print("summary: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) +
-                  f"; hack flags on {sum(1 for v in verdicts if v.hack_flags)}; sandbox: {verifier.isolation}")
-    return 0
+                  f"; hack flags on {sum(1 for v in verdicts if v.hack_flags)}; sandbox: {sandbox}")
 
 
 if __name__ == "__main__":

@@ -169,18 +169,23 @@ class VerifierClient:
         info = self._health or self.health()
         return f"service {self.url}: {info.get('executor', '')} ({info.get('backend')}, {info.get('device')})"
 
-    def verify(self, task: Task | str, candidate: Candidate | str) -> Verdict:
-        return Verdict.from_dict(self._request("POST", wire.VERIFY, wire.verify_body(task, candidate)))
+    def verify(self, task: Task | str, candidate: Candidate | str, *, backend: str | None = None,
+               settings: dict[str, Any] | None = None) -> Verdict:
+        """``backend``, ``settings`` (of :data:`core.serve.wire.SETTINGS`): what the request restates; a
+        service that verifies otherwise refuses it (``unsupported``) instead of judging differently."""
+        return Verdict.from_dict(self._request("POST", wire.VERIFY, wire.verify_body(task, candidate, backend, settings)))
 
     def verify_many(self, pairs: Sequence[tuple[Task | str, Candidate | str]], on_verdicts: Any = None,
-                    deadline: float | None = None) -> list[Verdict]:
+                    deadline: float | None = None, *, backend: str | None = None,
+                    settings: dict[str, Any] | None = None) -> list[Verdict]:
         """One verdict per pair, in order, in batches of the service's ``max_batch`` (sent one after another;
-        for concurrency use :meth:`averify_many`). ``deadline`` is not supported by the service and ignored."""
+        for concurrency use :meth:`averify_many`). ``deadline`` is not supported by the service and ignored;
+        ``backend`` and ``settings`` as in :meth:`verify`."""
         pairs = list(pairs)
         out: list[Verdict] = []
         for start in range(0, len(pairs), self.batch_size):
             chunk = pairs[start:start + self.batch_size]
-            data = self._request("POST", wire.VERIFY_BATCH, wire.batch_body(chunk))
+            data = self._request("POST", wire.VERIFY_BATCH, wire.batch_body(chunk, backend, settings))
             verdicts = [Verdict.from_dict(v) for v in data["verdicts"]]
             if on_verdicts is not None:
                 on_verdicts(list(range(start, start + len(chunk))), verdicts)

@@ -179,3 +179,56 @@ def test_a_taken_port_is_one_error_line():
                               capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("error:") and "Address already in use" in done.stderr
     assert time.monotonic() - start < 60
+
+
+def _verify_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "core.verify", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_core_verify_judges_on_a_running_service_with_the_same_verdict(service, native, tmp_path):
+    # a one-shot `core.verify` pays for starting its own pools (24-30 s on the H200); `--server` sends the pair
+    # to a service whose pools are warm, and the verdict is the one the native verifier gives
+    import json
+
+    ref, honest = tmp_path / "ref.py", tmp_path / "honest.py"
+    ref.write_text(TASK)
+    honest.write_text(HONEST)
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    for name, source in (("honest", HONEST), ("wrong", WRONG), ("hacked", HACKED)):
+        (batch / f"{name}.py").write_text(TASK)
+        (batch / f"{name}_solution.py").write_text(source)
+    one = _verify_cli("--server", service.url, "--reference", str(ref), "--candidate", str(honest), "--json")
+    assert one.returncode == 0, one.stderr
+    verdict = json.loads(one.stdout.strip().splitlines()[-1])
+    assert verdict["accepted"] is True and verdict["sandbox"] == f"the service at {service.url}"
+    many = _verify_cli("--server", service.url, "--batch", str(batch), "--json")
+    assert many.returncode == 0, many.stderr
+    rows = {Path(r["pair"]).stem: r for r in map(json.loads, many.stdout.strip().splitlines())}
+    assert rows["honest"]["accepted"] and not rows["wrong"]["accepted"] and rows["hacked"]["hack_flags"]
+    assert [rows[n]["status"] for n in ("honest", "wrong", "hacked")] == [s[0] for s in native]
+
+
+def test_core_verify_refuses_a_service_that_judges_otherwise_or_is_not_there(service, tmp_path):
+    ref, honest = tmp_path / "ref.py", tmp_path / "honest.py"
+    ref.write_text(TASK)
+    honest.write_text(HONEST)
+    other = _verify_cli("--server", service.url, "--reference", str(ref), "--candidate", str(honest), "--trials", "7")
+    assert other.returncode == 2 and "trials" in other.stderr and "unsupported" in other.stderr, other.stderr
+    with socket_free_port() as port:
+        gone = _verify_cli("--server", f"http://127.0.0.1:{port}", "--reference", str(ref), "--candidate", str(honest))
+    assert gone.returncode == 2 and "unreachable" in gone.stderr, gone.stderr
+
+
+def socket_free_port():
+    import contextlib
+    import socket
+
+    @contextlib.contextmanager
+    def bound():
+        with socket.socket() as s:  # bound, never listening: a connection to it is refused
+            s.bind(("127.0.0.1", 0))
+            yield s.getsockname()[1]
+
+    return bound()
