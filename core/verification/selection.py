@@ -64,16 +64,20 @@ def kth_smallest(values: Any, k: int, *, method: str = "auto", chunk: int = CHUN
     n = flat.numel()
     if not 1 <= k <= n:
         raise ValueError(f"k={k} is outside 1..{n}")
+    chosen = method
     if method == "auto":
-        method = "bisect" if flat.device.type == "cuda" and n > DIRECT_MAX_ELEMENTS else "kthvalue"
-    if method not in ("bisect", "kthvalue"):
+        chosen = "bisect" if flat.device.type == "cuda" and n > DIRECT_MAX_ELEMENTS else "kthvalue"
+    if chosen not in ("bisect", "kthvalue"):
         raise ValueError(f"kth_smallest: unknown method {method!r}")
-    if method == "kthvalue" or not flat.is_floating_point():
+    if chosen == "kthvalue" or not flat.is_floating_point():
         return float(flat.kthvalue(k).values)
     bits = 64 if flat.dtype == torch.float64 else 32
-    lo, hi = _key(float(flat.min()), bits), _key(float(flat.max()), bits)
-    if math.isnan(_value(lo, bits)) or math.isnan(_value(hi, bits)):
+    smallest, largest = float(flat.min()), float(flat.max())
+    if math.isnan(smallest) or math.isnan(largest):  # NaN has no key: kthvalue orders it last
+        if method == "auto":
+            return float(flat.kthvalue(k).values)
         raise ValueError("kth_smallest: the tensor holds NaN")
+    lo, hi = _key(smallest, bits), _key(largest, bits)
     while lo < hi:  # the smallest key whose value has at least k elements at or below it
         mid = (lo + hi) // 2
         if count_at_most(flat, _value(mid, bits), chunk) >= k:
