@@ -1,0 +1,97 @@
+"""The plain bound of :func:`core.verification.evidence.compare_outputs` over a very large output, a chunk
+at a time.
+
+At KernelBench's real sizes an output holds 10^9 elements (4-8 GiB). Judging it whole makes its
+absolute values, differences, relative errors and masks as temporaries: five times the output on the
+device beside the outputs the keeper already holds (the H200's keeper compares ran out of memory on
+``9_Tall_skinny_matrix_multiplication_``, 2026-12-05). An honest kernel's output is almost always within
+the plain bound everywhere, and that is decided here in chunks, with temporaries of one chunk.
+
+:func:`within_plain_bound` answers only "plainly within": every NaN where the reference has NaN, every
+infinity matching, and every finite element within ``floor * S + rtol * |reference|``, S the output's
+scale (RMS of the reference's finite magnitudes, or with ``scale_aware`` their largest, or 1 with
+``absolute``). Anything else (an element beyond the bound, a NaN or infinity out of place, a
+non-contiguous layout, the domain probe's per-element scale) returns None and the whole-tensor
+comparison decides, with its messages, the float64 truth and the outlier rules. The RMS is summed in
+float64 (exactly rescaled by a power of two, as :func:`~core.verification.evidence.output_scale` does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+CHUNK_ELEMENTS = 1 << 24  # elements per chunk: the temporaries are a few of these
+LARGE_ELEMENTS = 1 << 24  # outputs of more elements are judged here first
+
+
+@dataclass
+class PlainlyWithin:
+    judged: int  # elements compared (with ``scale_aware``: where the reference is finite)
+    max_abs_err: float
+    max_rel_err: float
+
+
+def _chunks(e: Any, g: Any, work: Any, chunk: int, scale_aware: Any) -> Any:
+    """Per chunk: (reference, candidate) in ``work`` dtype, the finite mask, |reference| and |difference|
+    (zeros where not finite); None for a chunk with a NaN or infinity out of place."""
+    import torch
+
+    ef, gf = e.detach().reshape(-1), g.detach().reshape(-1)
+    zero = torch.zeros((), dtype=work, device=ef.device)
+    for start in range(0, ef.numel(), chunk):
+        ec, gc = ef[start:start + chunk].to(work), gf[start:start + chunk].to(work)
+        if scale_aware:
+            finite = torch.isfinite(ec)
+            if bool((finite & ~torch.isfinite(gc)).any()):
+                yield None
+                return
+        else:
+            e_nan, g_nan = torch.isnan(ec), torch.isnan(gc)
+            if not torch.equal(e_nan, g_nan):
+                yield None
+                return
+            finite = torch.isfinite(ec) & torch.isfinite(gc)
+            if bool(((~e_nan) & (~finite) & (ec != gc)).any()):
+                yield None
+                return
+        yield finite, torch.where(finite, ec.abs(), zero), torch.where(finite, (ec - gc).abs(), zero)
+
+
+def within_plain_bound(e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
+                       scale_aware: Any = False, absolute: bool = False,
+                       chunk: int = CHUNK_ELEMENTS) -> PlainlyWithin | None:
+    """Whether the floating output ``g`` is plainly within the bound of the reference ``e`` (same shape and
+    dtype); ``floor_of(S)`` is the bound's absolute part for scale S. None: not plainly (see the module)."""
+    import torch
+
+    if scale_aware == "median" or not e.is_floating_point() or not (e.is_contiguous() and g.is_contiguous()):
+        return None
+    work = torch.float32 if e.element_size() <= 4 else torch.float64
+    judged, peak, max_abs, max_rel = 0, 0.0, 0.0, 0.0
+    for part in _chunks(e, g, work, chunk, scale_aware):
+        if part is None:
+            return None
+        finite, ref, diff = part
+        judged += int(finite.sum())
+        peak = max(peak, float(ref.max()))
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = max(max_rel, float((diff / ref.clamp_min(1e-30)).masked_fill_(ref == 0, 0.0).max()))
+    if max_abs == 0.0:
+        return PlainlyWithin(judged, 0.0, max_rel)
+    if absolute:
+        scale = 1.0
+    elif scale_aware or peak == 0.0 or judged <= 0 or not math.isfinite(peak):
+        scale = peak
+    else:  # the RMS of the finite magnitudes, squares summed in float64 after an exact power-of-two rescale
+        k = 1.0 if 2.0 ** -60 <= peak <= 2.0 ** 40 else 2.0 ** -max(-100, min(100, math.floor(math.log2(peak))))
+        squares = sum(float(((ref.to(torch.float64) * k) ** 2).sum())
+                      for _, ref, _ in _chunks(e, g, work, chunk, scale_aware))
+        scale = math.sqrt(squares) / k / math.sqrt(judged)
+    atol = floor_of(scale)
+    for _, ref, diff in _chunks(e, g, work, chunk, scale_aware):
+        if bool((diff > atol + rtol * ref).any()):
+            return None
+    return PlainlyWithin(judged, max_abs, max_rel)
