@@ -64,12 +64,14 @@ def time_spent(tasks: list[dict], top: int = 6) -> list[str]:
 
 
 def measured_peak(memory: dict) -> int:
-    """The most device memory a verification's two workers can have held at once: the largest peak
-    its reference (keeper) worker reported plus the largest its candidate worker reported."""
+    """The most device memory a verification's workers can have held at once: the largest peak its
+    reference worker (the keeper) reported, plus its candidate worker's, plus the baseline worker's."""
     peaks = memory.get("peak_bytes") or {}
-    ref = max((v for k, v in peaks.items() if not k.startswith("candidate")), default=0)
-    cand = max((v for k, v in peaks.items() if k.startswith("candidate")), default=0)
-    return int(ref) + int(cand)
+    roles: dict[str, int] = {}
+    for label, value in peaks.items():
+        role = label.split()[0] if label.split()[0] in ("candidate", "baseline") else "reference"
+        roles[role] = max(roles.get(role, 0), int(value))
+    return sum(roles.values())
 
 
 def memory_estimates(tasks: list[dict], top: int = 5) -> list[str]:

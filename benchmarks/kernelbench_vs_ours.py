@@ -285,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                       timeout_s=600, checks=checks, **options) as v:
             v.pool.wait_ready()
             v.reference_pool.wait_ready()
+            if v.baseline_pool is not None:
+                v.baseline_pool.wait_ready()
             t0 = time.perf_counter()
 
             def progress(i, verdict, config=config, t0=t0):

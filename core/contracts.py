@@ -321,7 +321,6 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         "start": None,
         "baseline_key": None,
         "baseline_per_task": False,  # one baseline per task, shared by its candidates
-        "baseline_dirties_worker": _never,  # the baseline leaves the reference worker unusable
         "dirties_worker": _never,  # collect leaves the candidate worker unusable: replace it after
         "exclusive_device": False,  # collect holds the GPU alone (timing)
         "locks_device_itself": False,  # collect takes the GPU lock itself (a sanitizer subprocess)

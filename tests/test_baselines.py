@@ -98,15 +98,15 @@ class _FakeCheck:
     def baseline_key(self):
         return (self.compile_baseline,)
 
-    def baseline_dirties_worker(self):
-        return self.compile_baseline
-
 
 def _judge(worker):
+    import threading
+
     from core.verify import Verifier
 
     judge = Verifier.__new__(Verifier)  # the judge's state only: no worker processes
-    judge.baselines, judge.reference_pool = BaselineCache(), _FakePool(worker)
+    judge.baselines, judge.baseline_pool = BaselineCache(), _FakePool(worker)
+    judge._baseline_pool_lock = threading.Lock()
     judge.device_lock, judge.gpu_wait_s = None, 1.0
     return judge
 
@@ -118,7 +118,7 @@ def _evidence(source):
     return Evidence(task=Task(source=source), candidate=Candidate(source="x = 1"), backend="cuda", device="cuda")
 
 
-def test_the_judge_asks_a_reference_worker_once_per_task_and_shares_the_answer():
+def test_the_judge_asks_a_baseline_worker_once_per_task_and_shares_the_answer():
     from core.verification.judge import _Budget
 
     worker = _FakeWorker()
@@ -131,18 +131,47 @@ def test_the_judge_asks_a_reference_worker_once_per_task_and_shares_the_answer()
     assert all(r["op"] == "baseline" and r["check"] == "performance" for r in worker.requests)
     assert (first["shared"], again["shared"], other["shared"]) == (False, True, False)
     assert first["eager_ms"] == again["eager_ms"] == 2.0
-    assert judge.reference_pool.released == [False, False]  # eager only: the worker serves on
+    assert judge.baseline_pool.released == [False, False]  # the baseline worker serves on
 
 
-def test_a_worker_that_timed_torch_compile_is_replaced_and_a_failure_is_reported_not_kept():
+def test_a_baseline_worker_that_timed_torch_compile_serves_on_and_a_failure_is_reported_not_kept():
+    # torch.compile used to leave the verification's keeper to be replaced, and the next verification
+    # waited for a fresh keeper's start-up; baselines now have workers of their own, which serve on
     from core.verification.judge import _Budget
 
     judge = _judge(_FakeWorker())
     judge._baseline(_FakeCheck(compile_baseline=True), {}, _evidence("task A"), _Budget(60))
-    assert judge.reference_pool.released == [True]
+    assert judge.baseline_pool.released == [False]
 
     failing = _judge(_FakeWorker(fail=True))
     result = failing._baseline(_FakeCheck(), {}, _evidence("task A"), _Budget(60))
     assert "could not be timed" in result["error"] and "out of memory" in result["error"]
     # the worker answered (its error was caught there): it serves on, and the next verification asks again
-    assert len(failing.baselines) == 0 and failing.reference_pool.released == [False]
+    assert len(failing.baselines) == 0 and failing.baseline_pool.released == [False]
+
+
+def test_a_baseline_worker_that_died_is_replaced():
+    from core.verification.judge import _Budget
+    from core.verification.sandbox import WorkerFailure
+
+    class Dying(_FakeWorker):
+        def request(self, message, timeout_s):
+            raise WorkerFailure("crashed", "worker died (SIGKILL)")
+
+    judge = _judge(Dying())
+    assert "could not be timed" in judge._baseline(_FakeCheck(), {}, _evidence("task A"), _Budget(60))["error"]
+    assert judge.baseline_pool.released == [True]
+
+
+def test_baselines_have_a_pool_of_their_own_that_recycles_its_workers(monkeypatch):
+    # a real Verifier on the CPU: no per-task baseline applies there, so the pool starts on first use
+    from core.verification.gpusharing import BASELINES_PER_WORKER
+    from core.verify import Verifier
+
+    with Verifier(backend="triton", device="cpu", workers=2) as v:
+        assert v.baseline_pool is None
+        pool = v._baseline_workers()
+        assert pool is v._baseline_workers() and pool.role == "reference" and len(pool._all) == 1  # half of 2
+        assert pool.max_jobs == 2 * BASELINES_PER_WORKER  # a set-up and a timing request per baseline
+        assert pool is not v.reference_pool
+    assert v.baseline_pool is None and pool.closed

@@ -429,6 +429,8 @@ def test_the_table_says_which_tasks_the_estimate_fell_short_of():
                 "keeper adopt": 2 * g, "candidate run": 2 * g}}},
             {"name": "cpu", "gpu_memory": {}}]
     assert measured_peak(rows[0]["gpu_memory"]) == 50 * g  # the largest of each worker, added
+    assert measured_peak({"peak_bytes": {"keeper compare": g, "baseline performance": 3 * g, "candidate run": g}}) \
+        == 5 * g  # the baseline worker is a process of its own
     (line,) = memory_estimates(rows)
     assert "median 2.00" in line and "range 0.80-2.00" in line
     assert "under-estimated 1 of 2 (estimate/peak: 19_ReLU 40.0/50.0 GiB)" in line

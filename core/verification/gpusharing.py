@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.contracts import optional
 from core.task import Task
+from core.verification.baselines import BaselineCache
 from core.verification.budget import Budget, GpuBusy, GpuTurn, record_peak, record_turn
 from core.verification.devicelock import DeviceLockTimeout
 from core.verification.gpumemory import (
@@ -26,11 +27,17 @@ from core.verification.gpumemory import (
     is_out_of_memory,
     unknown_footprint,
 )
+from core.verification.observations import fresh_seed
 from core.verification.protocol import Op, request
-from core.verification.sandbox import WorkerFailure, WorkerPool
+from core.verification.sandbox import Limits, WorkerFailure, WorkerPool
 
 if TYPE_CHECKING:
     from core.verification.parties import VerificationView as Verification
+
+
+# Baselines one baseline worker measures before it is replaced (each builds torch.compile graphs, whose
+# caches and compile state stay in the process).
+BASELINES_PER_WORKER = 8
 
 
 def out_of_gpu_memory(answer: dict[str, Any]) -> bool:
@@ -198,6 +205,77 @@ class GpuSharing:
         wait_until = started + self.gpu_wait_s
         inner = self.device_lock.exclusive(wait_until) if exclusive else self.device_lock.shared(wait_until)
         return GpuTurn(inner, budget, started, self.gpu_turns, label, exclusive)
+
+    # -- the tasks' baselines: a check's measurement of the task's own model, once per task
+
+    def _init_baselines(self, limits: Limits, env: dict[str, str], max_jobs: int) -> None:
+        """The per-task baseline cache, and the pool that measures baselines: reference workers of their own,
+        so a keeper never runs torch.compile. A keeper that had built a baseline was replaced after its
+        verification, and the next verification waited for the fresh one's start-up, once per task. A baseline
+        worker serves :data:`BASELINES_PER_WORKER` baselines, then is replaced. On CUDA with a per-task
+        baseline check the pool starts now, beside the others; otherwise on its first use."""
+        self.baselines = BaselineCache()  # per-task reference timings, shared by that task's candidates
+        self.baseline_pool: WorkerPool | None = None
+        self._baseline_pool_args = (limits, env, min(max_jobs, 2 * BASELINES_PER_WORKER))
+        self._baseline_pool_lock = threading.Lock()
+        if self.device == "cuda" and self.compile_only is None and \
+                any(optional(c, "Check", "baseline_per_task") for c in self.checks):
+            self._baseline_workers()
+
+    def _baseline_workers(self) -> WorkerPool:
+        with self._baseline_pool_lock:
+            if self.baseline_pool is None:
+                limits, env, max_jobs = self._baseline_pool_args
+                # half as many as verifications in flight: a task's baseline is measured once, for all its candidates
+                size = max(1, (self.workers + 1) // 2)
+                self.baseline_pool = WorkerPool("reference", self.backend_name, self.device, size=size,
+                                                limits=limits, extra_env=env, max_jobs=max_jobs)
+            return self.baseline_pool
+
+    def _close_baselines(self) -> None:
+        with self._baseline_pool_lock:
+            pool, self.baseline_pool = self.baseline_pool, None
+        if pool is not None:
+            pool.close()
+
+    def _baseline(self, check: Any, config: dict[str, Any], evidence: Any, budget: Budget) -> dict[str, Any]:
+        """The check's measurement of the task's reference (``check.baseline``), made once per task by a
+        baseline worker, timed with the GPU to itself, then shared (:class:`~core.verification.baselines.BaselineCache`).
+        A failure is returned as ``{"error": ...}`` and not kept."""
+        task = evidence.task
+        key = (check.name, task.id, optional(check, "Check", "baseline_key")())  # task.id: a hash of its source
+
+        def measure() -> dict[str, Any]:
+            pool = self._baseline_workers()
+            worker, served = pool.acquire(), False
+            seed = fresh_seed()
+            try:
+                if optional(check, "Check", "baseline_prepare") is not None:
+                    # the set-up while the GPU is shared, the exclusive turn below only times; the worker
+                    # takes the shared turn itself and gives it back during torch.compile's build (seconds
+                    # of CPU per graph at real sizes), which timed turns elsewhere need not wait through
+                    ready = self._baseline_set_up(worker, request(
+                        Op.BASELINE, check=check.name, config=config, source=task.source, init_seed=seed,
+                        phase="prepare"), budget, f"{check.name} baseline set-up")
+                    if not ready.get("ok"):
+                        served = True  # it answered: the failure is the task's, the worker serves on
+                        raise RuntimeError(ready.get("error"))
+                with self._gpu(budget, exclusive=True, label=f"{check.name} baseline"):
+                    answer = worker.request(request(Op.BASELINE, check=check.name, config=config, source=task.source,
+                                                    init_seed=seed), timeout_s=budget.left())
+                served = True
+                record_peak(budget, f"baseline {check.name}", answer)
+            finally:
+                pool.release(worker, discard=not served)
+            if not answer.get("ok") or (answer.get("data") or {}).get("error"):
+                raise RuntimeError(answer.get("error") or answer["data"]["error"])
+            return answer["data"]
+
+        try:
+            value, shared = self.baselines.get(key, measure)
+        except Exception as exc:  # the verdict stands without speedups; the next candidate measures again
+            return {"error": f"the task's baseline could not be timed: {getattr(exc, 'detail', exc)}"[:400]}
+        return {**value, "shared": shared}
 
     def _baseline_set_up(self, worker: Any, message: dict[str, Any], budget: Budget, label: str) -> dict[str, Any]:
         """A baseline's set-up request, the worker holding this GPU's lock shared itself except while

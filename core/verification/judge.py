@@ -39,17 +39,13 @@ from core.config import resolve_device
 from core.contracts import optional
 from core.task import DEFAULT_BACKEND, Candidate, Task
 from core.verdict import Verdict
-from core.verification.baselines import BaselineCache
-from core.verification.budget import Budget, GpuBusy, GpuTurn, record_peak
+from core.verification.budget import Budget, GpuBusy, GpuTurn
 from core.verification.devicelock import DeviceLock
-from core.verification.evidence import Evidence
 from core.verification.gpumemory import DEFAULT_FRACTION, GpuOutOfMemory
 from core.verification.gpusharing import GpuSharing, out_of_gpu_memory  # noqa: F401 (tests import it from here)
 from core.verification.keeper import Keeper
-from core.verification.observations import fresh_seed
 from core.verification.pipeline import Verification
 from core.verification.probes import fixed_plan
-from core.verification.protocol import Op, request
 from core.verification.sandbox import SCRATCH, Limits, WorkerPool
 
 # The old private names, re-exported: the same objects (tests patch ``judge._Keeper.compare``).
@@ -253,7 +249,7 @@ class Verifier(GpuSharing):
         # every turn this judge took on the GPU lock, newest last: core.verification.devicelock.summarise_turns says
         # where the time went (held alone, shared, idle)
         self.gpu_turns: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
-        self.baselines = BaselineCache()  # per-task reference timings, shared by that task's candidates
+        self._init_baselines(limits, env, max_jobs_per_worker)
         self._init_gpu_memory(gpu_memory_gb, gpu_memory_fraction, memory_admission,
                               wanted=self.device == "cuda" and share_gpu_fairly and self.compile_only is None)
         self._closed = False
@@ -303,7 +299,8 @@ class Verifier(GpuSharing):
             self._closed = True
             # all at once: each waits for its workers to leave (a one-shot call pays this on exit);
             # a check may hold more than one verdict's worth (interp_races: a CPU verifier)
-            closers = [self.pool.close, self.reference_pool.close, *(optional(c, "Check", "close") for c in self.checks)]
+            closers = [self.pool.close, self.reference_pool.close, self._close_baselines,
+                       *(optional(c, "Check", "close") for c in self.checks)]
             threads = [threading.Thread(target=close, name="kz-close") for close in closers if close]
             for t in threads:
                 t.start()
@@ -391,46 +388,3 @@ class Verifier(GpuSharing):
 
     # -- GPU memory (core.verification.gpumemory)
 
-    def _baseline(self, check: Any, config: dict[str, Any], evidence: Evidence, budget: Budget,
-                  keeper: Keeper | None = None) -> dict[str, Any]:
-        """The check's measurement of the task's reference (``check.baseline``), made once per task by
-        a reference worker with the GPU to itself, then shared (:class:`core.verification.baselines.BaselineCache`).
-        A failure is returned as ``{"error": ...}`` and not kept."""
-        task = evidence.task
-        key = (check.name, task.id, optional(check, "Check", "baseline_key")())  # task.id: a hash of its source
-
-        def measure() -> dict[str, Any]:
-            # the verification's own keeper when it has one: every reference worker may be some
-            # verification's keeper, and waiting for another one could wait for ever
-            worker = keeper.worker if keeper is not None else self.reference_pool.acquire()
-            dirty = True
-            seed = fresh_seed()
-            try:
-                if optional(check, "Check", "baseline_prepare") is not None:
-                    # the set-up while the GPU is shared, the exclusive turn below only times; the worker
-                    # takes the shared turn itself and gives it back during torch.compile's build (seconds
-                    # of CPU per graph at real sizes), which timed turns elsewhere need not wait through
-                    ready = self._baseline_set_up(worker, request(
-                        Op.BASELINE, check=check.name, config=config, source=task.source, init_seed=seed,
-                        phase="prepare"), budget, f"{check.name} baseline set-up")
-                    if not ready.get("ok"):
-                        raise RuntimeError(ready.get("error"))
-                with self._gpu(budget, exclusive=True, label=f"{check.name} baseline"):
-                    answer = worker.request(request(Op.BASELINE, check=check.name, config=config, source=task.source,
-                                                    init_seed=seed), timeout_s=budget.left())
-                record_peak(budget, f"reference {check.name} baseline", answer)
-                dirty = bool(optional(check, "Check", "baseline_dirties_worker")())
-            finally:
-                if keeper is not None:
-                    keeper.dirty = keeper.dirty or dirty
-                else:
-                    self.reference_pool.release(worker, discard=dirty)
-            if not answer.get("ok") or (answer.get("data") or {}).get("error"):
-                raise RuntimeError(answer.get("error") or answer["data"]["error"])
-            return answer["data"]
-
-        try:
-            value, shared = self.baselines.get(key, measure)
-        except Exception as exc:  # the verdict stands without speedups; the next candidate measures again
-            return {"error": f"the task's baseline could not be timed: {getattr(exc, 'detail', exc)}"[:400]}
-        return {**value, "shared": shared}

@@ -26,7 +26,6 @@ class Keeper:
     def __init__(self, verifier: "Verifier", worker: Any, budget: Budget, evidence: Evidence):
         self.verifier, self.worker, self.budget, self.evidence = verifier, worker, budget, evidence
         self.token = secrets.token_hex(8)
-        self.dirty = False  # it ran something (torch.compile) after which it must not serve again
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         # GPU work (copies, comparisons): under the shared lock, so never inside another's timed stage

@@ -43,8 +43,7 @@ class VerifierView(Protocol):
 
     def _reserved(self, verification: VerificationView) -> AbstractContextManager[Any]: ...
 
-    def _baseline(self, check: Any, config: dict[str, Any], evidence: Any, budget: Any,
-                  keeper: Any = None) -> dict[str, Any]: ...
+    def _baseline(self, check: Any, config: dict[str, Any], evidence: Any, budget: Any) -> dict[str, Any]: ...
 
 
 class VerificationView(Protocol):

@@ -163,7 +163,7 @@ class Verification:
         try:
             self.executed()
         finally:
-            verifier.reference_pool.release(keeper.worker, discard=not keeper.forget() or keeper.dirty)
+            verifier.reference_pool.release(keeper.worker, discard=not keeper.forget())
 
     def executed(self) -> None:
         """The reference, then the candidate in a candidate worker held until its verdict."""
@@ -322,8 +322,8 @@ class Verification:
 
     def baseline(self, check: Any, config: dict[str, Any]) -> dict[str, Any]:
         """The check's measurement of the task's reference, from the judge's per-task cache
-        (:meth:`Verifier._baseline`), measured in this verification's keeper when it has one."""
-        return self.verifier._baseline(check, config, self.evidence, self.budget, self.keeper)
+        (:meth:`GpuSharing._baseline`), measured by a baseline worker."""
+        return self.verifier._baseline(check, config, self.evidence, self.budget)
 
     # -- helpers of the stages
 

@@ -309,10 +309,6 @@ class PerformanceCheck:
         of trials; with the baseline off, 16 of 16 were accepted. The cause was not isolated.)"""
         return bool(self.compare_compile) and not self.baseline_per_task
 
-    def baseline_dirties_worker(self) -> bool:
-        """The same for the reference worker that timed the baselines (:meth:`baseline`)."""
-        return bool(self.compare_compile)
-
     def baseline_key(self) -> tuple[Any, ...]:
         """What besides the task and the device a baseline measurement depends on: whether
         torch.compile is timed too, and the timer's policy (every field of it, derived)."""
