@@ -175,3 +175,36 @@ def test_baselines_have_a_pool_of_their_own_that_recycles_its_workers(monkeypatc
         assert pool.max_jobs == 2 * BASELINES_PER_WORKER  # a set-up and a timing request per baseline
         assert pool is not v.reference_pool
     assert v.baseline_pool is None and pool.closed
+
+
+def test_a_small_tasks_baseline_starts_beside_the_candidates_later_stages_and_a_large_ones_does_not():
+    # the baseline's torch.compile build (4-5 s of a one-shot verdict on the H200) followed the candidate's
+    # own timing; for a task whose timed stage is small it now runs while the candidate's other stages do
+    import threading
+    from types import SimpleNamespace
+
+    from core.verification.gpumemory import Footprint
+    from core.verification.observations import EARLY_BASELINE_MAX_BYTES, start_baselines
+    from plugins.verifiers.performance import PerformanceCheck
+
+    asked, release = [], threading.Event()
+
+    def baseline(check, config):
+        asked.append((check.name, config["compare_compile"]))
+        release.wait(10)
+        return {"eager_ms": 1.0, "shared": False}  # its own verification measured it: not shared
+
+    def verification(timing_bytes):
+        footprints = {"t": Footprint(timing_bytes, {"timing": timing_bytes})} if timing_bytes is not None else {}
+        return SimpleNamespace(verifier=SimpleNamespace(footprints=footprints), task=SimpleNamespace(id="t"),
+                               checks=[PerformanceCheck(), _FakeCheck()], verdict=SimpleNamespace(checks={}),
+                               baseline=baseline)
+
+    started = start_baselines(verification(64 << 20))
+    assert list(started) == ["performance"] and started["performance"].is_alive()  # beside what follows
+    assert started["performance"].result is None
+    release.set()
+    started["performance"].join(10)
+    assert asked == [("performance", True)] and started["performance"].result == {"eager_ms": 1.0, "shared": False}
+    assert start_baselines(verification(EARLY_BASELINE_MAX_BYTES + 1)) == {}  # after the candidate's timing
+    assert start_baselines(verification(None)) == {}  # footprint unknown: as before

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import threading
 import time
 from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,45 @@ def inputs_of(ref_trial: dict[str, Any], seed: int, scale: float | dict = 1.0) -
 
 # Check fields that are not configuration: a collect request carries the others.
 _NOT_CONFIG = ("name", "stage", "hard", "where", "needs")
+
+# A task whose timed stage holds at most this much (by its footprint, core.verification.gpumemory) has its
+# baseline measured beside the candidate's later stages; a larger one after them, as the estimate counts
+# one timed stage at a time.
+EARLY_BASELINE_MAX_BYTES = 2 << 30
+
+
+def check_config(check: Any) -> dict[str, Any]:
+    """What a check's worker-side requests carry: its dataclass fields but those of :data:`_NOT_CONFIG`."""
+    return {k: x for k, x in asdict(check).items() if k not in _NOT_CONFIG} if is_dataclass(check) else {}
+
+
+class EarlyBaseline(threading.Thread):
+    """One check's baseline measured in a thread; ``result`` once done (None until then, or if it raised)."""
+
+    def __init__(self, v: "Verification", check: Any):
+        super().__init__(daemon=True, name=f"kz-baseline-{check.name}")
+        self.v, self.check, self.result = v, check, None
+
+    def run(self) -> None:
+        self.result = self.v.baseline(self.check, check_config(self.check))
+
+
+def start_baselines(v: "Verification") -> dict[str, EarlyBaseline]:
+    """Start measuring the task's per-task baselines now, once the candidate passed its trials' checks, in
+    threads beside its remaining stages: the set-up (torch.compile: seconds of CPU, 4-5 s of a one-shot
+    verdict on the H200) then overlaps them instead of following the candidate's timing. The later
+    ``collect`` of the check (:meth:`ExtraObservations.collect`) takes its result. Only for a task whose
+    footprint is known and whose timed stage is small (:data:`EARLY_BASELINE_MAX_BYTES`); the verification
+    joins these threads before it gives its memory reservation back."""
+    footprint = getattr(v.verifier, "footprints", {}).get(v.task.id)
+    if footprint is None or footprint.parts.get("timing", EARLY_BASELINE_MAX_BYTES + 1) > EARLY_BASELINE_MAX_BYTES:
+        return {}
+    started = {}
+    for check in v.checks:
+        if optional(check, "Check", "baseline_per_task") and check.name not in v.verdict.checks:
+            started[check.name] = EarlyBaseline(v, check)
+            started[check.name].start()
+    return started
 
 
 class ExtraObservations:
@@ -105,7 +145,7 @@ class ExtraObservations:
         v = self.verification
         verifier, worker, budget, evidence = v.verifier, v.worker, v.budget, v.evidence
         left = budget.left
-        config = {k: x for k, x in asdict(check).items() if k not in _NOT_CONFIG} if is_dataclass(check) else {}
+        config = check_config(check)
         t_check = time.perf_counter()
         lock = verifier._gpu(budget, exclusive=bool(optional(check, "Check", "exclusive_device")), label=check.name)
         lock_wait_s = 0.0
@@ -140,6 +180,10 @@ class ExtraObservations:
         if isinstance(data, dict) and prepared is not None and prepared.get("ok"):
             data.setdefault("phases_s", {})["prepare"] = (prepared.get("data") or {}).get("prepare_s")
         if isinstance(data, dict) and not data.get("error") and optional(check, "Check", "baseline_per_task"):
-            data["baseline"] = v.baseline(check, config)
+            early = v.early_baselines.get(check.name)
+            if early is not None:
+                early.join(timeout=max(1.0, budget.left()))
+            data["baseline"] = early.result if early is not None and early.result is not None else \
+                v.baseline(check, config)
         v.verdict.stage_s[check.name] = time.perf_counter() - t_check  # lock waits included
         evidence.extra[check.name] = data

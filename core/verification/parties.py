@@ -63,6 +63,7 @@ class VerificationView(Protocol):
     alone: bool
     ran_alone: bool
     output_bytes: int
+    early_baselines: dict[str, Any]  # check name -> observations.EarlyBaseline
 
     def baseline(self, check: Any, config: dict[str, Any]) -> dict[str, Any]: ...
 

@@ -27,7 +27,7 @@ from core.verification.budget import Budget, GpuBusy
 from core.verification.evidence import Evidence, HeldTensor, RunObservation, Trial, parse_python, truth_agrees
 from core.verification.gpumemory import GpuOutOfMemory, is_out_of_memory, runs_per_request
 from core.verification.keeper import Keeper
-from core.verification.observations import ExtraObservations, fresh_seed, inputs_of
+from core.verification.observations import ExtraObservations, fresh_seed, inputs_of, start_baselines
 from core.verification.probes import draw_plan
 from core.verification.protocol import Op, request
 from core.verification.sandbox import WorkerFailure
@@ -111,6 +111,7 @@ class Verification:
         self.ref_trials: list[dict[str, Any]] = []
         self.probes: list[tuple[dict, int, dict[str, Any]]] = []  # (probe spec, seed, reference run)
         self.deferred: list[Any] = []  # checks waiting on work off the GPU, judged once its memory is given back
+        self.early_baselines: dict[str, Any] = {}  # check -> its task's baseline, measured beside later stages
 
     # -- the stages, in order
 
@@ -145,7 +146,11 @@ class Verification:
             return
         try:  # the GPU stages hold the verification's memory reservation (core.verification.gpumemory)
             with verifier._reserved(self):
-                self.on_device()
+                try:
+                    self.on_device()
+                finally:  # a baseline started beside the stages holds memory of this reservation
+                    for started in self.early_baselines.values():
+                        started.join(timeout=max(1.0, self.budget.left()))
         except GpuBusy as exc:
             verdict.status, verdict.reason, verdict.accepted = "error", f"error: {exc.detail}", False
             return
@@ -244,6 +249,7 @@ class Verification:
         passed = self.evaluate(basic, stop_at_first=False)
         release_unread(self)
         if passed:
+            self.early_baselines = start_baselines(self)
             passed = self.extra_observations()
         self.finish()
         return bool(verdict.hack_flags) or bool(evidence.config.get("worker_dirty"))
