@@ -184,7 +184,8 @@ def test_a_small_tasks_baseline_starts_beside_the_candidates_later_stages_and_a_
     from types import SimpleNamespace
 
     from core.verification.gpumemory import Footprint
-    from core.verification.observations import EARLY_BASELINE_MAX_BYTES, start_baselines
+    from core.verification.gpumemory import EARLY_BASELINE_MAX_BYTES
+    from core.verification.observations import start_baselines
     from plugins.verifiers.performance import PerformanceCheck
 
     asked, release = [], threading.Event()

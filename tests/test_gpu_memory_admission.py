@@ -25,7 +25,14 @@ from hypothesis import strategies as st
 
 from core.evaluation.report import TaskResult, summarise_group
 from core.task import Candidate, Task
-from core.verification.gpumemory import EXPORT_BATCH_BYTES, MemoryAdmission, estimate, reference_runs_held, runs_per_request
+from core.verification.gpumemory import (
+    EARLY_BASELINE_MAX_BYTES,
+    EXPORT_BATCH_BYTES,
+    MemoryAdmission,
+    estimate,
+    reference_runs_held,
+    runs_per_request,
+)
 from core.verify import Verifier
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,6 +114,8 @@ def test_the_estimate_counts_every_held_copy_of_the_outputs(i, w, o, trials):
     assert fp.parts["exported_outputs"] == min(max(trials, 2 + 1 + 3), runs_per_request(o)) * o
     # the timed stage: the model, two draws of inputs, its output, a checked run's reference and comparison
     assert fp.parts["timing"] >= w + 2 * i + 4 * o
+    # a small task's baseline may be timed beside it, in a worker of its own (observations.start_baselines)
+    assert fp.parts["early_baseline"] == (fp.parts["timing"] if fp.parts["timing"] <= EARLY_BASELINE_MAX_BYTES else 0)
 
 
 def test_the_task_is_measured_on_meta_even_when_its_inputs_are_built_with_cuda():

@@ -41,6 +41,10 @@ WORKER_OVERHEAD_BYTES = 1 << 30
 # The timed stage's L2 flush buffer and its own inputs/outputs beside the held ones.
 TIMING_SCRATCH_BYTES = 256 << 20
 DEFAULT_FRACTION = 0.9  # of the device's total, admitted (the rest: allocator fragmentation, other users)
+# A task whose timed stage holds at most this much has its baseline measured in a baseline worker beside the
+# candidate's later stages (core.verification.observations.start_baselines), so both timed stages' memory
+# can be held at once; a larger task's baseline follows the candidate's timing.
+EARLY_BASELINE_MAX_BYTES = 2 << 30
 # A candidate request's outputs wait on the device until the keeper adopts them; runs of larger
 # outputs go a few per request (KernelBench level 1 at its real sizes: outputs of 4-8 GiB per run).
 EXPORT_BATCH_BYTES = 4 << 30
@@ -119,7 +123,8 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
       it wrote to them); intermediates; the outputs of one request's runs exported to the keeper until adopted
       (large outputs go a few runs per request, :func:`runs_per_request`);
       the timed stage's model, inputs (the first draw and a fresh one per run), outputs (the run's, a checked
-      run's reference and the comparison's temporaries) and flush buffer;
+      run's reference and the comparison's temporaries) and flush buffer; for a small task, the baseline
+      worker's timed stage beside it (:data:`EARLY_BASELINE_MAX_BYTES`);
     * each worker's CUDA context and library workspaces.
     """
     i, w, o = (int(measured.get(k) or 0) for k in ("inputs", "weights", "outputs"))
@@ -146,6 +151,8 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
         "timing": w + 2 * i + 4 * o + TIMING_SCRATCH_BYTES,
         "worker_overhead": 2 * WORKER_OVERHEAD_BYTES,
     }
+    # a small task's baseline, in a worker of its own, may be timed beside the candidate's stages
+    parts["early_baseline"] = parts["timing"] if parts["timing"] <= EARLY_BASELINE_MAX_BYTES else 0
     return Footprint(sum(parts.values()), parts, dict(measured))
 
 

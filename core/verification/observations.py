@@ -20,7 +20,7 @@ from core.verification.budget import record_peak
 from core.verification.probes import describe as describe_probe
 from core.verification.probes import scale_of
 from core.verification.evidence import Trial
-from core.verification.gpumemory import GpuOutOfMemory, is_out_of_memory
+from core.verification.gpumemory import EARLY_BASELINE_MAX_BYTES, GpuOutOfMemory, is_out_of_memory
 from core.verification.protocol import Op, request
 
 if TYPE_CHECKING:
@@ -41,10 +41,6 @@ def inputs_of(ref_trial: dict[str, Any], seed: int, scale: float | dict = 1.0) -
 # Check fields that are not configuration: a collect request carries the others.
 _NOT_CONFIG = ("name", "stage", "hard", "where", "needs")
 
-# A task whose timed stage holds at most this much (by its footprint, core.verification.gpumemory) has its
-# baseline measured beside the candidate's later stages; a larger one after them, as the estimate counts
-# one timed stage at a time.
-EARLY_BASELINE_MAX_BYTES = 2 << 30
 
 
 def check_config(check: Any) -> dict[str, Any]:
