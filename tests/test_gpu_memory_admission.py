@@ -76,6 +76,69 @@ def test_reservations_held_at_once_never_exceed_the_budget_and_large_ones_run_al
     assert admission.held() == {}
 
 
+def _queue_behind(admission, held_bytes, waiting, then):
+    """Hold ``held_bytes``; queue ``waiting`` (bytes, alone) behind it; then ``then`` (bytes): when each got in."""
+    got, release = {}, threading.Event()
+
+    def ask(name, n, alone=False):
+        with admission.reserve(n, time.monotonic() + 30, label=name, alone=alone):
+            got[name] = time.monotonic()
+            if name == "held":
+                release.wait(10)
+
+    def queued(name):
+        return lambda: any(q["label"] == name for q in json.loads(admission.path.read_text())["queue"])
+
+    first = threading.Thread(target=ask, args=("held", held_bytes))
+    first.start()
+    _wait_for(lambda: "held" in got)
+    threads = [threading.Thread(target=ask, args=("waiting", *waiting))]
+    threads[0].start()
+    _wait_for(queued("waiting"))
+    threads.append(threading.Thread(target=ask, args=("then", then)))
+    threads[1].start()
+    time.sleep(0.3)  # long enough for "then" to start if it may
+    started_early = "then" in got
+    release.set()
+    for t in [first, *threads]:
+        t.join(20)
+    return started_early, got
+
+
+def _wait_for(condition, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_a_small_request_backfills_beside_a_large_one_waiting_for_memory(tmp_path):
+    # KernelBench level 1: a 98-GiB task at the head of the queue held every small one behind it
+    admission = MemoryAdmission("cuda-fake", 100, tmp_path, poll_s=0.005)
+    early, got = _queue_behind(admission, 60, (60, False), 30)
+    assert early and got["then"] < got["waiting"]  # 30 fits now and beside the waiting 60
+    assert admission.held() == {}
+
+
+@pytest.mark.parametrize(("waiting", "then", "why"), [
+    ((10, True), 10, "a request for the device alone is never overtaken"),
+    ((60, False), 50, "it could not be held beside the one it would overtake"),
+])
+def test_no_backfill_past_a_request_it_would_keep_waiting(tmp_path, waiting, then, why):
+    admission = MemoryAdmission("cuda-fake", 100, tmp_path, poll_s=0.005)
+    early, got = _queue_behind(admission, 60, waiting, then)
+    assert not early and got["waiting"] <= got["then"], why
+
+
+def test_no_backfill_past_a_request_that_waited_long_enough(tmp_path, monkeypatch):
+    from core.verification import gpumemory
+
+    monkeypatch.setattr(gpumemory, "BACKFILL_WAIT_S", 0.0)
+    admission = MemoryAdmission("cuda-fake", 100, tmp_path, poll_s=0.005)
+    early, got = _queue_behind(admission, 60, (60, False), 30)
+    assert not early and got["waiting"] <= got["then"]
+
+
 def test_a_dead_process_reservation_is_dropped(tmp_path):
     admission = MemoryAdmission("cuda-fake", 100, tmp_path)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

@@ -41,6 +41,9 @@ WORKER_OVERHEAD_BYTES = 1 << 30
 # The timed stage's L2 flush buffer and its own inputs/outputs beside the held ones.
 TIMING_SCRATCH_BYTES = 256 << 20
 DEFAULT_FRACTION = 0.9  # of the device's total, admitted (the rest: allocator fragmentation, other users)
+# A reservation may start before those queued ahead of it (backfill) only while each of them has waited less
+# than this, and only if it fits now and could be held beside each of them (none asked for the device alone).
+BACKFILL_WAIT_S = 30.0
 # A task whose timed stage holds at most this much has its baseline measured in a baseline worker beside the
 # candidate's later stages (core.verification.observations.start_baselines), so both timed stages' memory
 # can be held at once; a larger task's baseline follows the candidate's timing.
@@ -195,8 +198,10 @@ class MemoryAdmission:
     """Host-wide admission of GPU memory for one physical GPU (``gpu_key``).
 
     ``with admission.reserve(nbytes, deadline, label) as r: ...`` waits until the reservation fits
-    beside those held (first come, first served: a large request at the head of the queue is not
-    overtaken), then holds it. ``r.alone`` is True when it has the device to itself: asked for
+    beside those held, then holds it: first come, first served, except that a request that fits now may
+    start before those ahead of it when it could be held beside each of them and none has waited
+    :data:`BACKFILL_WAIT_S` yet (backfill: on KernelBench level 1 a 98-GiB task at the head of the queue held
+    the small ones behind it while it waited for memory; a request for the device alone is never overtaken). ``r.alone`` is True when it has the device to itself: asked for
     (``alone=True``) or larger than the capacity. The ledger is a JSON file under a ``flock``; every
     process (shards, ranks) with the same key and directory shares it. ``journal`` records this
     object's reservations (label, bytes, alone, asked, got, done) for tests and reports.
@@ -253,6 +258,17 @@ class MemoryAdmission:
             return False
         return sum(int(h["bytes"]) for h in held) + nbytes <= self.capacity
 
+    def _may_overtake(self, state: dict[str, Any], entry: dict[str, Any]) -> bool:
+        """Whether ``entry`` may start before every request queued ahead of it (see the class)."""
+        now, ahead = time.time(), []
+        for queued in state["queue"]:
+            if queued["token"] == entry["token"]:
+                break
+            ahead.append(queued)
+        return bool(ahead) and not entry["alone"] and all(
+            not q.get("alone") and int(q["bytes"]) + int(entry["bytes"]) <= self.capacity
+            and now - float(q.get("since") or now) < BACKFILL_WAIT_S for q in ahead)
+
     def held(self) -> dict[str, Any]:
         """The reservations held now (token -> entry), every process's."""
         with self._ledger() as state:
@@ -274,8 +290,9 @@ class MemoryAdmission:
             while True:
                 with self._ledger() as state:
                     head = state["queue"][0]["token"] if state["queue"] else None
-                    if head == token and self._fits(state, nbytes, alone):
-                        state["queue"].pop(0)
+                    first = head == token or self._may_overtake(state, entry)
+                    if first and self._fits(state, nbytes, alone):
+                        state["queue"] = [q for q in state["queue"] if q["token"] != token]
                         state["held"][token] = entry
                         got = True
                     elif head is None or all(q["token"] != token for q in state["queue"]):
