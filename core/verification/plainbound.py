@@ -9,11 +9,14 @@ the plain bound everywhere, and that is decided here in chunks, with temporaries
 
 :func:`within_plain_bound` answers only "plainly within": every NaN where the reference has NaN, every
 infinity matching, and every finite element within ``floor * S + rtol * |reference|``, S the output's
-scale (RMS of the reference's finite magnitudes, or with ``scale_aware`` their largest, or 1 with
-``absolute``). Anything else (an element beyond the bound, a NaN or infinity out of place, a
-non-contiguous layout, the domain probe's per-element scale) returns None and the whole-tensor
+scale (RMS of the reference's finite magnitudes, or with ``scale_aware`` their largest, or with
+``scale_aware="median"`` per element the larger of its own and their median, or 1 with ``absolute``).
+Anything else (an element beyond the bound, a NaN or infinity out of place, a non-contiguous layout)
+returns None and the whole-tensor
 comparison decides, with its messages, the float64 truth and the outlier rules. The RMS is summed in
-float64 (exactly rescaled by a power of two, as :func:`~core.verification.evidence.output_scale` does).
+float64 (exactly rescaled by a power of two, as :func:`~core.verification.evidence.output_scale` does);
+the domain probe's per-element scale (``scale_aware="median"``) takes the median of the reference's
+finite magnitudes by bisection over chunk counts, the exact value the whole comparison takes.
 """
 
 from __future__ import annotations
@@ -60,6 +63,20 @@ def _chunks(e: Any, g: Any, work: Any, chunk: int, scale_aware: Any) -> Any:
         yield finite, torch.where(finite, ec.abs(), zero), torch.where(finite, (ec - gc).abs(), zero)
 
 
+def _median_magnitude(e: Any, g: Any, work: Any, chunk: int, judged: int, least: float, peak: float) -> float:
+    """The median of the reference's finite magnitudes (the ``(n + 1) // 2``-th smallest, as
+    :func:`~core.verification.evidence.median_scale` takes it), exactly, by counting chunk by chunk."""
+    import torch
+
+    from core.verification.selection import bisect_kth
+
+    def count(bound: float) -> int:
+        return sum(int((ref[finite] <= bound).sum()) for finite, ref, _ in _chunks(e, g, work, chunk, "median"))
+
+    bits = 64 if work == torch.float64 else 32
+    return bisect_kth(count, max(1, (judged + 1) // 2), least, peak, bits)
+
+
 def within_plain_bound(e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
                        scale_aware: Any = False, absolute: bool = False,
                        chunk: int = CHUNK_ELEMENTS) -> PlainlyWithin | None:
@@ -67,20 +84,30 @@ def within_plain_bound(e: Any, g: Any, floor: float, rtol: float, floor_of: Call
     dtype); ``floor_of(S)`` is the bound's absolute part for scale S. None: not plainly (see the module)."""
     import torch
 
-    if scale_aware == "median" or not e.is_floating_point() or not (e.is_contiguous() and g.is_contiguous()):
+    if not e.is_floating_point() or not (e.is_contiguous() and g.is_contiguous()):
         return None
     work = torch.float32 if e.element_size() <= 4 else torch.float64
-    judged, peak, max_abs, max_rel = 0, 0.0, 0.0, 0.0
+    judged, peak, least, max_abs, max_rel = 0, 0.0, math.inf, 0.0, 0.0
     for part in _chunks(e, g, work, chunk, scale_aware):
         if part is None:
             return None
         finite, ref, diff = part
         judged += int(finite.sum())
         peak = max(peak, float(ref.max()))
+        if scale_aware == "median" and bool(finite.any()):
+            least = min(least, float(ref[finite].min()))
         max_abs = max(max_abs, float(diff.max()))
         max_rel = max(max_rel, float((diff / ref.clamp_min(1e-30)).masked_fill_(ref == 0, 0.0).max()))
     if max_abs == 0.0:
         return PlainlyWithin(judged, 0.0, max_rel)
+    if scale_aware == "median":  # per element max(|reference|, their median), as evidence.median_scale
+        if judged == 0:
+            return None
+        median = _median_magnitude(e, g, work, chunk, judged, least, peak)
+        for finite, ref, diff in _chunks(e, g, work, chunk, scale_aware):
+            if bool((diff > floor_of(ref.clamp_min(median)) + rtol * ref).any()):
+                return None
+        return PlainlyWithin(judged, max_abs, max_rel)
     if absolute:
         scale = 1.0
     elif scale_aware or peak == 0.0 or judged <= 0 or not math.isfinite(peak):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from typing import Any
 
 # Up to this many elements (and always off CUDA) torch.kthvalue is used: it is fast there.
@@ -77,10 +78,18 @@ def kth_smallest(values: Any, k: int, *, method: str = "auto", chunk: int = CHUN
         if method == "auto":
             return float(flat.kthvalue(k).values)
         raise ValueError("kth_smallest: the tensor holds NaN")
+    return bisect_kth(lambda bound: count_at_most(flat, bound, chunk), k, smallest, largest, bits)
+
+
+def bisect_kth(count: Callable[[float], int], k: int, smallest: float, largest: float, bits: int = 32) -> float:
+    """The ``k``-th smallest of values known only through ``count(bound)`` (how many are ``<= bound``),
+    ``smallest`` and ``largest`` among them (no NaN): the smallest float whose count reaches ``k``, by
+    bisection on the order-preserving keys of ``bits``-bit floats (a value held by a tensor of narrower
+    floats is one of these)."""
     lo, hi = _key(smallest, bits), _key(largest, bits)
     while lo < hi:  # the smallest key whose value has at least k elements at or below it
         mid = (lo + hi) // 2
-        if count_at_most(flat, _value(mid, bits), chunk) >= k:
+        if count(_value(mid, bits)) >= k:
             hi = mid
         else:
             lo = mid + 1
