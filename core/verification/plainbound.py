@@ -71,7 +71,8 @@ def _median_magnitude(e: Any, g: Any, work: Any, chunk: int, judged: int, least:
     from core.verification.selection import bisect_kth
 
     def count(bound: float) -> int:
-        return sum(int((ref[finite] <= bound).sum()) for finite, ref, _ in _chunks(e, g, work, chunk, "median"))
+        return sum(int((torch.where(finite, ref, math.inf) <= bound).sum())
+                   for finite, ref, _ in _chunks(e, g, work, chunk, "median"))
 
     bits = 64 if work == torch.float64 else 32
     return bisect_kth(count, max(1, (judged + 1) // 2), least, peak, bits)
@@ -94,8 +95,8 @@ def within_plain_bound(e: Any, g: Any, floor: float, rtol: float, floor_of: Call
         finite, ref, diff = part
         judged += int(finite.sum())
         peak = max(peak, float(ref.max()))
-        if scale_aware == "median" and bool(finite.any()):
-            least = min(least, float(ref[finite].min()))
+        if scale_aware == "median":  # the smallest finite magnitude (no boolean indexing: no sync, no copy)
+            least = min(least, float(torch.where(finite, ref, math.inf).min()))
         max_abs = max(max_abs, float(diff.max()))
         max_rel = max(max_rel, float((diff / ref.clamp_min(1e-30)).masked_fill_(ref == 0, 0.0).max()))
     if max_abs == 0.0:
