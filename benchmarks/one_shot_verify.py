@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.against:
         return against(args)
     rows = []
+    missing = [m for m in ("fastapi", "uvicorn", "httpx") if importlib.util.find_spec(m) is None]
     for name in args.pairs.split(","):
         ref, cand, backend = PAIRS[name]
         for run in ("first", "second"):
@@ -100,7 +101,6 @@ def main(argv: list[str] | None = None) -> int:
                    **one_call(args.kernelbench, ref, cand, backend, args.device, args.timeout, args.checks)}
             rows.append(row)
             print(json.dumps(row), flush=True)
-        missing = [m for m in ("fastapi", "uvicorn", "httpx") if importlib.util.find_spec(m) is None]
         if args.served and missing:
             print(f"served: skipped, {', '.join(missing)} not installed (pip install 'kernelzero[serve]')", flush=True)
         elif args.served:

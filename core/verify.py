@@ -229,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
             out = verdict.to_dict()
             out["sandbox"] = verifier.isolation
             out["warm_up"] = verifier.warm_up_report
-            out["start_up"] = {"candidate": verifier.pool.start_ups(), "reference": verifier.reference_pool.start_ups()}
+            pools = {"candidate": verifier.pool, "reference": verifier.reference_pool,
+                     "baseline": verifier.baseline_pool}
+            out["start_up"] = {role: pool.start_ups() for role, pool in pools.items() if pool is not None}
             if args.json:
                 print(json.dumps(out, sort_keys=True, default=str))
             else:

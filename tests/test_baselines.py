@@ -106,7 +106,7 @@ def _judge(worker):
 
     judge = Verifier.__new__(Verifier)  # the judge's state only: no worker processes
     judge.baselines, judge.baseline_pool = BaselineCache(), _FakePool(worker)
-    judge._baseline_pool_lock = threading.Lock()
+    judge._baseline_pool_lock, judge._baselines_closed = threading.Lock(), False
     judge.device_lock, judge.gpu_wait_s = None, 1.0
     return judge
 
@@ -175,6 +175,8 @@ def test_baselines_have_a_pool_of_their_own_that_recycles_its_workers(monkeypatc
         assert pool.max_jobs == 2 * BASELINES_PER_WORKER  # a set-up and a timing request per baseline
         assert pool is not v.reference_pool
     assert v.baseline_pool is None and pool.closed
+    with pytest.raises(RuntimeError, match="closed"):  # a baseline thread outliving the verifier starts no pool
+        v._baseline_workers()
 
 
 def test_a_small_tasks_baseline_starts_beside_the_candidates_later_stages_and_a_large_ones_does_not():

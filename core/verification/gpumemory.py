@@ -201,7 +201,8 @@ class MemoryAdmission:
     beside those held, then holds it: first come, first served, except that a request that fits now may
     start before those ahead of it when it could be held beside each of them and none has waited
     :data:`BACKFILL_WAIT_S` yet (backfill: on KernelBench level 1 a 98-GiB task at the head of the queue held
-    the small ones behind it while it waited for memory; a request for the device alone is never overtaken). ``r.alone`` is True when it has the device to itself: asked for
+    the small ones behind it while it waited for memory; a request for the device alone is never overtaken).
+    ``r.alone`` is True when it has the device to itself: asked for
     (``alone=True``) or larger than the capacity. The ledger is a JSON file under a ``flock``; every
     process (shards, ranks) with the same key and directory shares it. ``journal`` records this
     object's reservations (label, bytes, alone, asked, got, done) for tests and reports.

@@ -218,12 +218,15 @@ class GpuSharing:
         self.baseline_pool: WorkerPool | None = None
         self._baseline_pool_args = (limits, env, min(max_jobs, 2 * BASELINES_PER_WORKER))
         self._baseline_pool_lock = threading.Lock()
+        self._baselines_closed = False
         if self.device == "cuda" and self.compile_only is None and \
                 any(optional(c, "Check", "baseline_per_task") for c in self.checks):
             self._baseline_workers()
 
     def _baseline_workers(self) -> WorkerPool:
         with self._baseline_pool_lock:
+            if self._baselines_closed:  # a baseline thread outliving the verifier starts no pool no one closes
+                raise RuntimeError("the verifier was closed")
             if self.baseline_pool is None:
                 limits, env, max_jobs = self._baseline_pool_args
                 # half as many as verifications in flight: a task's baseline is measured once, for all its candidates
@@ -234,14 +237,15 @@ class GpuSharing:
 
     def _close_baselines(self) -> None:
         with self._baseline_pool_lock:
-            pool, self.baseline_pool = self.baseline_pool, None
+            pool, self.baseline_pool, self._baselines_closed = self.baseline_pool, None, True
         if pool is not None:
             pool.close()
 
     def _baseline(self, check: Any, config: dict[str, Any], evidence: Any, budget: Budget) -> dict[str, Any]:
         """The check's measurement of the task's reference (``check.baseline``), made once per task by a
-        baseline worker, timed with the GPU to itself, then shared (:class:`~core.verification.baselines.BaselineCache`).
-        A failure is returned as ``{"error": ...}`` and not kept."""
+        baseline worker, timed with the GPU to itself, then shared
+        (:class:`~core.verification.baselines.BaselineCache`). A failure is returned as ``{"error": ...}``
+        and not kept."""
         task = evidence.task
         key = (check.name, task.id, optional(check, "Check", "baseline_key")())  # task.id: a hash of its source
 
