@@ -161,7 +161,13 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
 
                 landed_log = LandedLog(out_dir / LANDED_FILE)
 
+                said_plan: list[str] = []
+
                 def landed(idx: list[int], vs: list[Verdict]) -> None:
+                    note = getattr(executor, "dispatch_note", "")  # known before the first verdict lands
+                    if note and not said_plan:
+                        said_plan.append(note)
+                        console.print(note, highlight=False)
                     for i, v in zip(idx, vs):
                         cache.put(key.of(*todo[i]), v)
                         at_s = time.perf_counter() - started

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from core.task import Candidate, Task
 from core.verdict import Verdict
+from core.verification.dispatch import DispatchQueue, plan_memory
 
 if TYPE_CHECKING:
     from core.contracts import Executor
@@ -97,6 +98,14 @@ def verify_encoded(verifier: Any, data: Sequence[Sequence[dict[str, Any]]]) -> l
     return [v.to_json() for v in verdicts]
 
 
+def plan_encoded(verifier: Any, tasks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Shard side: the verifier's GPU memory plan for these tasks (``Verifier.memory_plan``), or none."""
+    planner = getattr(verifier, "memory_plan", None)
+    if not callable(planner):
+        return {"capacity": None, "bytes": {}}
+    return planner([Task.from_dict(t) for t in tasks])
+
+
 # --------------------------------------------------------------------------- shards
 
 
@@ -119,6 +128,10 @@ class InProcessShard:
 
     def submit(self, data: list[list[dict[str, Any]]]) -> cf.Future:
         return self._pool.submit(verify_encoded, self.verifier, data)
+
+    def memory_plan(self, tasks: Sequence[Task]) -> cf.Future:
+        """A future of the verifier's memory plan for ``tasks`` (:func:`plan_encoded`)."""
+        return self._pool.submit(plan_encoded, self.verifier, [t.to_dict() for t in tasks])
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -190,7 +203,7 @@ class ProcessShard:
                 with self._lock:
                     future = self._pending.pop(message["id"], None)
                 if future is not None:
-                    future.set_result(message["verdicts"])
+                    future.set_result(message["verdicts"] if "verdicts" in message else message.get("plan"))
         except (OSError, ValueError) as exc:
             self._fail(f"channel broke: {exc}")
             return
@@ -213,6 +226,13 @@ class ProcessShard:
             future.set_exception(ShardLost(f"shard {self.name}: {reason}"))
 
     def submit(self, data: list[list[dict[str, Any]]]) -> cf.Future:
+        return self._ask({"pairs": data})
+
+    def memory_plan(self, tasks: Sequence[Task]) -> cf.Future:
+        """A future of the host verifier's memory plan for ``tasks`` (:func:`plan_encoded`)."""
+        return self._ask({"memory_plan": [t.to_dict() for t in tasks]})
+
+    def _ask(self, body: dict[str, Any]) -> cf.Future:
         future: cf.Future = cf.Future()
         with self._lock:
             if self._lost is not None:
@@ -222,7 +242,7 @@ class ProcessShard:
             self._next_id += 1
             self._pending[request_id] = future
         try:
-            self._send({"id": request_id, "pairs": data})
+            self._send({"id": request_id, **body})
         except (OSError, ValueError) as exc:
             self._fail(f"could not send a request: {exc}")
         return future
@@ -268,9 +288,16 @@ def serve(in_fd: int, out_fd: int) -> None:
     lock = threading.Lock()
 
     def answer(message: dict[str, Any]) -> None:
-        verdicts = verify_encoded(verifier, message["pairs"])
+        if "memory_plan" in message:
+            try:
+                plan = plan_encoded(verifier, message["memory_plan"])
+            except Exception as exc:  # noqa: BLE001  (no plan: the judge dispatches in order)
+                plan = {"capacity": None, "bytes": {}, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            reply = {"id": message["id"], "plan": plan}
+        else:
+            reply = {"id": message["id"], "verdicts": verify_encoded(verifier, message["pairs"])}
         with lock:
-            writer.write(json.dumps({"id": message["id"], "verdicts": verdicts}) + "\n")
+            writer.write(json.dumps(reply) + "\n")
 
     pool = cf.ThreadPoolExecutor(max_workers=int(config.get("concurrency", 4)), thread_name_prefix="kz-host")
     try:
@@ -305,7 +332,8 @@ class ShardSet:
 
 def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
              on_verdicts: Callable[[list[int], list[Verdict]], None] | None = None,
-             deadline: float | None = None) -> list[Verdict | None]:
+             deadline: float | None = None, footprints: Mapping[int, Sequence[int | None]] | None = None,
+             ) -> list[Verdict | None]:
     """Run ``pairs`` on the shards; every pair gets exactly one verdict, in input order.
 
     One continuous queue: a shard gets its next chunk as soon as it has room, so one slow verdict
@@ -316,11 +344,15 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
     Requests of ``chunk`` pairs go out, ``capacity + extra_in_flight`` per shard. When a shard is lost its
     unfinished chunks return to the front of the queue (so they run next, elsewhere) and the shard
     is replaced; a pair whose shard was lost ``max_attempts`` times gets a ``crashed`` verdict.
+
+    ``footprints`` (``id(shard)`` -> each pair's estimated GPU memory there, :func:`plan_memory`): a shard
+    with room starts the first pair that fits beside those it runs (:class:`~core.verification.dispatch.
+    DispatchQueue`), not the head of the queue that would wait for memory in its slot.
     """
     n = len(pairs)
     results: list[Verdict | None] = [None] * n
     attempts = [0] * n
-    queue: collections.deque[int] = collections.deque(range(n))
+    queue = DispatchQueue(n, (lambda shard: footprints.get(id(shard))) if footprints else None)
     encoded = _encode_pairs(pairs)
     running: dict[cf.Future, tuple[Any, list[int]]] = {}
     load: dict[int, int] = collections.defaultdict(int)  # id(shard) -> requests in flight
@@ -328,11 +360,12 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
 
     def dispatch() -> None:
         if deadline is not None and len(queue) < n and time.monotonic() > deadline:
-            never_started.update(queue)  # over the budget: finish what runs, start nothing more
-            queue.clear()
+            never_started.update(queue.clear())  # over the budget: finish what runs, start nothing more
         for shard in list(shard_set.shards):
             while queue and load[id(shard)] < shard.capacity + shard_set.extra_in_flight:
-                chunk = [queue.popleft() for _ in range(min(shard_set.chunk, len(queue)))]
+                chunk = queue.take(shard, shard_set.chunk, load[id(shard)])
+                if not chunk:
+                    break  # the next pairs would wait for memory the running ones hold
                 future = shard.submit([encoded[i] for i in chunk])
                 running[future] = (shard, chunk)
                 load[id(shard)] += 1
@@ -361,6 +394,7 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
         for future in done:
             shard, chunk = running.pop(future)
             load[id(shard)] -= 1
+            queue.finished(shard, chunk)
             try:
                 answers = future.result()
             except ShardLost as exc:
@@ -374,7 +408,7 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
                             task_id=task.id, candidate_id=cand.id)
                     else:
                         retry.append(i)
-                queue.extendleft(reversed(retry))
+                queue.put_back(retry)
                 lose(shard, str(exc))
                 continue
             fresh_idx, fresh = [], []
@@ -402,8 +436,12 @@ class BaseExecutor:
 
     def __init__(self, backend: str, device: str, verifier: Mapping[str, Any] | None = None,
                  cpu_stage: Mapping[str, Any] | None = None, max_attempts: int = 3,
-                 verifier_path: str = DEFAULT_VERIFIER):
+                 verifier_path: str = DEFAULT_VERIFIER, dispatch: str = "memory"):
+        if dispatch not in ("memory", "fifo"):
+            raise ExecutorError(f"dispatch must be 'memory' or 'fifo', not {dispatch!r}")
         self.backend, self.device = backend, device
+        self.dispatch = dispatch  # "memory": a GPU shard starts the first pair that fits (core.verification.dispatch)
+        self.dispatch_note = ""  # what the last batch's memory plan said, for the run's log
         self.verifier_kwargs = {k: v for k, v in dict(verifier or {}).items() if k != "name"}
         self.cpu_stage = dict(cpu_stage or {}) if cpu_stage and cpu_stage.get("checks") else None
         self.max_attempts = max_attempts
@@ -441,7 +479,7 @@ class BaseExecutor:
         if self.main is None:
             raise ExecutorError("the executor is closed")
         if self.pre is None:
-            return schedule(self.main, pairs, self.max_attempts, on_verdicts, deadline)
+            return schedule(self.main, pairs, self.max_attempts, on_verdicts, deadline, self._footprints(pairs))
         first = schedule(self.pre, pairs, self.max_attempts, deadline=deadline)
         results: list[Verdict | None] = [None] * len(pairs)
         onward = []
@@ -461,9 +499,25 @@ class BaseExecutor:
             if on_verdicts:
                 on_verdicts([onward[i] for i in idx], vs)
 
-        for i, v in zip(onward, schedule(self.main, [pairs[i] for i in onward], self.max_attempts, relay, deadline)):
+        later = [pairs[i] for i in onward]
+        for i, v in zip(onward, schedule(self.main, later, self.max_attempts, relay, deadline, self._footprints(later))):
             results[i] = v
         return results  # type: ignore[return-value]
+
+    def _footprints(self, pairs: Sequence[Pair]) -> dict[int, list[int | None]] | None:
+        """The main shards' memory plan for ``pairs`` (``dispatch: memory``), noted in :attr:`dispatch_note`."""
+        if self.dispatch != "memory" or self.main is None or not pairs:
+            return None
+        plans = plan_memory(self.main.shards, pairs)
+        notes = []
+        for shard in self.main.shards:
+            plan, capacity = plans.get(id(shard)), getattr(shard, "memory_bytes", None)
+            if plan and capacity:
+                over = sum(1 for b in plan if b and 2 * b > capacity)
+                notes.append(f"{shard.name}: {capacity / 2**30:.1f} GiB admitted, {over} of {len(plan)} verifications "
+                             "estimated over half of it")
+        self.dispatch_note = ("memory-aware dispatch: " + "; ".join(notes)) if notes else ""
+        return plans or None
 
     def describe(self) -> str:
         parts = [f"{len(self.shards)} shard(s), {self.workers} worker(s) on {self.device}"]

@@ -125,6 +125,20 @@ class GpuSharing:
             self.footprints[task.id] = fp
         return fp
 
+    def memory_plan(self, tasks: list[Task]) -> dict[str, Any]:
+        """Each task's estimated footprint and the memory admitted (``{"capacity", "bytes": {task id: n}}``),
+        for a dispatcher that starts what fits (core.verification.dispatch); no capacity without admission.
+        The footprints are measured by the reference workers at once, and kept for the verifications."""
+        if self.memory_admission is None and not self._admission_wanted:
+            return {"capacity": None, "bytes": {}}
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, self.reference_pool.size), thread_name_prefix="kz-plan") as pool:
+            footprints = list(pool.map(self.footprint, tasks))
+        admission = self.memory_admission
+        return {"capacity": admission.capacity if admission is not None else None,
+                "bytes": {t.id: fp.bytes for t, fp in zip(tasks, footprints)}}
+
     @contextlib.contextmanager
     def _reserved(self, verification: Verification):
         """Hold ``verification``'s memory reservation around its GPU stages (none without admission);

@@ -442,6 +442,7 @@ class WorkerPool:
         self.limits = limits or Limits()
         self.extra_env = dict(extra_env or {})
         self.max_jobs = max_jobs
+        self.size = size
         self._idle: queue.Queue[Worker] = queue.Queue()
         self._all: set[Worker] = set()
         self._lock = threading.Lock()

@@ -75,6 +75,9 @@ class LocalExecutor(BaseExecutor):
     :param gpus: GPU indices to use (``null``: every visible GPU).
     :param processes: force host processes even for a single CPU shard (so a shard can be lost and
         replaced; GPU shards always are processes).
+    :param dispatch: ``"memory"`` (default): a GPU shard with a free slot starts the first pair whose
+        estimated footprint fits beside those it runs (:mod:`core.verification.dispatch`); ``"fifo"``:
+        strictly in order.
     """
 
     name = "local"
@@ -82,8 +85,8 @@ class LocalExecutor(BaseExecutor):
     def __init__(self, backend: str, device: str, verifier: Mapping[str, Any] | None = None, *,
                  workers_per_gpu: int | str = "auto", cpu_workers: int | None = None, cpu_shards: int = 1,
                  gpus: Sequence[int] | None = None, processes: bool = False, cpu_stage: Mapping[str, Any] | None = None, max_attempts: int = 3,
-                 verifier_path: str = DEFAULT_VERIFIER, extra_in_flight: int = 1):
-        super().__init__(backend, device, verifier, cpu_stage, max_attempts, verifier_path)
+                 verifier_path: str = DEFAULT_VERIFIER, extra_in_flight: int = 1, dispatch: str = "memory"):
+        super().__init__(backend, device, verifier, cpu_stage, max_attempts, verifier_path, dispatch)
         gpu_ids = _visible_gpus(device, gpus)
         self._serial = 0
         if isinstance(workers_per_gpu, str):
