@@ -56,16 +56,29 @@ def time_spent(tasks: list[dict], top: int = 6) -> list[str]:
     def biggest(values: dict[str, float]) -> str:
         return ", ".join(f"{k} {v:.1f}" for k, v in sorted(values.items(), key=lambda kv: -kv[1])[:top]) or "-"
 
+    admission = sum(float((t.get("gpu_memory") or {}).get("wait_s") or 0.0) for t in timed)
     return [f"{len(timed)} verdicts: {sum(float(t['elapsed_s']) for t in timed):.1f} s in all, "
-            f"{sum(float(t.get('gpu_wait_s') or 0.0) for t in timed):.1f} s waiting for a GPU turn; "
+            f"{sum(float(t.get('gpu_wait_s') or 0.0) for t in timed):.1f} s waiting for a GPU turn "
+            f"({admission:.1f} s of it for memory); "
             f"GPU held alone {alone:.1f} s, shared {shared:.1f} s",
             f"held longest (s): {biggest(held)}",
             f"stages (s): {biggest(stages)}", *memory_estimates(timed)]
 
 
+def phase_peaks(memory: dict) -> dict[str, int]:
+    """Per phase of a verification (reference, trials, extra, timing, baseline), the most device memory its
+    workers can have held at once then: each worker role's largest request peak in that phase, summed."""
+    return {phase: sum(int(v) for v in roles.values())
+            for phase, roles in (memory.get("phase_peak_bytes") or {}).items()}
+
+
 def measured_peak(memory: dict) -> int:
-    """The most device memory a verification's workers can have held at once: the largest peak its
-    reference worker (the keeper) reported, plus its candidate worker's, plus the baseline worker's."""
+    """The most device memory a verification's workers can have held at once: its largest phase
+    (:func:`phase_peaks`); for a verdict without phases, each role's largest peak over the whole
+    verification, summed (keeper, candidate, baseline)."""
+    phases = phase_peaks(memory)
+    if phases:
+        return max(phases.values())
     peaks = memory.get("peak_bytes") or {}
     roles: dict[str, int] = {}
     for label, value in peaks.items():
@@ -89,9 +102,26 @@ def memory_estimates(tasks: list[dict], top: int = 5) -> list[str]:
     pairs.sort()
     under = [p for p in pairs if p[0] < 1.0]
     worst = ", ".join(f"{name} {est / 2**30:.1f}/{peak / 2**30:.1f} GiB" for _, name, est, peak in under[:top])
-    return [f"memory estimate / measured peak: median {pairs[len(pairs) // 2][0]:.2f}, range "
-            f"{pairs[0][0]:.2f}-{pairs[-1][0]:.2f}; under-estimated {len(under)} of {len(pairs)}"
-            + (f" (estimate/peak: {worst})" if worst else "")]
+    lines = [f"memory estimate / measured peak: median {pairs[len(pairs) // 2][0]:.2f}, range "
+             f"{pairs[0][0]:.2f}-{pairs[-1][0]:.2f}; under-estimated {len(under)} of {len(pairs)}"
+             + (f" (estimate/peak: {worst})" if worst else "")]
+    # which phase held each verification's peak, and the largest peak of each phase over the estimate
+    top_phase: dict[str, int] = {}
+    share: dict[str, float] = {}
+    for t in tasks:
+        memory = t.get("gpu_memory") or {}
+        phases, estimate = phase_peaks(memory), int(memory.get("estimate_bytes") or 0)
+        if phases and estimate:
+            first = max(phases, key=lambda k: phases[k])
+            top_phase[first] = top_phase.get(first, 0) + 1
+            for phase, peak in phases.items():
+                share[phase] = max(share.get(phase, 0.0), peak / estimate)
+    if top_phase:
+        lines.append("peak phase (verdicts): " + ", ".join(f"{k} {v}" for k, v in sorted(top_phase.items(),
+                                                                                        key=lambda kv: -kv[1]))
+                     + "; largest phase peak / estimate: " + ", ".join(f"{k} {v:.2f}" for k, v in
+                                                                         sorted(share.items(), key=lambda kv: -kv[1])))
+    return lines
 
 
 def landed_rows(run: Path) -> list[dict]:

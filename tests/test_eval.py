@@ -341,8 +341,10 @@ def test_the_time_summary_splits_turns_held_alone_from_shared_ones_and_names_the
              "gpu_held_s": {"performance alone": 0.5, "trials": 1.0}},
             {"name": "declined", "elapsed_s": None}]
     verdicts, held, stages = time_spent(rows)
-    assert verdicts == ("2 verdicts: 16.0 s in all, 5.5 s waiting for a GPU turn; GPU held alone 1.5 s, "
-                        "shared 8.5 s")
+    rows[0]["gpu_memory"] = {"wait_s": 2.5}  # the part of its wait that was for memory (the admission)
+    verdicts, held, stages = time_spent(rows)
+    assert verdicts == ("2 verdicts: 16.0 s in all, 5.5 s waiting for a GPU turn (2.5 s of it for memory); "
+                        "GPU held alone 1.5 s, shared 8.5 s")
     assert held.startswith("held longest (s): performance baseline set-up 5.5, trials 3.0")
     assert stages == "stages (s): interp_races 5.0, correctness 1.0"
     assert time_spent([{"elapsed_s": None}]) == []

@@ -507,3 +507,50 @@ def test_the_table_says_which_tasks_the_estimate_fell_short_of():
     assert "median 2.00" in line and "range 0.80-2.00" in line
     assert "under-estimated 1 of 2 (estimate/peak: 19_ReLU 40.0/50.0 GiB)" in line
     assert memory_estimates(rows[2:]) == []
+
+
+def test_peaks_are_kept_per_phase_and_the_measured_peak_is_the_largest_phase():
+    # the keeper's adopted outputs and the candidate's timed stage are not held at once: summing each worker's
+    # largest peak over the whole verification would call an estimate short that is not
+    from types import SimpleNamespace
+
+    from benchmarks.kb_table import measured_peak, memory_estimates, phase_peaks
+    from core.verdict import Verdict
+    from core.verification.budget import record_peak
+
+    g = 1 << 30
+    verdict = Verdict()
+    budget = SimpleNamespace(verdict=verdict, phase="trials")
+    record_peak(budget, "keeper adopt", {"ok": True, "gpu_peak": 40 * g})
+    record_peak(budget, "candidate run", {"ok": True, "gpu_peak": 12 * g})
+    budget.phase = "timing"
+    record_peak(budget, "keeper release", {"ok": True, "gpu_peak": 10 * g})
+    record_peak(budget, "candidate performance", {"ok": True, "gpu_peak": 30 * g})
+    memory = verdict.gpu_memory
+    assert memory["phase_peak_bytes"] == {"trials": {"keeper": 40 * g, "candidate": 12 * g},
+                                          "timing": {"keeper": 10 * g, "candidate": 30 * g}}
+    assert phase_peaks(memory) == {"trials": 52 * g, "timing": 40 * g}
+    assert measured_peak(memory) == 52 * g  # not 40 + 30: the two peaks were phases apart
+    memory["estimate_bytes"] = 65 * g
+    estimate_line, phase_line = memory_estimates([{"name": "19_ReLU", "gpu_memory": memory}])
+    assert "under-estimated 0 of 1" in estimate_line
+    assert phase_line == "peak phase (verdicts): trials 1; largest phase peak / estimate: trials 0.80, timing 0.62"
+
+
+def test_a_verification_names_its_phases_in_order(verifier, monkeypatch):
+    import core.verification.pipeline as pipeline
+    from core.verification.budget import Budget
+
+    seen: list[str] = []
+
+    class Recording(Budget):
+        def __setattr__(self, name, value):
+            if name == "phase" and value:
+                seen.append(value)
+            super().__setattr__(name, value)
+
+    monkeypatch.setattr(pipeline, "Budget", Recording)
+    _budget(verifier, 1 << 40)
+    (verdict,) = verifier.verify_many([(TASK, HONEST)])
+    assert verdict.accepted, verdict.reason
+    assert seen[:2] == ["reference", "trials"]

@@ -25,6 +25,7 @@ class Budget:
         self.deadline = time.monotonic() + seconds
         self.verdict = verdict  # its gpu_wait_s adds up the waits
         self.alone = False  # retried after running out of GPU memory: every turn holds the GPU alone
+        self.phase = ""  # the stage under way (reference, trials, extra, timing): peaks are kept per phase
 
     def waited(self, seconds: float) -> None:
         self.deadline += seconds
@@ -79,10 +80,16 @@ class GpuTurn(contextlib.AbstractContextManager):
 
 def record_peak(budget: Budget, what: str, answer: dict[str, Any]) -> None:
     """Keep the largest device memory a worker reported for ``what`` (a role and request) in the verdict's
-    ``gpu_memory["peak_bytes"]``, beside the admission's estimate."""
+    ``gpu_memory["peak_bytes"]``, beside the admission's estimate; and per phase of the verification and
+    worker role (the first word of ``what``) in ``phase_peak_bytes``: a phase's roles summed bound what
+    the verification held at once then (a request's peak counts everything its worker held)."""
     peak, verdict = answer.get("gpu_peak"), getattr(budget, "verdict", None)
     if not isinstance(peak, int) or verdict is None:
         return
     memory = verdict.gpu_memory = verdict.gpu_memory or {}
     peaks = memory.setdefault("peak_bytes", {})
     peaks[what] = max(peaks.get(what, 0), peak)
+    phase = getattr(budget, "phase", "") or "unphased"
+    roles = memory.setdefault("phase_peak_bytes", {}).setdefault(phase, {})
+    role = what.split()[0] if what.split() else "worker"
+    roles[role] = max(roles.get(role, 0), peak)

@@ -89,6 +89,7 @@ class ExtraObservations:
         v = self.verification
         evidence, checks, needs, probes = v.evidence, v.checks, v.needs, v.probes
         t = time.perf_counter()
+        v.budget.phase = "extra"
         race_orders = max((optional(c, "Check", "orders") for c in checks if "shuffled" in c.needs), default=0)
         base, first_seed = v.ref_trials[0], v.trial_seeds[0]
         groups: list[tuple[str, list[dict[str, Any]]]] = []
@@ -107,6 +108,7 @@ class ExtraObservations:
             done.add(kind)
             v.judge_ready(done)
         v.verdict.stage_s["extra"] = time.perf_counter() - t
+        v.budget.phase = "timing"  # a baseline built beside these stages counts in the phase it ends in
         for check in checks:
             if optional(check, "Check", "collect") is not None:
                 self.collect(check)
@@ -179,7 +181,11 @@ class ExtraObservations:
             early = v.early_baselines.get(check.name)
             if early is not None:
                 early.join(timeout=max(1.0, budget.left()))
-            data["baseline"] = early.result if early is not None and early.result is not None else \
-                v.baseline(check, config)
+            if early is not None and early.result is not None:
+                data["baseline"] = early.result
+            else:
+                v.budget.phase = "baseline"  # after the candidate's timing, in a baseline worker
+                data["baseline"] = v.baseline(check, config)
+                v.budget.phase = "timing"
         v.verdict.stage_s[check.name] = time.perf_counter() - t_check  # lock waits included
         evidence.extra[check.name] = data

@@ -199,6 +199,7 @@ class Verification:
         scales = [] if "probes" not in self.needs else list(fixed) if fixed is not None else draw_plan(dtype)
         probe_seeds = [fresh_seed() for _ in scales]
         t = time.perf_counter()
+        self.budget.phase = "reference"
         self.reference_request = request(
             Op.REFERENCE, source=self.task.source, init_seed=self.init_seed,
             seeds=self.trial_seeds + probe_seeds, scales=[1.0] * len(self.trial_seeds) + list(scales),  # probes: specs
@@ -260,6 +261,7 @@ class Verification:
         verifier, worker, evidence, verdict, left = self.verifier, self.worker, self.evidence, self.verdict, \
             self.budget.left
         t = time.perf_counter()
+        self.budget.phase = "trials"  # the candidate's weights, then its trials beside the keeper's outputs
         if verifier.device_lock is not None:  # the compile that needs no GPU, before the load takes it
             ahead = worker.request(request(Op.PRECOMPILE, source=evidence.candidate.source), timeout_s=left())
             evidence.load_sandbox = list(ahead.get("sandbox") or [])
