@@ -17,6 +17,7 @@ from typing import Any, Callable
 # callers import the digests from here too (core.evidence's star import among them)
 from core.verification.digests import device_fingerprint, element_bytes, input_digests  # noqa: F401
 from core.verification.outliers import JITTER_RUNS, forgive_outliers, jittered, reference_spread, rounding_jitter
+from core.verification.largecompare import bound_detail, compare_large
 from core.verification.plainbound import LARGE_ELEMENTS, within_plain_bound
 
 # CPython 3.11 keeps the AST converter's recursion depth in interpreter-wide state, so two threads
@@ -377,6 +378,22 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
                 judged += plain.judged
                 worst_abs, worst_rel = max(worst_abs, plain.max_abs_err), max(worst_rel, plain.max_rel_err)
                 continue
+            # beyond the plain bound somewhere: the same rules a chunk at a time (no 9x temporaries), or None
+            large = compare_large(e, g, where, floor, rtol, lambda s, d=e.dtype, f=floor: _floor_of(d, f, s),
+                                  scale_aware=scale_aware, absolute=absolute, noise_factor=noise_factor,
+                                  truth_of=lambda i=i: truth_of(i),
+                                  reruns_of=(lambda i=i: reruns_of(i)) if rerun is not None else None)
+            if large is not None and large.detail:
+                return Comparison(False, large.detail) if not large.figures else Comparison(
+                    False, large.detail, large.max_abs_err, large.max_rel_err, noise_ratio=noise_ratio,
+                    judged=judged + large.judged)
+            if large is not None:
+                judged += large.judged
+                worst_abs, worst_rel = max(worst_abs, large.max_abs_err), max(worst_rel, large.max_rel_err)
+                outliers += large.outliers
+                positions += large.outlier_positions
+                bands += [large.band] if large.band else []
+                continue
         work = torch.float32 if e.is_floating_point() and e.element_size() <= 4 else torch.float64
         ew, gw = e.detach().to(work), g.detach().to(work)
         if scale_aware:  # probes: judged where the reference is finite, and only there
@@ -443,13 +460,8 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
                     positions += forgiven.outlier_positions
                     bands += [forgiven.band] if forgiven.band else []
                     continue
-            n = int(bad.sum())
-            what = ("magnitude (at least the median magnitude" if scale_aware == "median"
-                    else "largest magnitude" if scale_aware else "RMS magnitude")
             shown = float(scale.min()) if isinstance(scale, torch.Tensor) else scale
-            shown_what = f"{what} {shown:.3g})" if scale_aware == "median" else f"{what} {shown:.3g}"
-            detail = (f"{where}: {n}/{e.numel()} elements differ beyond {floor:.3g} x the output's {shown_what} "
-                      f"+ {rtol:.3g} x |reference| (max abs err {max_abs:.3g}, max rel err {max_rel:.3g})")
+            detail = bound_detail(where, int(bad.sum()), e.numel(), floor, rtol, scale_aware, shown, max_abs, max_rel)
             if vs_truth is not None:
                 detail += f"; {vs_truth.detail}"
             if forgiven is not None:

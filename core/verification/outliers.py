@@ -166,28 +166,47 @@ def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor
     n = int(finite.sum())
     q = quantile(spread[finite], SPREAD_QUANTILE) if n else 0.0
     still = bad & (diff > noise_factor * q)
-    m = int(still.sum())
+    flat_diff, flat_spread = diff.reshape(-1), spread.reshape(-1)
+
+    def positions() -> list[int]:
+        return still.reshape(-1).nonzero().reshape(-1).tolist()
+
+    def at(values: Any) -> Any:
+        return lambda where: values[where].tolist()
+
+    return judge_outliers(n, q, int(still.sum()), positions, at(flat_diff), at(flat_spread), noise_factor, shape,
+                          flips)
+
+
+def judge_outliers(n: int, q: float, m: int, positions: Any, diff_at: Any, spread_at: Any, noise_factor: float,
+                   shape: tuple[int, ...], flips: Flips | None = None) -> Forgiven:
+    """:func:`forgive_outliers`'s rule on its figures, however they were gathered (whole tensors, or chunks of
+    a very large output: :mod:`core.verification.largecompare`): ``n`` finite elements, the spread quantile
+    ``q``, ``m`` elements beyond ``noise_factor`` x ``q``; ``positions()`` their flat indices, ascending
+    (asked only when few); ``diff_at(idx)`` and ``spread_at(idx)`` the error and spread at flat indices."""
     if m == 0:
         return Forgiven(True, f"within {noise_factor:g}x the reference's own rounding spread {q:.3g}")
     limit = max(OUTLIER_COUNT, int(OUTLIER_FRACTION * n))
     if m > limit:
         return Forgiven(False, f"{m} element(s) beyond {noise_factor:g}x the reference's own rounding spread "
                         f"{q:.3g}: more than the {limit} isolated rounding outliers allowed", outliers=m)
-    flat = still.reshape(-1).nonzero().reshape(-1)
-    beyond = diff.reshape(-1)[flat] > noise_factor * spread.reshape(-1)[flat]
-    where = [_index(int(k), shape) for k in flat[:32].tolist()]
+    flat = list(positions())
+    errors, spreads = diff_at(flat), spread_at(flat)
+    beyond = [k for k, err, sp in zip(flat, errors, spreads) if err > noise_factor * sp]
+    where = [_index(int(k), shape) for k in flat[:32]]
     # jumps like the reference's own in a switching band: judged as a whole (few and scattered), not one by one
     like_flips = bool(flips is not None and flips.count and m <= FLIP_COUNT_FACTOR * flips.count
-                      and float(diff.reshape(-1)[flat].max()) <= FLIP_SIZE_FACTOR * flips.largest)
+                      and max(errors) <= FLIP_SIZE_FACTOR * flips.largest)
     flipped = (f"; the reference itself jumps by up to {flips.largest:.3g} at {flips.count} element(s) on inputs "
                "moved by an ulp (a switching band)") if like_flips and flips is not None else ""
-    if bool(beyond.any()) and not like_flips:
-        k = int(flat[beyond.nonzero()[0, 0]])
-        return Forgiven(False, f"{int(beyond.sum())} of {m} outlier(s) are beyond {noise_factor:g}x the reference's "
+    if beyond and not like_flips:
+        k = beyond[0]
+        j = flat.index(k)
+        return Forgiven(False, f"{len(beyond)} of {m} outlier(s) are beyond {noise_factor:g}x the reference's "
                         f"own rounding spread at that element (first at {_index(k, shape)}: err "
-                        f"{float(diff.reshape(-1)[k]):.3g}, spread {float(spread.reshape(-1)[k]):.3g})",
+                        f"{errors[j]:.3g}, spread {spreads[j]:.3g})",
                         outliers=m, outlier_positions=where)
-    pattern = structured_outliers(flat.tolist(), shape)
+    pattern = structured_outliers(flat, shape)
     if pattern:
         return Forgiven(False, f"{m} outlier(s) form a pattern ({pattern}), not isolated rounding: {where[:8]}",
                         outliers=m, outlier_positions=where)
