@@ -105,9 +105,11 @@ def memory_estimates(tasks: list[dict], top: int = 5) -> list[str]:
     lines = [f"memory estimate / measured peak: median {pairs[len(pairs) // 2][0]:.2f}, range "
              f"{pairs[0][0]:.2f}-{pairs[-1][0]:.2f}; under-estimated {len(under)} of {len(pairs)}"
              + (f" (estimate/peak: {worst})" if worst else "")]
-    # which phase held each verification's peak, and the largest peak of each phase over the estimate
+    # which phase held each verification's peak, the largest peak of each phase over the estimate, and each
+    # phase's own estimate (gpumemory.estimate's phases) against what its workers reported then
     top_phase: dict[str, int] = {}
     share: dict[str, float] = {}
+    short: dict[str, list[int]] = {}  # phase -> [verdicts it under-estimated, verdicts compared]
     for t in tasks:
         memory = t.get("gpu_memory") or {}
         phases, estimate = phase_peaks(memory), int(memory.get("estimate_bytes") or 0)
@@ -116,11 +118,19 @@ def memory_estimates(tasks: list[dict], top: int = 5) -> list[str]:
             top_phase[first] = top_phase.get(first, 0) + 1
             for phase, peak in phases.items():
                 share[phase] = max(share.get(phase, 0.0), peak / estimate)
+                planned = (memory.get("estimate_phases") or {}).get(phase)
+                if planned:
+                    tally = short.setdefault(phase, [0, 0])
+                    tally[0] += int(peak > planned)
+                    tally[1] += 1
     if top_phase:
         lines.append("peak phase (verdicts): " + ", ".join(f"{k} {v}" for k, v in sorted(top_phase.items(),
                                                                                         key=lambda kv: -kv[1]))
                      + "; largest phase peak / estimate: " + ", ".join(f"{k} {v:.2f}" for k, v in
                                                                          sorted(share.items(), key=lambda kv: -kv[1])))
+    if short:
+        lines.append("phase estimates under the phase's measured peak: " +
+                     ", ".join(f"{k} {a} of {b}" for k, (a, b) in sorted(short.items())))
     return lines
 
 

@@ -179,35 +179,69 @@ def test_baselines_have_a_pool_of_their_own_that_recycles_its_workers(monkeypatc
         v._baseline_workers()
 
 
-def test_a_small_tasks_baseline_starts_beside_the_candidates_later_stages_and_a_large_ones_does_not():
-    # the baseline's torch.compile build (4-5 s of a one-shot verdict on the H200) followed the candidate's
-    # own timing; for a task whose timed stage is small it now runs while the candidate's other stages do
+def test_a_baseline_starts_beside_the_candidates_later_stages_where_the_footprint_makes_room():
+    # the baseline's torch.compile build (4-5 s of a verdict on the H200) followed the candidate's own timing;
+    # now a small task's baseline runs whole while the candidate's other stages do, and a larger task's is set
+    # up then and timed after the candidate's timing, where its estimate makes room (gpumemory.estimate)
     import threading
     from types import SimpleNamespace
 
-    from core.verification.gpumemory import Footprint
-    from core.verification.gpumemory import EARLY_BASELINE_MAX_BYTES
+    from core.verification.gpumemory import EARLY_BASELINE_MAX_BYTES, Footprint
     from core.verification.observations import start_baselines
     from plugins.verifiers.performance import PerformanceCheck
 
     asked, release = [], threading.Event()
 
-    def baseline(check, config):
-        asked.append((check.name, config["compare_compile"]))
+    def baseline(check, config, gate=None):
+        asked.append((check.name, config["compare_compile"], gate is not None))
         release.wait(10)
         return {"eager_ms": 1.0, "shared": False}  # its own verification measured it: not shared
 
-    def verification(timing_bytes):
-        footprints = {"t": Footprint(timing_bytes, {"timing": timing_bytes})} if timing_bytes is not None else {}
+    def verification(timing_bytes, early_bytes):
+        parts = {"timing": timing_bytes, "early_baseline": early_bytes}
+        footprints = {"t": Footprint(timing_bytes, parts)} if timing_bytes is not None else {}
         return SimpleNamespace(verifier=SimpleNamespace(footprints=footprints), task=SimpleNamespace(id="t"),
                                checks=[PerformanceCheck(), _FakeCheck()], verdict=SimpleNamespace(checks={}),
                                baseline=baseline)
 
-    started = start_baselines(verification(64 << 20))
+    started = start_baselines(verification(64 << 20, 64 << 20))
     assert list(started) == ["performance"] and started["performance"].is_alive()  # beside what follows
-    assert started["performance"].result is None
+    assert started["performance"].result is None and started["performance"].gate is None  # measured whole
     release.set()
     started["performance"].join(10)
-    assert asked == [("performance", True)] and started["performance"].result == {"eager_ms": 1.0, "shared": False}
-    assert start_baselines(verification(EARLY_BASELINE_MAX_BYTES + 1)) == {}  # after the candidate's timing
-    assert start_baselines(verification(None)) == {}  # footprint unknown: as before
+    assert asked == [("performance", True, False)]
+    assert started["performance"].result == {"eager_ms": 1.0, "shared": False}
+    large = start_baselines(verification(EARLY_BASELINE_MAX_BYTES + 1, 12 << 30))
+    assert large["performance"].gate is not None  # set up now, timed after the candidate's timing
+    large["performance"].join(10)
+    assert asked[-1] == ("performance", True, True)
+    assert start_baselines(verification(EARLY_BASELINE_MAX_BYTES + 1, 0)) == {}  # no room: after the timing
+    assert start_baselines(verification(None, None)) == {}  # footprint unknown: as before
+
+
+class _PreparingCheck(_FakeCheck):
+    def baseline_prepare(self, task, init_seed):  # set up while the GPU is shared (the performance check's)
+        return {}
+
+
+def test_a_baseline_set_up_early_is_timed_when_its_gate_opens_and_dropped_when_it_is_cancelled():
+    from core.verification.judge import _Budget
+    from core.verification.observations import TimingGate
+
+    for cancel in (False, True):
+        worker = _FakeWorker()
+        judge, gate, out = _judge(worker), TimingGate(), {}
+        thread = threading.Thread(target=lambda: out.update(judge._baseline(
+            _PreparingCheck(), {}, _evidence("task A"), _Budget(60), gate=gate)))
+        thread.start()
+        time.sleep(0.3)
+        assert [r.get("phase") for r in worker.requests] == ["prepare"]  # set up; not timed before the gate opens
+        gate.cancel() if cancel else gate.open()
+        thread.join(10)
+        ops = [(r["op"], r.get("phase")) for r in worker.requests]
+        if cancel:  # the worker drops what it set up, serves on, and nothing is kept for the task
+            assert ops == [("baseline", "prepare"), ("forget", None)]
+            assert "ended before its baseline was timed" in out["error"] and len(judge.baselines) == 0
+        else:
+            assert ops == [("baseline", "prepare"), ("baseline", None)] and out["eager_ms"] == 2.0
+        assert judge.baseline_pool.released == [False]

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from core.evaluation.report import TaskResult, summarise_group
@@ -170,15 +170,38 @@ def test_the_estimate_counts_every_held_copy_of_the_outputs(i, w, o, trials):
     assert fp.parts["reference_outputs"] == min(trials + 3, reference_runs_held(o)) * o
     assert fp.parts["reference_outputs"] <= max((trials + 3) * o if o < 1 << 28 else 0, 2 * o + (2 << 30))
     assert fp.parts["adopted_outputs"] == (trials + 2 + 1 + 3) * o
-    assert fp.bytes >= 2 * w + (trials + 6) * o + 2 * i  # one run's inputs in each worker at a time
+    assert fp.bytes == max(fp.phases.values())  # the largest phase: what the workers hold at once
+    # the trials: both workers' weights, the keeper's outputs and a comparison (its reruns: two outputs, one
+    # run's inputs), the candidate's run (one run's inputs) and exports
+    assert fp.phases["trials"] >= 2 * w + fp.parts["reference_outputs"] + fp.parts["adopted_outputs"] + 2 * o + 2 * i \
+        + fp.parts["exported_outputs"]
     assert (fp.parts["float64_truth"] > 0) == (0 < (i + o) // 4 <= 1 << 25 and (w + i + o) > 0)
     # a request's exports wait on the device until adopted: large outputs go a few runs per request
     assert fp.parts["exported_outputs"] <= max(EXPORT_BATCH_BYTES, o)
     assert fp.parts["exported_outputs"] == min(max(trials, 2 + 1 + 3), runs_per_request(o)) * o
     # the timed stage: the model, two draws of inputs, its output, a checked run's reference and comparison
     assert fp.parts["timing"] >= w + 2 * i + 4 * o
-    # a small task's baseline may be timed beside it, in a worker of its own (observations.start_baselines)
-    assert fp.parts["early_baseline"] == (fp.parts["timing"] if fp.parts["timing"] <= EARLY_BASELINE_MAX_BYTES else 0)
+    # a small task's baseline may be timed beside it, in a worker of its own (observations.start_baselines); a
+    # larger one's set-up only where it does not raise the peak
+    if fp.parts["timing"] <= EARLY_BASELINE_MAX_BYTES:
+        assert fp.parts["early_baseline"] == fp.parts["timing"] and fp.phases["baseline"] == 0
+    else:
+        assert fp.parts["early_baseline"] in (0, w + i + o)
+        assert fp.phases["timing"] >= w + fp.parts["timing"] + (w + i if fp.parts["early_baseline"] else 0)
+
+
+def test_a_large_tasks_baseline_is_set_up_early_only_where_the_peak_has_room():
+    g = 1 << 30
+    relu = estimate({"inputs": 6 * g, "weights": 0, "outputs": 6 * g, "written": 6 * g, "elements": 3 * g},
+                    trials=5, probes=3, released_when_judged=True)
+    # the trials hold five outputs: the extra runs hold three, so the baseline's set-up (an input and an
+    # output while torch.compile builds) fits beside them
+    assert relu.bytes == relu.phases["trials"] and relu.parts["early_baseline"] == 12 * g
+    assert relu.phases["extra"] <= relu.bytes and relu.phases["timing"] < relu.bytes
+    deep = estimate({"inputs": 6 * g, "weights": 0, "outputs": 6 * g, "written": 60 * g, "elements": 3 * g},
+                    trials=5, probes=3, released_when_judged=True)
+    # 54 GiB of intermediates: the set-up would raise the peak, so the baseline follows the candidate's timing
+    assert deep.parts["early_baseline"] == 0 and deep.phases["baseline"] > 0
 
 
 def test_the_task_is_measured_on_meta_even_when_its_inputs_are_built_with_cuda():
@@ -392,14 +415,23 @@ def test_each_request_s_peak_memory_is_kept_per_role_and_request_beside_the_esti
 
 @settings(max_examples=30, deadline=None)
 @given(o=st.integers(1, 2**34), trials=st.integers(5, 10), probes=st.integers(0, 6), orders=st.integers(0, 3))
+@example(o=8 << 30, trials=5, probes=3, orders=0)  # KernelBench level 1: the dropped case sets its baseline up early
 def test_when_outputs_are_dropped_once_judged_the_estimate_holds_one_kind_of_run_at_a_time(o, trials, probes, orders):
     # every check declares the runs it reads (Check.reads): the keeper drops each kind's outputs once
     # judged, so a verification holds the trials', the shuffled orders', the repeat's or the probes'
     measured = {"inputs": 0, "weights": 0, "outputs": o, "written": o, "elements": o // 4}
     kept = estimate(measured, trials=trials, probes=probes, orders=orders)
     dropped = estimate(measured, trials=trials, probes=probes, orders=orders, released_when_judged=True)
-    assert kept.parts["adopted_outputs"] == (trials + orders + 1 + probes) * o
-    assert dropped.parts["adopted_outputs"] == max(trials, orders + 1, 2, probes) * o
+    runs = trials + orders + 1 + probes
+    assert kept.parts["adopted_outputs"] == runs * o and dropped.parts["adopted_outputs"] == trials * o
+    assert kept.phases["trials"] - dropped.phases["trials"] == (runs - trials) * o
+    extra_kind = max(orders + 1, 2, probes)  # then one kind's at a time, none in the timed stage
+
+    def set_up(fp):  # a large task's baseline set-up beside the extra runs, where the peak has room
+        return fp.parts["early_baseline"] if fp.parts["timing"] > EARLY_BASELINE_MAX_BYTES else 0
+
+    assert (kept.phases["extra"] - set_up(kept)) - (dropped.phases["extra"] - set_up(dropped)) == (runs - extra_kind) * o
+    assert kept.phases["timing"] - dropped.phases["timing"] == runs * o
 
 
 def _output_memory():
@@ -532,9 +564,11 @@ def test_peaks_are_kept_per_phase_and_the_measured_peak_is_the_largest_phase():
     assert phase_peaks(memory) == {"trials": 52 * g, "timing": 40 * g}
     assert measured_peak(memory) == 52 * g  # not 40 + 30: the two peaks were phases apart
     memory["estimate_bytes"] = 65 * g
-    estimate_line, phase_line = memory_estimates([{"name": "19_ReLU", "gpu_memory": memory}])
+    memory["estimate_phases"] = {"trials": 65 * g, "timing": 30 * g}  # the timed stage's estimate fell short
+    estimate_line, phase_line, short_line = memory_estimates([{"name": "19_ReLU", "gpu_memory": memory}])
     assert "under-estimated 0 of 1" in estimate_line
     assert phase_line == "peak phase (verdicts): trials 1; largest phase peak / estimate: trials 0.80, timing 0.62"
+    assert short_line == "phase estimates under the phase's measured peak: timing 1 of 1, trials 0 of 1"
 
 
 def test_a_verification_names_its_phases_in_order(verifier, monkeypatch):

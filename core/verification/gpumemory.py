@@ -51,6 +51,9 @@ EARLY_BASELINE_MAX_BYTES = 2 << 30
 # A candidate request's outputs wait on the device until the keeper adopts them; runs of larger
 # outputs go a few per request (KernelBench level 1 at its real sizes: outputs of 4-8 GiB per run).
 EXPORT_BATCH_BYTES = 4 << 30
+# Outputs of more bytes are compared a chunk at a time (core.verification.plainbound, largecompare: over
+# 2^24 elements); smaller ones whole.
+LARGE_OUTPUT_BYTES = 64 << 20
 
 
 class GpuOutOfMemory(RuntimeError):
@@ -76,12 +79,14 @@ def is_out_of_memory(error: Any) -> bool:
 
 @dataclass
 class Footprint:
-    """What one verification holds on the device at its peak, in bytes, with its parts."""
+    """What one verification holds on the device at its peak, in bytes: the largest of its ``phases`` (what
+    its workers hold at once in each), with the ``parts`` those are made of."""
 
     bytes: int
     parts: dict[str, int] = field(default_factory=dict)
     measured: dict[str, Any] = field(default_factory=dict)  # the task's tensors on meta
     note: str = ""
+    phases: dict[str, int] = field(default_factory=dict)  # reference, trials, extra, timing, baseline
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,25 +114,29 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
              float64_max_elements: int = 0, inputs_kept: bool = False, released_when_judged: bool = False) -> Footprint:
     """One verification's peak device memory from the task's tensors (``measured``: ``inputs``,
     ``weights``, ``outputs``, ``written`` bytes and ``elements`` of inputs + outputs, as
-    :func:`core.evaluation.resize.measure` gives them), counting every copy the pipeline keeps:
+    :func:`core.evaluation.resize.measure` gives them): the largest of its phases (``Footprint.phases``),
+    each the copies its workers hold at once then (``Footprint.parts`` names them):
 
-    * keeper (reference worker): the model's weights; one run's inputs at a time (trial 0's drawn, digested
-      and dropped, then drawn again, to test that ``get_inputs`` is reproducible by seed); the forward's
-      intermediates; the reference
-      outputs of the trials and probes held in the Vault (large ones are dropped beyond
-      :data:`~core.verification.devicemem.REFERENCE_RESIDENT_BYTES` and computed again when used); the
-      candidate's outputs it adopts (cloned) for every trial, shuffled order, repeat and probe (with
-      ``released_when_judged``, every check declaring the runs it reads, only one kind's at a time:
-      each kind's are dropped once judged, :func:`core.verification.pipeline.release_unread`); the
-      inputs of every run when ``get_inputs`` is not reproducible by seed (``inputs_kept``); the
-      float64 truth (weights, inputs, outputs and intermediates in float64) when a trial holds at
-      most ``float64_max_elements`` elements;
-    * candidate worker: its weights; one run's inputs at a time (their digests, or a host copy, show what
-      it wrote to them); intermediates; the outputs of one request's runs exported to the keeper until adopted
-      (large outputs go a few runs per request, :func:`runs_per_request`);
-      the timed stage's model, inputs (the first draw and a fresh one per run), outputs (the run's, a checked
-      run's reference and the comparison's temporaries) and flush buffer; for a small task, the baseline
-      worker's timed stage beside it (:data:`EARLY_BASELINE_MAX_BYTES`);
+    * keeper (reference worker), in every phase: the model's weights; the reference outputs held in the
+      Vault (large ones are dropped beyond :data:`~core.verification.devicemem.REFERENCE_RESIDENT_BYTES` and
+      computed again when used: one run's inputs and intermediates, while the candidate runs too); the
+      inputs of every run when ``get_inputs`` is not reproducible by seed (``inputs_kept``). From the
+      trials on: the candidate's outputs it adopts (cloned): with ``released_when_judged`` (every check
+      declares the runs it reads) one kind at a time, the trials', then the shuffled orders', repeat's or
+      probes' (each kind dropped once judged, :func:`core.verification.pipeline.release_unread`), none
+      during timing; else all of them, kept; a comparison's temporaries (an output of over 2^24 elements a
+      chunk at a time, keeping the reference's spread, :mod:`core.verification.largecompare`; a smaller one
+      whole, about nine outputs' worth) and its jittered reruns of the reference (two outputs, one run's
+      inputs and intermediates); the float64 truth when a trial holds at most ``float64_max_elements``;
+    * candidate worker: its weights; in the trials and extra runs one run's inputs at a time,
+      intermediates and the outputs of one request exported to the keeper until adopted (large outputs go a
+      few runs per request, :func:`runs_per_request`); in the timed stage the task's model, the first draw of
+      inputs and one fresh draw per run, the run's output, a checked run's reference output and its
+      comparison's temporaries, and the flush buffer;
+    * baseline worker: the task's baseline, beside the candidate's extra runs and timing: for a small task
+      (:data:`EARLY_BASELINE_MAX_BYTES`) all of it; for a larger one its set-up (model, inputs, one output
+      and intermediates while ``torch.compile`` builds; then the model and inputs until it is timed, after the
+      candidate's timing, :func:`core.verification.observations.start_baselines`);
     * each worker's CUDA context and library workspaces.
     """
     i, w, o = (int(measured.get(k) or 0) for k in ("inputs", "weights", "outputs"))
@@ -135,13 +144,17 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
     elements = int(measured.get("elements") or 0)
     runs_ref = trials + probes
     runs_cand = trials + orders + (1 if repeat else 0) + probes
-    adopted = max(trials, orders + 1, 2 if repeat else 0, probes) if released_when_judged else runs_cand
+    extra_kind = max(orders + 1, 2 if repeat else 0, probes)  # the first trial beside a kind, or the probes
+    timing = w + 2 * i + 4 * o + TIMING_SCRATCH_BYTES
+    small_baseline = timing <= EARLY_BASELINE_MAX_BYTES
+    whole_compare = 9 * o if o <= LARGE_OUTPUT_BYTES else o  # the spread alone, for a chunked comparison
     parts = {
         "keeper_weights": w,
         "keeper_inputs": i,
         "keeper_intermediates": transient,
         "reference_outputs": min(runs_ref, reference_runs_held(o)) * o,
-        "adopted_outputs": adopted * o,
+        "adopted_outputs": (trials if released_when_judged else runs_cand) * o,
+        "keeper_compare": whole_compare + 2 * o + i + transient,
         "kept_inputs": runs_ref * i if inputs_kept else 0,
         "float64_truth": 2 * (w + i + o + transient) if elements and elements <= float64_max_elements else 0,
         "candidate_weights": w,
@@ -151,12 +164,44 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
         # the timed stages (the candidate's, then the task's baseline): the task's model, the first draw of
         # inputs and one fresh draw per run, the run's output, and a checked run's reference output with
         # its comparison's temporaries (H200, 2026-12-05: i + o here ran 6 level-1 tasks out of memory alone)
-        "timing": w + 2 * i + 4 * o + TIMING_SCRATCH_BYTES,
+        "timing": timing,
         "worker_overhead": 2 * WORKER_OVERHEAD_BYTES,
     }
-    # a small task's baseline, in a worker of its own, may be timed beside the candidate's stages
-    parts["early_baseline"] = parts["timing"] if parts["timing"] <= EARLY_BASELINE_MAX_BYTES else 0
-    return Footprint(sum(parts.values()), parts, dict(measured))
+    p = parts
+    keeper = p["keeper_weights"] + p["reference_outputs"] + p["kept_inputs"]
+    recompute = p["keeper_inputs"] + p["keeper_intermediates"]  # a dropped reference output computed again
+    candidate_runs = p["candidate_weights"] + p["candidate_inputs"] + p["candidate_intermediates"] + \
+        p["exported_outputs"]
+    judging = max(recompute, p["keeper_compare"]) + p["float64_truth"]  # one at a time in the keeper
+    kept_after = 0 if released_when_judged else runs_cand * o
+    overhead = p["worker_overhead"]
+    phases = {
+        "reference": keeper + recompute + overhead,
+        "trials": keeper + p["adopted_outputs"] + judging + candidate_runs + overhead,
+        "extra": keeper + (extra_kind if released_when_judged else runs_cand) * o + judging + candidate_runs
+        + overhead,
+        "timing": keeper + kept_after + p["candidate_weights"] + timing + overhead,
+        "baseline": keeper + kept_after + p["candidate_weights"] + timing + overhead,
+    }
+    # The task's baseline in a worker of its own beside the candidate's extra runs and timing: a small task's
+    # whole baseline (no timing after the candidate's), always; a larger one's set-up (its peak while
+    # torch.compile builds and runs once, then its model and inputs until it is timed after the candidate)
+    # only where that fits under the verification's peak without it (core.verification.observations).
+    # (The baseline workers' CUDA contexts are there whether they work or idle: the admitted fraction's margin.)
+    if small_baseline:
+        p["early_baseline"] = timing
+        phases["extra"] += timing
+        phases["timing"] += timing
+        phases["baseline"] = 0
+    else:
+        set_up, held = w + i + o + transient, w + i
+        peak = max(phases.values())
+        fits = phases["extra"] + set_up <= peak and phases["timing"] + held <= peak
+        p["early_baseline"] = set_up if fits else 0
+        if fits:
+            phases["extra"] += set_up
+            phases["timing"] += held
+    return Footprint(max(phases.values()), parts, dict(measured), phases=phases)
 
 
 def unknown_footprint(capacity: int, share: int, note: str) -> Footprint:

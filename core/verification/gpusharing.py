@@ -166,6 +166,7 @@ class GpuSharing:
             verification.output_bytes = int((fp.measured or {}).get("outputs") or 0)
             budget.alone = budget.alone or got.alone
             verdict.gpu_memory = {**(verdict.gpu_memory or {}), "estimate_bytes": fp.bytes,
+                                  **({"estimate_phases": fp.phases} if fp.phases else {}),
                                   "capacity_bytes": admission.capacity, "alone": got.alone,
                                   "wait_s": round(got.waited_s, 4), **({"note": fp.note} if fp.note else {})}
             yield
@@ -255,11 +256,13 @@ class GpuSharing:
         if pool is not None:
             pool.close()
 
-    def _baseline(self, check: Any, config: dict[str, Any], evidence: Any, budget: Budget) -> dict[str, Any]:
+    def _baseline(self, check: Any, config: dict[str, Any], evidence: Any, budget: Budget,
+                  gate: Any = None) -> dict[str, Any]:
         """The check's measurement of the task's reference (``check.baseline``), made once per task by a
         baseline worker, timed with the GPU to itself, then shared
         (:class:`~core.verification.baselines.BaselineCache`). A failure is returned as ``{"error": ...}``
-        and not kept."""
+        and not kept. ``gate`` (:class:`~core.verification.observations.TimingGate`): set up now, timed
+        only once it opens (a cancelled gate gives the worker back untimed, an error that is not kept)."""
         task = evidence.task
         key = (check.name, task.id, optional(check, "Check", "baseline_key")())  # task.id: a hash of its source
 
@@ -278,6 +281,10 @@ class GpuSharing:
                     if not ready.get("ok"):
                         served = True  # it answered: the failure is the task's, the worker serves on
                         raise RuntimeError(ready.get("error"))
+                if gate is not None and not gate.wait(budget.left()):
+                    # untimed: the worker drops what it set up (its GPU memory) before it serves another
+                    served = bool(worker.request(request(Op.FORGET, token=""), timeout_s=30).get("ok"))
+                    raise RuntimeError("the verification ended before its baseline was timed")
                 with self._gpu(budget, exclusive=True, label=f"{check.name} baseline"):
                     answer = worker.request(request(Op.BASELINE, check=check.name, config=config, source=task.source,
                                                     init_seed=seed), timeout_s=budget.left())

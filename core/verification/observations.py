@@ -48,31 +48,65 @@ def check_config(check: Any) -> dict[str, Any]:
     return {k: x for k, x in asdict(check).items() if k not in _NOT_CONFIG} if is_dataclass(check) else {}
 
 
-class EarlyBaseline(threading.Thread):
-    """One check's baseline measured in a thread; ``result`` once done (None until then, or if it raised)."""
+class TimingGate:
+    """When a baseline set up early may be timed: :meth:`open` (the candidate's timing is done), or never
+    (:meth:`cancel`: the verification ended first)."""
 
-    def __init__(self, v: "Verification", check: Any):
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.cancelled = False
+
+    def open(self) -> None:
+        self._event.set()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._event.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        """True: time it now; False: it was cancelled, or nothing came within ``timeout_s``."""
+        return self._event.wait(timeout_s) and not self.cancelled
+
+
+class EarlyBaseline(threading.Thread):
+    """One check's baseline measured in a thread; ``result`` once done (None until then, or if it raised).
+    ``gated``: only its set-up runs now; its timing waits for :meth:`time_now`, after the candidate's own."""
+
+    def __init__(self, v: "Verification", check: Any, gated: bool = False):
         super().__init__(daemon=True, name=f"kz-baseline-{check.name}")
         self.v, self.check, self.result = v, check, None
+        self.gate = TimingGate() if gated else None
 
     def run(self) -> None:
-        self.result = self.v.baseline(self.check, check_config(self.check))
+        extra = {"gate": self.gate} if self.gate is not None else {}
+        self.result = self.v.baseline(self.check, check_config(self.check), **extra)
+
+    def time_now(self) -> None:
+        if self.gate is not None:
+            self.gate.open()
+
+    def cancel(self) -> None:
+        """The verification ends: a set-up still waiting to be timed gives its worker back, untimed."""
+        if self.gate is not None:
+            self.gate.cancel()
 
 
 def start_baselines(v: "Verification") -> dict[str, EarlyBaseline]:
-    """Start measuring the task's per-task baselines now, once the candidate passed its trials' checks, in
-    threads beside its remaining stages: the set-up (torch.compile: seconds of CPU, 4-5 s of a one-shot
-    verdict on the H200) then overlaps them instead of following the candidate's timing. The later
-    ``collect`` of the check (:meth:`ExtraObservations.collect`) takes its result. Only for a task whose
-    footprint is known and whose timed stage is small (:data:`EARLY_BASELINE_MAX_BYTES`); the verification
-    joins these threads before it gives its memory reservation back."""
+    """Start the task's per-task baselines now, once the candidate passed its trials' checks, in threads beside
+    its remaining stages, where its footprint makes room (``Footprint.parts["early_baseline"]``,
+    :func:`core.verification.gpumemory.estimate`): the set-up (torch.compile: seconds of CPU, 4-5 s of a
+    verdict on the H200) then overlaps those stages instead of following the candidate's timing. A task whose
+    timed stage is small (:data:`EARLY_BASELINE_MAX_BYTES`) is measured whole; a larger one is set up now and
+    timed after the candidate's timing (its ``collect``, :meth:`ExtraObservations.collect`, opens the gate and
+    takes the result). The verification cancels and joins these threads before it gives its memory back."""
     footprint = getattr(v.verifier, "footprints", {}).get(v.task.id)
-    if footprint is None or footprint.parts.get("timing", EARLY_BASELINE_MAX_BYTES + 1) > EARLY_BASELINE_MAX_BYTES:
+    if footprint is None or not footprint.parts.get("early_baseline"):
         return {}
+    gated = footprint.parts.get("timing", EARLY_BASELINE_MAX_BYTES + 1) > EARLY_BASELINE_MAX_BYTES
     started = {}
     for check in v.checks:
         if optional(check, "Check", "baseline_per_task") and check.name not in v.verdict.checks:
-            started[check.name] = EarlyBaseline(v, check)
+            started[check.name] = EarlyBaseline(v, check, gated)
             started[check.name].start()
     return started
 
@@ -180,6 +214,7 @@ class ExtraObservations:
         if isinstance(data, dict) and not data.get("error") and optional(check, "Check", "baseline_per_task"):
             early = v.early_baselines.get(check.name)
             if early is not None:
+                early.time_now()  # a set-up that waited for the candidate's timing is timed now
                 early.join(timeout=max(1.0, budget.left()))
             if early is not None and early.result is not None:
                 data["baseline"] = early.result

@@ -150,6 +150,7 @@ class Verification:
                     self.on_device()
                 finally:  # a baseline started beside the stages holds memory of this reservation
                     for started in self.early_baselines.values():
+                        started.cancel()  # set up but never timed (the verification ended first): untimed
                         started.join(timeout=max(1.0, self.budget.left()))
         except GpuBusy as exc:
             verdict.status, verdict.reason, verdict.accepted = "error", f"error: {exc.detail}", False
@@ -328,10 +329,10 @@ class Verification:
         self.evaluate(ready, stop_at_first=False)
         release_unread(self)
 
-    def baseline(self, check: Any, config: dict[str, Any]) -> dict[str, Any]:
+    def baseline(self, check: Any, config: dict[str, Any], gate: Any = None) -> dict[str, Any]:
         """The check's measurement of the task's reference, from the judge's per-task cache
-        (:meth:`GpuSharing._baseline`), measured by a baseline worker."""
-        return self.verifier._baseline(check, config, self.evidence, self.budget)
+        (:meth:`GpuSharing._baseline`), measured by a baseline worker; ``gate``: timed only once it opens."""
+        return self.verifier._baseline(check, config, self.evidence, self.budget, gate=gate)
 
     # -- helpers of the stages
 
