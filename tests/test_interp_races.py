@@ -342,3 +342,93 @@ def test_the_cpu_pool_is_sized_to_the_verifications_in_flight(monkeypatch, cores
     monkeypatch.setattr(check, "_pool", lambda memory_mb: sized.append(check.default_workers()))
     check.open({"tolerances": {}, "workers": verifier_workers})
     assert sized == [expected]
+
+
+# A full reduction as the expert writes it at KernelBench's sizes (96_HuberLoss: one program, 524288
+# iterations, over the analysis' 300 s in the interpreter): here two programs, each summing its half in a
+# loop of 2^14 iterations; LOST_TAIL also writes the other program's slot in its last iteration.
+DEEP_SUM_TASK = '''
+import torch
+import torch.nn as nn
+
+N = 2 * 16384 * 64
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.view(2, -1).sum(dim=1)
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+DEEP_SUM = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def half_sum(x_ptr, out_ptr, n_half, BLOCK: tl.constexpr, LOST: tl.constexpr):
+    pid = tl.program_id(0)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    last = tl.cdiv(n_half, BLOCK) - 1
+    for k in range(0, tl.cdiv(n_half, BLOCK)):
+        offs = k * BLOCK + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + pid * n_half + offs, mask=offs < n_half, other=0.0)
+        if LOST:
+            if k == last:  # the other program's slot, without atomics, in the loop's last iteration
+                tl.store(out_ptr + (1 - pid), tl.sum(acc, axis=0) * 0.0 + tl.load(out_ptr + (1 - pid)))
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+class ModelNew(nn.Module):
+    LOST = False
+
+    def forward(self, x):
+        out = torch.zeros(2, device=x.device, dtype=torch.float32)
+        half_sum[(2,)](x, out, x.numel() // 2, BLOCK=64, LOST=self.LOST)
+        return out
+'''
+
+
+def test_a_long_loop_runs_a_sample_of_its_iterations_at_the_tasks_own_shape(check):
+    from plugins.backends.triton_interp_checks import LOOP_SAMPLE_ABOVE
+
+    task = Task(source=DEEP_SUM_TASK, name="deep_sum")
+    result = check.evaluate(gpu_evidence(task, DEEP_SUM))
+    assert result.passed, result.detail
+    (launch,) = result.data["launches"]
+    assert launch["loop_iterations"] == 16384 and launch["loop_ran"] == LOOP_SAMPLE_ABOVE
+    assert f"a loop of 16384 iterations ran {LOOP_SAMPLE_ABOVE} of them" in result.detail
+
+
+def test_a_race_in_a_long_loops_last_iteration_is_still_found(check):
+    task = Task(source=DEEP_SUM_TASK, name="deep_sum")
+    result = check.evaluate(gpu_evidence(task, DEEP_SUM.replace("    LOST = False", "    LOST = True")))
+    assert not result.passed and not result.unchecked, result.detail
+    assert "race" in result.detail and "half_sum" in result.detail
+
+
+def test_loops_run_whole_outside_a_sampled_launch():
+    # the CPU verifier's own race and bounds checks (no sample) run every iteration
+    from plugins.backends import triton_interp_checks as checks
+
+    assert checks.STATE.sample == 0
+    assert checks.sampled_loop(range(100_000)) == range(100_000)
+    checks.STATE.sample = 16
+    try:
+        chosen = checks.sampled_loop(range(0, 300_000, 3))
+        assert len(chosen) == checks.LOOP_SAMPLE_ABOVE and chosen == sorted(chosen)
+        assert chosen[:checks.LOOP_EDGE] == list(range(0, 3 * checks.LOOP_EDGE, 3))  # the first and last run
+        assert chosen[-1] == 299_997
+        assert checks.sampled_loop(range(0, 300_000, 3)) == chosen  # the same in every program of a launch
+        assert checks.sampled_loop(range(4096)) == range(4096)  # short loops whole
+    finally:
+        checks.STATE.sample = 0

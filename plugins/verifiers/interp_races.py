@@ -18,7 +18,8 @@ check runs that analysis for GPU candidates, without changing the task:
   :attr:`~InterpreterRaceCheck.sample` programs only the first and the last, their neighbours along
   each grid axis, and random programs with their neighbours run, with their true program ids and
   grid, chosen from a seed drawn fresh per verdict (``triton_interp_checks.choose_programs``); the
-  sampled programs' addresses are checked for overlaps. An autotuned kernel is called once per
+  sampled programs' addresses are checked for overlaps. A loop of more than 4096 iterations runs
+  4096 of them (its first and last 1024 and the rest drawn between, ``triton_interp_checks.sampled_loop``). An autotuned kernel is called once per
   config (the interpreter runs config ``i`` at call ``i``). No reference and no comparison run
   (only sampled programs write, so the outputs are not the task's);
 * then the worker's ``tamper`` measurement: the instrumentation intact and no sandbox refusal.
@@ -30,7 +31,8 @@ or run in the interpreter, the host cannot hold the task's inputs, the worker fa
 *could not run* and fails closed, saying why (``accept_unchecked: [interp_races]`` lets such
 candidates through and the verdict records it). Residual risks: a race between two programs that
 are neither neighbours along a grid axis nor both drawn at random (a 1-D grid a kernel decodes into
-2-D tiles has neighbours ``num_pid_n`` apart) is found only by chance; a candidate that branches on
+2-D tiles has neighbours ``num_pid_n`` apart), or only in the middle iterations of a long loop, is found
+only by chance; a candidate that branches on
 the device (``x.is_cuda``) can be race-free in the interpreter and racy on the GPU. docs/verifier.md
 lists both.
 """
@@ -293,6 +295,8 @@ def describe_samples(launches: list[dict[str, Any]]) -> str:
         grid = "x".join(str(d) for d in record.get("grid") or [])
         ran = "" if record.get("ran") is None else \
             f", {record['ran']} run before its {record.get('cut_after_s')} s were spent"
+        if record.get("loop_iterations"):  # a long loop ran a sample of its iterations (triton_interp_checks)
+            ran += f"; a loop of {record['loop_iterations']} iterations ran {record.get('loop_ran')} of them"
         parts.append(f"{record.get('kernel')} grid {grid}: {record.get('sampled')} of {record.get('programs')} "
                      f"programs ({how}{ran})")
     more = len(launches) - 6 + sum(int(r.get("more_launches", 0)) for r in launches)
