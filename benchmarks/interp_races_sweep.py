@@ -12,7 +12,8 @@ the expert teacher's Triton candidate (declined problems are skipped), then the 
 ends (passed, rejected, could not run, and the seconds), then the counts; ``--out``: ``sweep.json``.
 
 A problem whose inputs this host cannot hold is "could not run" here with the memory it needs; on the
-GPU host (128 GiB) it runs.
+GPU host (128 GiB) it runs (``--assume-host-mb 131072`` tries it here: the tiled inputs are resident, the
+outputs only where the sampled programs write).
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="problems whose file name contains one of these")
     parser.add_argument("--parallel", type=int, default=2, help="problems analysed at once (CPU workers)")
     parser.add_argument("--out", type=Path, help="directory for sweep.json")
+    parser.add_argument("--assume-host-mb", type=int,
+                        help="size the check's host-memory refusal as if this host had this much memory (the GPU "
+                             "host's, to analyse here what it would; the workers' real address-space limits stay)")
     args = parser.parse_args(argv)
 
     from core.plugins import registry
@@ -51,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     from core.verification.evidence import Evidence
     from plugins.verifiers.interp_races import InterpreterRaceCheck
 
+    if args.assume_host_mb:
+        import plugins.verifiers.interp_races as races
+
+        races.host_memory_mb = lambda: int(args.assume_host_mb)
     chosen = problems(Path(args.kb), args.levels, args.only)
     expert = registry("coder").create("expert")
     check = InterpreterRaceCheck(workers=max(1, args.parallel))
