@@ -86,3 +86,22 @@ def test_the_benchmarks_choice_is_judged_even_beyond_the_judged_calls(monkeypatc
         monkeypatch.setattr(tb, "_current_tracker", lambda call=call: SimpleNamespace(call=call))
         run(tuner, 1.0)
     assert ran[0] == 16 * 20 and ran[1:] == [16 * (i + 1) for i in range(10)]
+
+
+def test_the_autotuners_own_call_is_named_as_the_config_it_chose(monkeypatch):
+    # its benchmark's launches were recorded unnamed beside its choice, so a repeat on a named config looked like
+    # other kernels to the determinism check, and an honest eight-config row sum failed for different bits (H100)
+    tracker = SimpleNamespace(call=0, kernels=[])
+    monkeypatch.setattr(tb, "_current_tracker", lambda: tracker)
+    tuner, _ = autotuner(4)
+
+    def benchmarking(self, *args, **kwargs):
+        tracker.kernels += ["row_sum"] * 5  # the benchmark's launches, then its choice's
+        self.best_config = self.configs[-1]
+        return self.fn.run(*args, **kwargs, **self.configs[-1].all_kwargs())
+
+    run = tb.every_config_in_trials(benchmarking)
+    assert run(tuner, 1.0) == 64 and tracker.kernels == ["row_sum[BLOCK=64]"]
+    tracker.call, tracker.kernels = 9, []  # past the configs: the choice again, named alike
+    run(tuner, 1.0)
+    assert tracker.kernels == ["row_sum[BLOCK=64]"]

@@ -204,6 +204,25 @@ def test_a_large_tasks_baseline_is_set_up_early_only_where_the_peak_has_room():
     assert deep.parts["early_baseline"] == 0 and deep.phases["baseline"] > 0
 
 
+def test_a_task_whose_forward_takes_plain_values_beside_tensors_is_measured():
+    # KernelBench's 5_Matrix_scalar_multiplication: get_inputs() -> [A, s]; its footprint was "not measured on
+    # meta" (forward() missing 's'), so it got an even share of the device, and ran out of memory on the H100
+    from core.evaluation.resize import _load, measure
+
+    module = _load(textwrap.dedent("""
+        import torch, torch.nn as nn
+        class Model(nn.Module):
+            def forward(self, A, s):
+                return A * s
+        def get_inputs():
+            return [torch.randn(1024, 512), 3.14]
+        def get_init_inputs():
+            return []
+    """))
+    got = measure(module)
+    assert got["inputs"] == got["outputs"] == 1024 * 512 * 4 and got["elements"] == 2 * 1024 * 512
+
+
 def test_the_task_is_measured_on_meta_even_when_its_inputs_are_built_with_cuda():
     from core.evaluation.resize import _load, measure
 

@@ -126,3 +126,46 @@ def test_a_check_waiting_on_the_cpu_is_judged_after_the_verification_gave_its_gp
     assert verdict.accepted and set(verdict.checks) == {"correctness", "stability", "interp_races"}
     verdict = run_checks(races_pass=False)  # and its failure still decides the verdict
     assert not verdict.accepted and verdict.reason.startswith("interp_races")
+
+
+def test_outputs_the_keeper_ran_out_of_memory_adopting_are_the_devices_fault_not_the_candidates():
+    # H100, 2026-12-05: "correctness: 4/5 trials match; trial 4 raised its outputs could not be read:
+    # OutOfMemoryError" rejected five honest level-1 kernels: the keeper had no room for their outputs
+    import contextlib
+    from types import SimpleNamespace
+
+    from core.verdict import Verdict
+    from core.verification.gpumemory import GpuOutOfMemory
+    from core.verification.keeper import Keeper
+
+    class KeeperWorker:
+        def __init__(self, error, forged=False):
+            self.error, self.forged = error, forged
+
+        def request(self, message, timeout_s):
+            return {"ok": True, "runs": [{"outputs": [{"held": "c0.0", "shape": [4], "dtype": "float32", "finite": True}]},
+                                         {"error": self.error, "forged": self.forged}]}
+
+    class CandidateWorker:
+        scratch, dropped = "/tmp", 0
+
+        def request(self, message, timeout_s):
+            CandidateWorker.dropped += message["op"] == "drop_exports"
+            return {"ok": True}
+
+    budget = SimpleNamespace(verdict=Verdict(), left=lambda: 60.0)
+    verifier = SimpleNamespace(_gpu=lambda budget, label="": contextlib.nullcontext())
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB"
+    observations = [{"output": [{"path": "a"}]}, {"output": [{"path": "b"}]}]
+    with pytest.raises(GpuOutOfMemory, match="adopt"):  # judged again alone, never a rejection
+        Keeper(verifier, KeeperWorker(oom), budget, evidence=None).adopt(CandidateWorker(), observations, [0, 1])
+    assert CandidateWorker.dropped == 1  # its exports are given back first
+    # any other failure to read them is the candidate's (a forged hand-over is flagged besides)
+    observations = [{"output": [{"path": "a"}]}, {"output": [{"path": "b"}]}]
+    Keeper(verifier, KeeperWorker("ValueError: no such export"), budget, evidence=None).adopt(
+        CandidateWorker(), observations, [0, 1])
+    assert observations[1]["output"] is None and "could not be read" in observations[1]["error"]
+    observations = [{"output": [{"path": "a"}]}, {"output": [{"path": "b"}]}]
+    Keeper(verifier, KeeperWorker(oom, forged=True), budget, evidence=None).adopt(
+        CandidateWorker(), observations, [0, 1])
+    assert observations[1]["sandbox"]

@@ -260,11 +260,12 @@ def measure(module: Any) -> dict[str, int]:
     try:
         with torch.device("meta"):
             model = module.Model(*module.get_init_inputs())
-            inputs = [x for x in module.get_inputs() if isinstance(x, torch.Tensor)]
+            given = list(module.get_inputs())  # plain values (a scale, a dim) are passed on as they are
+            inputs = [x for x in given if isinstance(x, torch.Tensor)]
             weights = list(model.parameters()) + list(model.buffers())
             written = _written_bytes()
             with torch.no_grad(), written():
-                out = model.eval()(*inputs)
+                out = model.eval()(*given)
     finally:
         torch.Tensor.cuda, torch.Tensor.to = real_cuda, real_to
     outs = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]

@@ -39,7 +39,7 @@ GiB = 1 << 30
 # workers (keeper and candidate), beside the tensors counted below.
 WORKER_OVERHEAD_BYTES = 1 << 30
 # The timed stage's L2 flush buffer and its own inputs/outputs beside the held ones.
-TIMING_SCRATCH_BYTES = 256 << 20
+TIMING_SCRATCH_BYTES = 1 << 30
 DEFAULT_FRACTION = 0.9  # of the device's total, admitted (the rest: allocator fragmentation, other users)
 # A reservation may start before those queued ahead of it (backfill) only while each of them has waited less
 # than this, and only if it fits now and could be held beside each of them (none asked for the device alone).
@@ -145,7 +145,10 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
     runs_ref = trials + probes
     runs_cand = trials + orders + (1 if repeat else 0) + probes
     extra_kind = max(orders + 1, 2 if repeat else 0, probes)  # the first trial beside a kind, or the probes
-    timing = w + 2 * i + 4 * o + TIMING_SCRATCH_BYTES
+    # the timed stage: the task's model, the first draw of inputs and a fresh one per run, the runs' outputs, a checked
+    # run's reference (its intermediates) and comparison (H100, 2026-12-05: 43 GiB measured for 6-GiB inputs and
+    # outputs, 24.8 for an 8-GiB input where 2i + 4o was counted)
+    timing = w + 3 * i + 5 * o + transient + TIMING_SCRATCH_BYTES
     small_baseline = timing <= EARLY_BASELINE_MAX_BYTES
     whole_compare = 9 * o if o <= LARGE_OUTPUT_BYTES else o  # the spread alone, for a chunked comparison
     parts = {
@@ -170,13 +173,17 @@ def estimate(measured: dict[str, Any], *, trials: int, probes: int = 3, orders: 
     p = parts
     keeper = p["keeper_weights"] + p["reference_outputs"] + p["kept_inputs"]
     recompute = p["keeper_inputs"] + p["keeper_intermediates"]  # a dropped reference output computed again
-    candidate_runs = p["candidate_weights"] + p["candidate_inputs"] + p["candidate_intermediates"] + \
+    # a run's inputs drawn and a probe's transformed copy, its output and the request's exports (H100, 2026-12-05:
+    # 20-25 GiB measured for 6-GiB inputs and outputs)
+    candidate_runs = p["candidate_weights"] + 2 * p["candidate_inputs"] + p["candidate_intermediates"] + o + \
         p["exported_outputs"]
     judging = max(recompute, p["keeper_compare"]) + p["float64_truth"]  # one at a time in the keeper
     kept_after = 0 if released_when_judged else runs_cand * o
     overhead = p["worker_overhead"]
     phases = {
-        "reference": keeper + recompute + overhead,
+        # the reference runs: a run's inputs drawn twice (digested, then again), a probe's transformed copy and
+        # its output beside the resident ones (H100, 2026-12-05: 29.8 GiB measured for 6-GiB inputs and outputs)
+        "reference": keeper + 2 * i + transient + o + p["float64_truth"] + overhead,
         "trials": keeper + p["adopted_outputs"] + judging + candidate_runs + overhead,
         "extra": keeper + (extra_kind if released_when_judged else runs_cand) * o + judging + candidate_runs
         + overhead,

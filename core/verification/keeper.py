@@ -60,6 +60,11 @@ class Keeper:
             answer = self._ask(request(Op.ADOPT, allowed_dir=str(Path(candidate_worker.scratch) / "exports"),
                                        runs=[{"outputs": o["output"], "expect": ref} for o, ref in exported]))
             exported = [o for o, _ in exported]
+            short = next((r["error"] for r in answer["runs"] if r.get("error") and not r.get("forged")
+                          and is_out_of_memory(r["error"])), None)
+            if short is not None:  # the keeper could not hold them: the device's memory, not the candidate's fault
+                candidate_worker.request(request(Op.DROP_EXPORTS), timeout_s=max(10.0, self.budget.left()))
+                raise GpuOutOfMemory("the keeper's adopt", str(short))
             for obs, run in zip(exported, answer["runs"]):
                 if run.get("error"):
                     obs["output"] = None

@@ -214,8 +214,11 @@ class ExtraObservations:
         if isinstance(data, dict) and not data.get("error") and optional(check, "Check", "baseline_per_task"):
             early = v.early_baselines.get(check.name)
             if early is not None:
-                early.time_now()  # a set-up that waited for the candidate's timing is timed now
+                if early.gate is not None:  # a set-up that waited for the candidate's timing is timed now
+                    v.budget.phase = "baseline"
+                early.time_now()
                 early.join(timeout=max(1.0, budget.left()))
+                v.budget.phase = "timing"
             if early is not None and early.result is not None:
                 data["baseline"] = early.result
             else:

@@ -56,6 +56,11 @@ def test_side_stream_work_is_rejected(verifier):
     if why and verdict.accepted:
         pytest.xfail(f"needs the performance stage in the worker: {why}")
     assert not verdict.accepted, verdict.reason
+    if verdict.reason.startswith("correctness:"):
+        # where the side stream has not finished when a trial reads the output (H100, 2026-12-05), it is caught
+        # as a wrong output (the poisoned memory's NaN) before the timed stage could see the other stream
+        assert "NaN where the reference is a number" in verdict.reason
+        return
     assert verdict.reason.startswith("performance:") and "another stream" in verdict.reason
     assert verdict.checks["performance"].hack
 
