@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.verification.outliers import SPREAD_QUANTILE, Flips, Forgiven, judge_outliers
-from core.verification.plainbound import CHUNK_ELEMENTS, _median_magnitude
+from core.verification.plainbound import CHUNK_ELEMENTS, _median_magnitude, rms_scale
 
 
 @dataclass
@@ -119,10 +119,8 @@ def compare_large(e: Any, g: Any, where: str, floor: float, rtol: float, floor_o
         scale = median
     elif scale_aware or peak == 0.0 or judged <= 0 or not math.isfinite(peak):
         scale = peak
-    else:  # the RMS of the finite magnitudes, in float64 after an exact power-of-two rescale
-        k = 1.0 if 2.0 ** -60 <= peak <= 2.0 ** 40 else 2.0 ** -max(-100, min(100, math.floor(math.log2(peak))))
-        squares = sum(float(((ref.to(torch.float64) * k) ** 2).sum()) for *_, ref, _ in parts())
-        scale = math.sqrt(squares) / k / math.sqrt(judged)
+    else:  # the RMS of the finite magnitudes, as the plain bound takes it
+        scale = rms_scale((ref for *_, ref, _ in parts()), peak, judged)
 
     def atol_of(ref: Any) -> Any:
         return floor_of(ref.clamp_min(median)) if median is not None else floor_of(scale)
@@ -160,7 +158,9 @@ def _outliers(e: Any, g: Any, parts: Callable[[], Any], reruns: list[Any], atol_
     spread = torch.empty(e.numel(), dtype=work, device=e.device)
     flips_count, flips_largest = 0, 0.0
     zero = torch.zeros((), dtype=work, device=e.device)
+    finite_spread = []  # (start, finite mask) per chunk, kept for the quantile's counts
     for start, ec, _, finite, ref, _ in parts():
+        finite_spread.append((start, finite))
         bound = atol_of(ref) + rtol * ec.abs()  # the reference's own bound, as the whole rule draws it
         part, missed = None, None
         for other in others:
@@ -175,8 +175,6 @@ def _outliers(e: Any, g: Any, parts: Callable[[], Any], reruns: list[Any], atol_
         spread[start:start + ec.numel()] = part
     q = 0.0
     if judged:
-        finite_spread = [(start, finite) for start, _, _, finite, _, _ in parts()]
-
         def count(bound: float) -> int:
             return sum(int(((spread[s:s + f.numel()] <= bound) & f).sum()) for s, f in finite_spread)
 

@@ -63,6 +63,16 @@ def _chunks(e: Any, g: Any, work: Any, chunk: int, scale_aware: Any) -> Any:
         yield finite, torch.where(finite, ec.abs(), zero), torch.where(finite, (ec - gc).abs(), zero)
 
 
+def rms_scale(magnitudes: Any, peak: float, judged: int) -> float:
+    """The RMS of ``judged`` finite magnitudes given a chunk at a time (zeros where not finite), their largest
+    ``peak``: squares summed in float64 after an exact power-of-two rescale (no overflow, no underflow)."""
+    import torch
+
+    k = 1.0 if 2.0 ** -60 <= peak <= 2.0 ** 40 else 2.0 ** -max(-100, min(100, math.floor(math.log2(peak))))
+    squares = sum(float(((ref.to(torch.float64) * k) ** 2).sum()) for ref in magnitudes)
+    return math.sqrt(squares) / k / math.sqrt(judged)
+
+
 def _median_magnitude(e: Any, g: Any, work: Any, chunk: int, judged: int, least: float, peak: float) -> float:
     """The median of the reference's finite magnitudes (the ``(n + 1) // 2``-th smallest, as
     :func:`~core.verification.evidence.median_scale` takes it), exactly, by counting chunk by chunk."""
@@ -113,11 +123,8 @@ def within_plain_bound(e: Any, g: Any, floor: float, rtol: float, floor_of: Call
         scale = 1.0
     elif scale_aware or peak == 0.0 or judged <= 0 or not math.isfinite(peak):
         scale = peak
-    else:  # the RMS of the finite magnitudes, squares summed in float64 after an exact power-of-two rescale
-        k = 1.0 if 2.0 ** -60 <= peak <= 2.0 ** 40 else 2.0 ** -max(-100, min(100, math.floor(math.log2(peak))))
-        squares = sum(float(((ref.to(torch.float64) * k) ** 2).sum())
-                      for _, ref, _ in _chunks(e, g, work, chunk, scale_aware))
-        scale = math.sqrt(squares) / k / math.sqrt(judged)
+    else:
+        scale = rms_scale((ref for _, ref, _ in _chunks(e, g, work, chunk, scale_aware)), peak, judged)
     atol = floor_of(scale)
     for _, ref, diff in _chunks(e, g, work, chunk, scale_aware):
         if bool((diff > atol + rtol * ref).any()):
