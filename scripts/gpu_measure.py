@@ -41,7 +41,7 @@ SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
 CALL_S = 600  # one device call
 # Subsets whose limits, install's included, fit one device call; together they cover every 1-GPU step.
 ONE_CALL = ("suites timing", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement",
-            "oneshot quantiles", "kbeval", "training_sft", "hub_grpo")
+            "oneshot quantiles compare", "kbeval", "training_sft", "hub_grpo")
 MIN_STEP_S = 15  # with --call-s, a step is skipped rather than started with less than this left
 SUMMARY_S = 30  # what a summary command (Command.after_timeout) gets after its step's limit
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
@@ -282,6 +282,18 @@ def _quantiles(ctx: Context) -> list[Command]:
 def quantiles_figure(log: str) -> str:
     rows = re.findall(r"^\s*([\d,]+) .*?bisect ([\d.]+) s\s+kthvalue ([\d.]+) s", log, re.MULTILINE)
     return "; ".join(f"{n} elements: bisect {b} s, kthvalue {k} s" for n, b, k in rows[-2:])
+
+
+def _compare(ctx: Context) -> list[Command]:
+    # the plain bound's fused kernels against the torch passes: their tests on the device, then the timings
+    return [ctx.py(*PYTEST, "tests/test_fusedbound.py", env=ctx.one_gpu()),
+            ctx.py("-m", "benchmarks.compare_bench", "--device", "cuda", "--sizes", "1e8,1.6e9",
+                   "--out", ctx.work / "compare.json", env=ctx.one_gpu())]
+
+
+def compare_figure(log: str) -> str:
+    rows = re.findall(r"^\s*([\d,]+) (.*?)\s+torch ([\d.]+) s\s+fused ([\d.]+) s", log, re.MULTILINE)
+    return "; ".join(f"{n} {rule}: torch {t} s, fused {f} s" for n, rule, t, f in rows[-3:])
 
 
 def _kbeval(ctx: Context) -> list[Command]:
@@ -577,6 +589,11 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "(2026-12-05)", "benchmarks/quantile_bench.py: the judge's exact quantiles by bisection against "
          "torch.kthvalue at 1e8 and 1.6e9 elements", _quantiles, quantiles_figure,
          results=(("quantiles.json", "quantiles.json"),), tail=8),
+    Step("compare", 150, "not run yet; the keeper's compares took 2-5 s each for elementwise level-1 tasks on the "
+         "H100 (2026-12-05), the domain probe's median bisection 68 s at 1e8 elements on a 2-core CPU",
+         "tests/test_fusedbound.py on the device, then benchmarks/compare_bench.py: the plain bound by the fused "
+         "kernels against the chunked torch passes at 1e8 and 1.6e9 elements, per rule", _compare, compare_figure,
+         results=(("compare.json", "compare.json"),), tail=12),
     Step("kbeval", 480, "2026-12-04 (be7b7a2, two evaluations of 60/45 s budgets): 17 of 200 judged, 0 accepted",
          "core.eval with the expert teacher on all of KernelBench's level-1 and level-2 files at their real sizes "
          "in one continuous queue (a line per verdict; fast_p, geomean vs eager and torch.compile)", _kbeval,

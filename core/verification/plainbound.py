@@ -90,13 +90,18 @@ def _median_magnitude(e: Any, g: Any, work: Any, chunk: int, judged: int, least:
 
 def within_plain_bound(e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
                        scale_aware: Any = False, absolute: bool = False,
-                       chunk: int = CHUNK_ELEMENTS) -> PlainlyWithin | None:
+                       chunk: int = CHUNK_ELEMENTS, fused: bool | None = None) -> PlainlyWithin | None:
     """Whether the floating output ``g`` is plainly within the bound of the reference ``e`` (same shape and
-    dtype); ``floor_of(S)`` is the bound's absolute part for scale S. None: not plainly (see the module)."""
+    dtype); ``floor_of(S)`` is the bound's absolute part for scale S. None: not plainly (see the module).
+    ``fused``: judge by :mod:`core.verification.fusedbound`'s single-pass kernels (None: where they apply,
+    CUDA outputs of 32 bits or fewer; True: also on the CPU, in Triton's interpreter, for tests)."""
     import torch
 
     if not e.is_floating_point() or not (e.is_contiguous() and g.is_contiguous()):
         return None
+    if fused or (fused is None and _fused_applies(e, g)):
+        return _within_fused(e.detach().reshape(-1), g.detach().reshape(-1), floor, rtol, floor_of,
+                             scale_aware=scale_aware, absolute=absolute)
     work = torch.float32 if e.element_size() <= 4 else torch.float64
     judged, peak, least, max_abs, max_rel = 0, 0.0, math.inf, 0.0, 0.0
     for part in _chunks(e, g, work, chunk, scale_aware):
@@ -130,3 +135,58 @@ def within_plain_bound(e: Any, g: Any, floor: float, rtol: float, floor_of: Call
         if bool((diff > atol + rtol * ref).any()):
             return None
     return PlainlyWithin(judged, max_abs, max_rel)
+
+
+_fused_broken: list[str] = []  # why the fused kernels could not run in this process (then: the torch path)
+
+
+def _fused_applies(e: Any, g: Any) -> bool:
+    from core.verification import fusedbound
+
+    return not _fused_broken and fusedbound.applies(e, g)
+
+
+def _within_fused(e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
+                  scale_aware: Any, absolute: bool) -> PlainlyWithin | None:
+    """:func:`within_plain_bound` by single-pass kernels: the same rules and float32 arithmetic, each pass one
+    read of both outputs. A kernel that cannot be built here (an old Triton, no compiler) leaves the torch path
+    for the rest of the process, said once; running out of memory is the device's, raised as it is."""
+    import torch
+
+    from core.verification import fusedbound
+    from core.verification.selection import bisect_kth
+
+    try:
+        found = fusedbound.stats(e, g, scale_aware)
+        if found.out_of_place:
+            return None
+        if found.max_abs_err == 0.0:
+            return PlainlyWithin(found.judged, 0.0, found.max_rel_err)
+        if scale_aware == "median":  # per element max(|reference|, their median), as evidence.median_scale
+            if found.judged == 0:
+                return None
+            median = bisect_kth(lambda bound: fusedbound.count_at_most(e, bound), max(1, (found.judged + 1) // 2),
+                                found.least, found.peak, 32)
+            beyond = fusedbound.exceeding(e, g, rtol=rtol, floor=max(0.0, floor),
+                                          tiny=floor_of(0.0), median=median)
+        else:
+            if absolute:
+                scale = 1.0
+            elif scale_aware or found.peak == 0.0 or found.judged <= 0 or not math.isfinite(found.peak):
+                scale = found.peak
+            else:
+                scale = fusedbound.rms(found.sum_of_squares, found.judged)
+            beyond = fusedbound.exceeding(e, g, rtol=rtol, atol=floor_of(scale))
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as exc:  # the kernels could not be built or run here: the chunked torch passes decide
+        if e.device.type != "cuda":
+            raise
+        import warnings
+
+        _fused_broken.append(f"{type(exc).__name__}: {exc}")
+        warnings.warn(f"fused plain-bound kernels unavailable, chunked torch passes instead: {_fused_broken[0]}",
+                      RuntimeWarning, stacklevel=2)
+        return within_plain_bound(e, g, floor, rtol, floor_of, scale_aware=scale_aware, absolute=absolute,
+                                  fused=False)
+    return None if beyond else PlainlyWithin(found.judged, found.max_abs_err, found.max_rel_err)
