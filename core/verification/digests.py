@@ -47,49 +47,132 @@ def input_digests(values: list[Any], *, fingerprint: bool | None = None) -> list
     return out
 
 
-# Words fingerprinted per step: the weights and the products of one step take 4x this in bytes (512 MiB),
-# whatever the tensor's size. Weights for all of an 8-GiB input at once took 32 GiB of the GPU.
+# Words fingerprinted per step of the torch path: its weights and products take 4x this in bytes (512 MiB),
+# whatever the tensor's size.
 FINGERPRINT_CHUNK_WORDS = 1 << 24
-_WEIGHTS: dict[tuple[int, int, str], Any] = {}  # a few chunks' weights kept, by (chunk, words, device)
+# splitmix64's constants as signed 64-bit integers (the arithmetic wraps mod 2^64 either way)
+_GOLDEN, _MIX1, _MIX2 = -7046029254386353131, -4658895280553007687, -7723592293110705685
+_LANES = 2  # sums, each with its own weights: 128 bits
 
 
-def _weights(chunk: int, words: int, device: Any) -> Any:
-    """The fixed odd pseudo-random weights of words ``chunk * FINGERPRINT_CHUNK_WORDS + [0, words)``."""
-    import torch
+def _wrap(value: int) -> int:
+    """``value`` mod 2^64 as a signed 64-bit integer."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
 
-    key = (chunk, words, str(device))
-    weights = _WEIGHTS.get(key)
-    if weights is None:
-        if len(_WEIGHTS) >= 4:
-            _WEIGHTS.pop(next(iter(_WEIGHTS)))
-        g = torch.Generator(device=device).manual_seed(0x6B7A + chunk)
-        weights = torch.randint(-(2**63), 2**63 - 1, (2, FINGERPRINT_CHUNK_WORDS), generator=g, dtype=torch.int64,
-                                device=device)[:, :words] | 1
-        _WEIGHTS[key] = weights
-    return weights
+
+def _lane_offset(lane: int) -> int:
+    return _wrap((lane + 1) * _GOLDEN)
+
+
+def _weights(index: Any, lane: int) -> Any:
+    """The fixed odd pseudo-random weight of each word index (int64 tensor) in ``lane``: splitmix64 of the
+    index, so any process and device computes the same weights without storing them (an odd weight keeps
+    every bit of its word)."""
+
+    def shr(z: Any, bits: int) -> Any:  # a logical shift of int64 (torch's >> keeps the sign)
+        return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+    z = index + _lane_offset(lane)
+    z = (z ^ shr(z, 30)) * _MIX1
+    z = (z ^ shr(z, 27)) * _MIX2
+    return (z ^ shr(z, 31)) | 1
 
 
 def device_fingerprint(t: Any) -> str:
     """128 bits that see every byte of ``t``, computed on its device: the tensor's bytes as 64-bit
-    words (the last one zero-padded), two sums of word x fixed odd pseudo-random weight, mod 2^64 (an
-    odd weight keeps every word's every bit; integer sums do not depend on the reduction's order, so
-    any two processes agree), a chunk of :data:`FINGERPRINT_CHUNK_WORDS` words at a time. Not a
-    cryptographic hash, and it need not be one: digests are reported by the candidate's process
-    either way (:func:`inputs_intact`); it must only tell honest inputs apart from changed ones."""
+    words (the last one zero-padded), two sums of word x fixed odd pseudo-random weight (:func:`_weights`
+    of the word's index), mod 2^64 (an odd weight keeps every word's every bit; integer sums do not depend
+    on the reduction's order, so any two processes agree). On CUDA one Triton kernel reads the words once
+    and makes the weights in registers (:func:`_fused_sums`); elsewhere torch does, a chunk of
+    :data:`FINGERPRINT_CHUNK_WORDS` words at a time. Not a cryptographic hash, and it need not be one:
+    digests are reported by the candidate's process either way (:func:`inputs_intact`); it must only tell
+    honest inputs apart from changed ones."""
     import torch
 
     flat = element_bytes(t.detach())
     n = flat.numel()
-    sums = torch.zeros(2, dtype=torch.int64, device=flat.device)
-    step = 8 * FINGERPRINT_CHUNK_WORDS
-    for chunk, begin in enumerate(range(0, n, step)):
-        part = flat[begin:begin + step]
-        if part.numel() % 8:
-            part = torch.cat([part, part.new_zeros(8 - part.numel() % 8)])
-        elif part.storage_offset() % 8:
-            # a view that starts mid-word (an fp32 tensor sliced by one element: the adversarial offset
-            # probe) cannot be viewed as 64-bit words where it lies; a copy of the chunk starts its own storage
-            part = part.clone()
-        words = part.view(torch.int64)
-        sums += (words.unsqueeze(0) * _weights(chunk, words.numel(), words.device)).sum(dim=1)  # wraps mod 2^64
+    sums = None
+    if flat.is_cuda and n % 8 == 0 and flat.storage_offset() % 8 == 0 and not _fused_broken:
+        sums = _fused_sums(flat.view(torch.int64))
+    if sums is None:
+        sums = torch.zeros(_LANES, dtype=torch.int64, device=flat.device)
+        step = 8 * FINGERPRINT_CHUNK_WORDS
+        for begin in range(0, n, step):
+            part = flat[begin:begin + step]
+            if part.numel() % 8:
+                part = torch.cat([part, part.new_zeros(8 - part.numel() % 8)])
+            elif part.storage_offset() % 8:
+                # a view that starts mid-word (an fp32 tensor sliced by one element: the adversarial offset
+                # probe) cannot be viewed as 64-bit words where it lies; a copy of the chunk starts its own storage
+                part = part.clone()
+            words = part.view(torch.int64)
+            index = torch.arange(begin // 8, begin // 8 + words.numel(), dtype=torch.int64, device=words.device)
+            for lane in range(_LANES):
+                sums[lane] += (words * _weights(index, lane)).sum()  # wraps mod 2^64
     return "fp:" + "".join(f"{int(x) & 0xFFFFFFFFFFFFFFFF:016x}" for x in sums.tolist())
+
+
+_fused_broken: list[str] = []  # why the fingerprint kernel could not run in this process (then: torch)
+_kernel: list[Any] = []
+FUSED_BLOCK = 1024
+FUSED_MAX_PROGRAMS = 4096
+
+
+def _build_kernel() -> Any:
+    if _kernel:
+        return _kernel[0]
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _fingerprint(W, n, per_program, sums, lane0, lane1, mix1, mix2, BLOCK: tl.constexpr):
+        pid = tl.program_id(0).to(tl.int64)
+        lanes = tl.arange(0, BLOCK)
+        acc0 = tl.zeros([BLOCK], tl.int64)
+        acc1 = tl.zeros([BLOCK], tl.int64)
+        m1 = mix1.to(tl.uint64, bitcast=True)
+        m2 = mix2.to(tl.uint64, bitcast=True)
+        for step in range(0, per_program, BLOCK):
+            idx = pid * per_program + step + lanes
+            inside = idx < n
+            word = tl.load(W + idx, mask=inside, other=0)
+            z0 = (idx + lane0).to(tl.uint64, bitcast=True)
+            z0 = (z0 ^ (z0 >> 30)) * m1
+            z0 = (z0 ^ (z0 >> 27)) * m2
+            w0 = ((z0 ^ (z0 >> 31)) | 1).to(tl.int64, bitcast=True)
+            z1 = (idx + lane1).to(tl.uint64, bitcast=True)
+            z1 = (z1 ^ (z1 >> 30)) * m1
+            z1 = (z1 ^ (z1 >> 27)) * m2
+            w1 = ((z1 ^ (z1 >> 31)) | 1).to(tl.int64, bitcast=True)
+            acc0 += word * w0
+            acc1 += word * w1
+        tl.store(sums + pid * 2, tl.sum(acc0, axis=0))
+        tl.store(sums + pid * 2 + 1, tl.sum(acc1, axis=0))
+
+    _kernel.append(_fingerprint)
+    return _fingerprint
+
+
+def _fused_sums(words: Any, *, interpreted: bool = False) -> Any:
+    """The two weighted sums of the int64 ``words`` in one kernel (a read of the tensor, no temporaries);
+    None where the kernel cannot be built here (then the torch path, for the rest of the process)."""
+    import torch
+
+    try:
+        kernel = _build_kernel()
+        n = words.numel()
+        steps = -(-n // FUSED_BLOCK)
+        per_program = max(1, -(-steps // FUSED_MAX_PROGRAMS)) * FUSED_BLOCK
+        programs = max(1, -(-n // per_program))
+        partial = torch.empty(programs, _LANES, dtype=torch.int64, device=words.device)
+        kernel[(programs,)](words, n, per_program, partial, _lane_offset(0), _lane_offset(1), _MIX1, _MIX2,
+                            BLOCK=FUSED_BLOCK)
+        return partial.sum(dim=0)  # wraps mod 2^64
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as exc:
+        if interpreted:
+            raise
+        _fused_broken.append(f"{type(exc).__name__}: {exc}")
+        return None
