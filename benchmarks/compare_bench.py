@@ -1,5 +1,5 @@
 """The judge's comparison of one very large output with the reference's, side by side on one device: the
-plain bound by :mod:`core.verification.fusedbound`'s single-pass kernels against the chunked torch passes of
+plain bound by the single-pass Triton kernels the backend lends (:mod:`core.verification.devicekernels`) against the chunked torch passes of
 :mod:`core.verification.plainbound`, for each way a check scales the bound.
 
     python -m benchmarks.compare_bench --device cuda --sizes 1e8,1.6e9 --out compare.json

@@ -371,6 +371,10 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # interface, DLPack); the worker then sees an earlier output returned again, however wrapped.
         # None: every output storage is its own.
         "output_owner": None,
+        # judge_kernels(device) -> core.verification.devicekernels.JudgeKernels | None: kernels the judge may use
+        # for its own work on very large tensors of that device (the plain bound's passes, the input digest's
+        # sums), read from the registered class; None: torch computes the same figures.
+        "judge_kernels": None,
     },
     # What the training and self-play loop (core/loop/) reads of a coder beyond ``generate``. A coder
     # that trains (hf_model, hf_tokenizer, prompt, to_candidate, load) is a language model; these are

@@ -286,7 +286,7 @@ def quantiles_figure(log: str) -> str:
 
 def _compare(ctx: Context) -> list[Command]:
     # the plain bound's fused kernels against the torch passes: their tests on the device, then the timings
-    return [ctx.py(*PYTEST, "tests/test_fusedbound.py", env=ctx.one_gpu()),
+    return [ctx.py(*PYTEST, "tests/test_judge_kernels.py", env=ctx.one_gpu()),
             ctx.py("-m", "benchmarks.compare_bench", "--device", "cuda", "--sizes", "1e8,1.6e9",
                    "--out", ctx.work / "compare.json", env=ctx.one_gpu())]
 
@@ -591,8 +591,8 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          results=(("quantiles.json", "quantiles.json"),), tail=8),
     Step("compare", 150, "not run yet; the keeper's compares took 2-5 s each for elementwise level-1 tasks on the "
          "H100 (2026-12-05), the domain probe's median bisection 68 s at 1e8 elements on a 2-core CPU",
-         "tests/test_fusedbound.py on the device, then benchmarks/compare_bench.py: the plain bound by the fused "
-         "kernels against the chunked torch passes at 1e8 and 1.6e9 elements, per rule", _compare, compare_figure,
+         "tests/test_judge_kernels.py on the device, then benchmarks/compare_bench.py: the plain bound by the lent "
+         "Triton kernels against the chunked torch passes at 1e8 and 1.6e9 elements, per rule", _compare, compare_figure,
          results=(("compare.json", "compare.json"),), tail=12),
     Step("kbeval", 480, "2026-12-04 (be7b7a2, two evaluations of 60/45 s budgets): 17 of 200 judged, 0 accepted",
          "core.eval with the expert teacher on all of KernelBench's level-1 and level-2 files at their real sizes "

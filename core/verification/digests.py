@@ -65,7 +65,7 @@ def _lane_offset(lane: int) -> int:
     return _wrap((lane + 1) * _GOLDEN)
 
 
-def _weights(index: Any, lane: int) -> Any:
+def fingerprint_weight(index: Any, lane: int) -> Any:
     """The fixed odd pseudo-random weight of each word index (int64 tensor) in ``lane``: splitmix64 of the
     index, so any process and device computes the same weights without storing them (an odd weight keeps
     every bit of its word)."""
@@ -83,18 +83,16 @@ def device_fingerprint(t: Any) -> str:
     """128 bits that see every byte of ``t``, computed on its device: the tensor's bytes as 64-bit
     words (the last one zero-padded), two sums of word x fixed odd pseudo-random weight (:func:`_weights`
     of the word's index), mod 2^64 (an odd weight keeps every word's every bit; integer sums do not depend
-    on the reduction's order, so any two processes agree). On CUDA one Triton kernel reads the words once
-    and makes the weights in registers (:func:`_fused_sums`); elsewhere torch does, a chunk of
-    :data:`FINGERPRINT_CHUNK_WORDS` words at a time. Not a cryptographic hash, and it need not be one:
+    on the reduction's order, so any two processes agree). On CUDA a kernel a backend lends
+    (:mod:`core.verification.devicekernels`) reads the words once and makes the weights in registers; else
+    torch computes the same sums, a chunk of :data:`FINGERPRINT_CHUNK_WORDS` words at a time. Not a cryptographic hash, and it need not be one:
     digests are reported by the candidate's process either way (:func:`inputs_intact`); it must only tell
     honest inputs apart from changed ones."""
     import torch
 
     flat = element_bytes(t.detach())
     n = flat.numel()
-    sums = None
-    if flat.is_cuda and n % 8 == 0 and flat.storage_offset() % 8 == 0 and not _fused_broken:
-        sums = _fused_sums(flat.view(torch.int64))
+    sums = _lent_sums(flat) if flat.is_cuda and n % 8 == 0 and flat.storage_offset() % 8 == 0 else None
     if sums is None:
         sums = torch.zeros(_LANES, dtype=torch.int64, device=flat.device)
         step = 8 * FINGERPRINT_CHUNK_WORDS
@@ -109,70 +107,24 @@ def device_fingerprint(t: Any) -> str:
             words = part.view(torch.int64)
             index = torch.arange(begin // 8, begin // 8 + words.numel(), dtype=torch.int64, device=words.device)
             for lane in range(_LANES):
-                sums[lane] += (words * _weights(index, lane)).sum()  # wraps mod 2^64
+                sums[lane] += (words * fingerprint_weight(index, lane)).sum()  # wraps mod 2^64
     return "fp:" + "".join(f"{int(x) & 0xFFFFFFFFFFFFFFFF:016x}" for x in sums.tolist())
 
 
-_fused_broken: list[str] = []  # why the fingerprint kernel could not run in this process (then: torch)
-_kernel: list[Any] = []
-FUSED_BLOCK = 1024
-FUSED_MAX_PROGRAMS = 4096
-
-
-def _build_kernel() -> Any:
-    if _kernel:
-        return _kernel[0]
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _fingerprint(W, n, per_program, sums, lane0, lane1, mix1, mix2, BLOCK: tl.constexpr):
-        pid = tl.program_id(0).to(tl.int64)
-        lanes = tl.arange(0, BLOCK)
-        acc0 = tl.zeros([BLOCK], tl.int64)
-        acc1 = tl.zeros([BLOCK], tl.int64)
-        m1 = mix1.to(tl.uint64, bitcast=True)
-        m2 = mix2.to(tl.uint64, bitcast=True)
-        for step in range(0, per_program, BLOCK):
-            idx = pid * per_program + step + lanes
-            inside = idx < n
-            word = tl.load(W + idx, mask=inside, other=0)
-            z0 = (idx + lane0).to(tl.uint64, bitcast=True)
-            z0 = (z0 ^ (z0 >> 30)) * m1
-            z0 = (z0 ^ (z0 >> 27)) * m2
-            w0 = ((z0 ^ (z0 >> 31)) | 1).to(tl.int64, bitcast=True)
-            z1 = (idx + lane1).to(tl.uint64, bitcast=True)
-            z1 = (z1 ^ (z1 >> 30)) * m1
-            z1 = (z1 ^ (z1 >> 27)) * m2
-            w1 = ((z1 ^ (z1 >> 31)) | 1).to(tl.int64, bitcast=True)
-            acc0 += word * w0
-            acc1 += word * w1
-        tl.store(sums + pid * 2, tl.sum(acc0, axis=0))
-        tl.store(sums + pid * 2 + 1, tl.sum(acc1, axis=0))
-
-    _kernel.append(_fingerprint)
-    return _fingerprint
-
-
-def _fused_sums(words: Any, *, interpreted: bool = False) -> Any:
-    """The two weighted sums of the int64 ``words`` in one kernel (a read of the tensor, no temporaries);
-    None where the kernel cannot be built here (then the torch path, for the rest of the process)."""
+def _lent_sums(flat: Any) -> Any:
+    """The weighted sums by a lent kernel (one read of the words), or None (then torch's)."""
     import torch
 
+    from core.verification.devicekernels import give_up, judge_kernels
+
+    kernels = judge_kernels(flat.device.type)
+    if kernels is None:
+        return None
     try:
-        kernel = _build_kernel()
-        n = words.numel()
-        steps = -(-n // FUSED_BLOCK)
-        per_program = max(1, -(-steps // FUSED_MAX_PROGRAMS)) * FUSED_BLOCK
-        programs = max(1, -(-n // per_program))
-        partial = torch.empty(programs, _LANES, dtype=torch.int64, device=words.device)
-        kernel[(programs,)](words, n, per_program, partial, _lane_offset(0), _lane_offset(1), _MIX1, _MIX2,
-                            BLOCK=FUSED_BLOCK)
-        return partial.sum(dim=0)  # wraps mod 2^64
+        return kernels.fingerprint_sums(flat.view(torch.int64), tuple(_lane_offset(j) for j in range(_LANES)),
+                                        (_MIX1, _MIX2))
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as exc:
-        if interpreted:
-            raise
-        _fused_broken.append(f"{type(exc).__name__}: {exc}")
+        give_up(exc)
         return None

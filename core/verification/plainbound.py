@@ -93,14 +93,15 @@ def within_plain_bound(e: Any, g: Any, floor: float, rtol: float, floor_of: Call
                        chunk: int = CHUNK_ELEMENTS, fused: bool | None = None) -> PlainlyWithin | None:
     """Whether the floating output ``g`` is plainly within the bound of the reference ``e`` (same shape and
     dtype); ``floor_of(S)`` is the bound's absolute part for scale S. None: not plainly (see the module).
-    ``fused``: judge by :mod:`core.verification.fusedbound`'s single-pass kernels (None: where they apply,
-    CUDA outputs of 32 bits or fewer; True: also on the CPU, in Triton's interpreter, for tests)."""
+    ``fused``: judge by the kernels a backend lends for the output's device (:mod:`core.verification.devicekernels`;
+    None: where lent, for CUDA outputs of 32 bits or fewer; True: also on other devices, for tests)."""
     import torch
 
     if not e.is_floating_point() or not (e.is_contiguous() and g.is_contiguous()):
         return None
-    if fused or (fused is None and _fused_applies(e, g)):
-        return _within_fused(e.detach().reshape(-1), g.detach().reshape(-1), floor, rtol, floor_of,
+    kernels = _lent_kernels(e, g, fused)
+    if kernels is not None:
+        return _within_fused(kernels, e.detach().reshape(-1), g.detach().reshape(-1), floor, rtol, floor_of,
                              scale_aware=scale_aware, absolute=absolute)
     work = torch.float32 if e.element_size() <= 4 else torch.float64
     judged, peak, least, max_abs, max_rel = 0, 0.0, math.inf, 0.0, 0.0
@@ -137,27 +138,32 @@ def within_plain_bound(e: Any, g: Any, floor: float, rtol: float, floor_of: Call
     return PlainlyWithin(judged, max_abs, max_rel)
 
 
-_fused_broken: list[str] = []  # why the fused kernels could not run in this process (then: the torch path)
+FUSED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")  # judged in float32
 
 
-def _fused_applies(e: Any, g: Any) -> bool:
-    from core.verification import fusedbound
+def _lent_kernels(e: Any, g: Any, fused: bool | None) -> Any:
+    """The lent kernels that judge this pair, or None (then the chunked torch passes)."""
+    from core.verification.devicekernels import judge_kernels
 
-    return not _fused_broken and fusedbound.applies(e, g)
+    if fused is False or str(e.dtype) not in FUSED_DTYPES or e.dtype != g.dtype or e.device != g.device:
+        return None
+    if fused is None and e.device.type != "cuda":
+        return None
+    return judge_kernels(e.device.type)
 
 
-def _within_fused(e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
+def _within_fused(kernels: Any, e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
                   scale_aware: Any, absolute: bool) -> PlainlyWithin | None:
-    """:func:`within_plain_bound` by single-pass kernels: the same rules and float32 arithmetic, each pass one
-    read of both outputs. A kernel that cannot be built here (an old Triton, no compiler) leaves the torch path
-    for the rest of the process, said once; running out of memory is the device's, raised as it is."""
+    """:func:`within_plain_bound` by lent single-pass kernels: the same rules and float32 arithmetic, each pass
+    one read of both outputs. A kernel that fails here (it cannot be built, say) leaves the torch passes for
+    the rest of the process, said once; running out of memory is the device's, raised as it is."""
     import torch
 
-    from core.verification import fusedbound
+    from core.verification.devicekernels import give_up
     from core.verification.selection import bisect_kth
 
     try:
-        found = fusedbound.stats(e, g, scale_aware)
+        found = kernels.bound_stats(e, g, scale_aware)
         if found.out_of_place:
             return None
         if found.max_abs_err == 0.0:
@@ -165,28 +171,24 @@ def _within_fused(e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[
         if scale_aware == "median":  # per element max(|reference|, their median), as evidence.median_scale
             if found.judged == 0:
                 return None
-            median = bisect_kth(lambda bound: fusedbound.count_at_most(e, bound), max(1, (found.judged + 1) // 2),
+            median = bisect_kth(lambda bound: kernels.count_at_most(e, bound), max(1, (found.judged + 1) // 2),
                                 found.least, found.peak, 32)
-            beyond = fusedbound.exceeding(e, g, rtol=rtol, floor=max(0.0, floor),
-                                          tiny=floor_of(0.0), median=median)
+            beyond = kernels.bound_exceeding(e, g, rtol=rtol, floor=max(0.0, floor), tiny=floor_of(0.0),
+                                             median=median)
         else:
             if absolute:
                 scale = 1.0
             elif scale_aware or found.peak == 0.0 or found.judged <= 0 or not math.isfinite(found.peak):
                 scale = found.peak
             else:
-                scale = fusedbound.rms(found.sum_of_squares, found.judged)
-            beyond = fusedbound.exceeding(e, g, rtol=rtol, atol=floor_of(scale))
+                scale = math.sqrt(found.sum_of_squares) / math.sqrt(found.judged)
+            beyond = kernels.bound_exceeding(e, g, rtol=rtol, atol=floor_of(scale))
     except torch.cuda.OutOfMemoryError:
         raise
-    except Exception as exc:  # the kernels could not be built or run here: the chunked torch passes decide
-        if e.device.type != "cuda":
+    except Exception as exc:
+        if e.device.type != "cuda":  # a test's forced run: its failure is the finding
             raise
-        import warnings
-
-        _fused_broken.append(f"{type(exc).__name__}: {exc}")
-        warnings.warn(f"fused plain-bound kernels unavailable, chunked torch passes instead: {_fused_broken[0]}",
-                      RuntimeWarning, stacklevel=2)
+        give_up(exc)
         return within_plain_bound(e, g, floor, rtol, floor_of, scale_aware=scale_aware, absolute=absolute,
                                   fused=False)
     return None if beyond else PlainlyWithin(found.judged, found.max_abs_err, found.max_rel_err)

@@ -120,7 +120,11 @@ class TritonBackend:
     interpret: str = "auto"
     warm_up_candidate: str = WARM_UP_CANDIDATE
     static_policy: StaticPolicy = STATIC_POLICY
+    # kernels the judge may use on its own very large CUDA tensors (the plain bound, the input digest)
+    from plugins.backends.triton_judge_kernels import judge_kernels as _lend
     from plugins.backends.triton_toolchain import SANDBOX as sandbox  # what the worker must know of Triton
+    judge_kernels = staticmethod(_lend)
+    del _lend
 
     # -- judge side
 
