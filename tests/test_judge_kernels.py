@@ -155,3 +155,46 @@ def test_the_devices_digest_is_the_cpus(dtype):
     x = (torch.randn(3 * 1024 * 1024 + 8) * 100).to(dtype)
     assert device_fingerprint(x.cuda()) == device_fingerprint(x)
     assert not devicekernels._broken
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), n=st.integers(1, 3000), seed=st.integers(0, 2**31 - 1),
+       noise=st.sampled_from([1e-7, 1e-4, 1e-2]), outliers=st.integers(0, 30), region=st.booleans(),
+       specials=st.sampled_from(["none", "matching", "misplaced"]), scale_aware=st.sampled_from([False, True, "median"]),
+       reruns=st.integers(0, 2))
+def test_the_large_comparison_reaches_the_torch_paths_verdict_with_the_lent_figures(
+        dtype, n, seed, noise, outliers, region, specials, scale_aware, reruns):
+    # an output that missed the plain bound: its statistics, median, scale and count beyond the bound by the
+    # kernels, the outliers rule by torch; the verdict, words and figures are the torch path's
+    from core.verification.largecompare import compare_large
+
+    gen = torch.Generator().manual_seed(seed)
+    e64 = torch.randn(n, generator=gen, dtype=torch.float64) * 10 ** torch.randint(-2, 3, (n,), generator=gen)
+    e = e64.to(dtype)
+    g = (e64 * (1 + noise * torch.randn(n, generator=gen, dtype=torch.float64))).to(dtype)
+    scattered = torch.randint(0, n, (outliers,), generator=gen).tolist()
+    for k in scattered:
+        g[k] = g[k] * 1.01 + 1e-3
+    if region and n >= 8:
+        g[n // 4:n // 4 + max(2, n // 8)] += 1.0
+    if specials != "none" and n >= 4:
+        e[2] = g[2] = math.inf
+        g[1] = math.nan if specials == "misplaced" and not scale_aware else g[1]
+        e[1] = math.nan if specials == "matching" else e[1]
+        g[1] = math.nan if specials == "matching" else g[1]
+    runs = [(e64 * (1 + 1e-6 * torch.randn(n, generator=gen, dtype=torch.float64))).to(dtype) for _ in range(reruns)]
+    e, g, runs = e.to(DEVICE), g.to(DEVICE), [r.to(DEVICE) for r in runs]
+    floor, rtol = tolerance(str(dtype))
+
+    def judge(fused):
+        return compare_large(e, g, "output", floor, rtol, lambda s: _floor_of(dtype, floor, s), scale_aware=scale_aware,
+                             absolute=False, noise_factor=10.0, truth_of=lambda: None,
+                             reruns_of=(lambda: runs) if reruns else None, chunk=257, fused=fused)
+
+    lent, torch_path = judge(True), judge(False)
+    assert (lent is None) == (torch_path is None)
+    if lent is not None:
+        assert (lent.detail, lent.judged, lent.max_abs_err, lent.outliers, lent.outlier_positions, lent.band) == \
+            (torch_path.detail, torch_path.judged, torch_path.max_abs_err, torch_path.outliers,
+             torch_path.outlier_positions, torch_path.band)
+        assert lent.max_rel_err == pytest.approx(torch_path.max_rel_err, rel=1e-6)

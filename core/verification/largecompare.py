@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.verification.outliers import SPREAD_QUANTILE, Flips, Forgiven, judge_outliers
-from core.verification.plainbound import CHUNK_ELEMENTS, _median_magnitude, rms_scale
+from core.verification.plainbound import CHUNK_ELEMENTS, _lent_kernels, _median_magnitude, lent_or_none, rms_scale
 
 
 @dataclass
@@ -53,11 +53,15 @@ def bound_detail(where: str, n_bad: int, numel: int, floor: float, rtol: float, 
 
 def compare_large(e: Any, g: Any, where: str, floor: float, rtol: float, floor_of: Callable[[Any], Any], *,
                   scale_aware: Any, absolute: bool, noise_factor: float, truth_of: Callable[[], Any],
-                  reruns_of: Callable[[], list[Any]] | None, chunk: int | None = None) -> LargeResult | None:
+                  reruns_of: Callable[[], list[Any]] | None, chunk: int | None = None,
+                  fused: bool | None = None) -> LargeResult | None:
     """Output ``g`` against the reference ``e`` (same shape and dtype, not bitwise equal) by the whole
     comparison's rules, a chunk at a time; None: the whole comparison decides (see the module).
     ``truth_of()``: the output's float64 truth or None; ``reruns_of()``: the reference's jittered reruns of
-    this output (None: no rerun was offered); ``floor_of(S)``: the bound's absolute part for scale S."""
+    this output (None: no rerun was offered); ``floor_of(S)``: the bound's absolute part for scale S.
+    ``fused``: the statistics, median, scale and count beyond the bound by the kernels a backend lends (as
+    :func:`~core.verification.plainbound.within_plain_bound` takes it); NaN and infinities out of place and
+    the outliers rule stay torch's."""
     import torch
 
     if not e.is_floating_point() or not (e.is_contiguous() and g.is_contiguous()):
@@ -76,6 +80,12 @@ def compare_large(e: Any, g: Any, where: str, floor: float, rtol: float, floor_o
             yield (start, ec, gc, finite, torch.where(finite, ec.abs(), zero),
                    torch.where(finite, (ec - gc).abs(), zero))
 
+    kernels = _lent_kernels(e, g, fused)
+    lent = None if kernels is None else lent_or_none(kernels, ef, gf, floor, rtol, floor_of, scale_aware=scale_aware,
+                                                     absolute=absolute)
+    if lent is not None and not lent.stats.out_of_place:
+        return _judged_beyond(lent, e, g, where, floor, rtol, floor_of, scale_aware, noise_factor, truth_of, reruns_of,
+                              parts, work)
     # NaN and infinities first, in the whole comparison's order
     lost = nan_apart = inf_apart = 0
     nan_for_number = False
@@ -126,6 +136,35 @@ def compare_large(e: Any, g: Any, where: str, floor: float, rtol: float, floor_o
         return floor_of(ref.clamp_min(median)) if median is not None else floor_of(scale)
 
     n_bad = sum(int((diff > atol_of(ref) + rtol * ref).sum()) for *_, ref, diff in parts())
+    return _beyond(result, n_bad, e, g, where, floor, rtol, scale_aware, median, scale, atol_of, noise_factor,
+                   truth_of, reruns_of, parts, work)
+
+
+def _judged_beyond(lent: Any, e: Any, g: Any, where: str, floor: float, rtol: float, floor_of: Callable[[Any], Any],
+                   scale_aware: Any, noise_factor: float, truth_of: Callable[[], Any],
+                   reruns_of: Callable[[], list[Any]] | None, parts: Callable[[], Any], work: Any) -> LargeResult | None:
+    """:func:`compare_large` from the lent kernels' figures (no NaN or infinity out of place)."""
+    found, median, scale = lent.stats, lent.median, lent.scale
+    result = LargeResult(found.judged, True, found.max_abs_err, found.max_rel_err)
+    if found.max_abs_err == 0.0:
+        return result
+    if scale_aware == "median" and found.judged == 0:
+        return None
+
+    def atol_of(ref: Any) -> Any:
+        return floor_of(ref.clamp_min(median)) if median is not None else floor_of(scale)
+
+    return _beyond(result, lent.beyond, e, g, where, floor, rtol, scale_aware, median, scale, atol_of, noise_factor,
+                   truth_of, reruns_of, parts, work)
+
+
+def _beyond(result: LargeResult, n_bad: int, e: Any, g: Any, where: str, floor: float, rtol: float, scale_aware: Any,
+            median: float | None, scale: float, atol_of: Callable[[Any], Any], noise_factor: float,
+            truth_of: Callable[[], Any], reruns_of: Callable[[], list[Any]] | None, parts: Callable[[], Any],
+            work: Any) -> LargeResult | None:
+    """The verdict once ``n_bad`` judged elements are known to be beyond the bound: none, accepted; with the
+    truth at hand, the whole comparison's rules; else the outliers rule against the reference's reruns."""
+    judged, max_abs, max_rel, n = result.judged, result.max_abs_err, result.max_rel_err, e.numel()
     if n_bad == 0:
         return result
     if truth_of() is not None:

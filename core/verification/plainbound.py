@@ -152,43 +152,71 @@ def _lent_kernels(e: Any, g: Any, fused: bool | None) -> Any:
     return judge_kernels(e.device.type)
 
 
-def _within_fused(kernels: Any, e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
-                  scale_aware: Any, absolute: bool) -> PlainlyWithin | None:
-    """:func:`within_plain_bound` by lent single-pass kernels: the same rules and float32 arithmetic, each pass
-    one read of both outputs. A kernel that fails here (it cannot be built, say) leaves the torch passes for
-    the rest of the process, said once; running out of memory is the device's, raised as it is."""
+@dataclass
+class LentFigures:
+    """The plain bound's figures by lent kernels: the statistics, the median (the domain probe), the scale
+    of the bound (the median, the peak, the RMS or 1) and how many judged elements are beyond it."""
+
+    stats: Any  # core.verification.devicekernels.BoundStats
+    median: float | None = None
+    scale: float = 0.0
+    beyond: int = 0
+
+
+def lent_figures(kernels: Any, e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
+                 scale_aware: Any, absolute: bool) -> LentFigures:
+    """The plain bound of flat ``e`` and ``g`` by ``kernels``, each pass one read of both outputs: with a NaN or
+    infinity out of place, an output equal to the reference, or nothing judged under the median rule, only
+    the statistics (nothing more is asked of the kernels)."""
+    from core.verification.selection import bisect_kth
+
+    found = kernels.bound_stats(e, g, scale_aware)
+    if found.out_of_place or found.max_abs_err == 0.0 or (scale_aware == "median" and found.judged == 0):
+        return LentFigures(found)
+    if scale_aware == "median":  # per element max(|reference|, their median), as evidence.median_scale
+        median = bisect_kth(lambda bound: kernels.count_at_most(e, bound), max(1, (found.judged + 1) // 2),
+                            found.least, found.peak, 32)
+        beyond = kernels.bound_exceeding(e, g, rtol=rtol, floor=max(0.0, floor), tiny=floor_of(0.0), median=median)
+        return LentFigures(found, median, 1.0 if absolute else median, beyond)
+    if absolute:
+        scale = 1.0
+    elif scale_aware or found.peak == 0.0 or found.judged <= 0 or not math.isfinite(found.peak):
+        scale = found.peak
+    else:
+        scale = math.sqrt(found.sum_of_squares) / math.sqrt(found.judged)
+    return LentFigures(found, None, scale, kernels.bound_exceeding(e, g, rtol=rtol, atol=floor_of(scale)))
+
+
+def lent_or_none(kernels: Any, e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
+                 scale_aware: Any, absolute: bool) -> LentFigures | None:
+    """:func:`lent_figures`, or None where the kernels failed (they cannot be built here, say: torch from now
+    on, said once). Running out of memory is the device's, raised as it is; a test's forced run off CUDA
+    raises what failed."""
     import torch
 
     from core.verification.devicekernels import give_up
-    from core.verification.selection import bisect_kth
 
     try:
-        found = kernels.bound_stats(e, g, scale_aware)
-        if found.out_of_place:
-            return None
-        if found.max_abs_err == 0.0:
-            return PlainlyWithin(found.judged, 0.0, found.max_rel_err)
-        if scale_aware == "median":  # per element max(|reference|, their median), as evidence.median_scale
-            if found.judged == 0:
-                return None
-            median = bisect_kth(lambda bound: kernels.count_at_most(e, bound), max(1, (found.judged + 1) // 2),
-                                found.least, found.peak, 32)
-            beyond = kernels.bound_exceeding(e, g, rtol=rtol, floor=max(0.0, floor), tiny=floor_of(0.0),
-                                             median=median)
-        else:
-            if absolute:
-                scale = 1.0
-            elif scale_aware or found.peak == 0.0 or found.judged <= 0 or not math.isfinite(found.peak):
-                scale = found.peak
-            else:
-                scale = math.sqrt(found.sum_of_squares) / math.sqrt(found.judged)
-            beyond = kernels.bound_exceeding(e, g, rtol=rtol, atol=floor_of(scale))
+        return lent_figures(kernels, e, g, floor, rtol, floor_of, scale_aware=scale_aware, absolute=absolute)
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as exc:
-        if e.device.type != "cuda":  # a test's forced run: its failure is the finding
+        if e.device.type != "cuda":
             raise
         give_up(exc)
+        return None
+
+
+def _within_fused(kernels: Any, e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
+                  scale_aware: Any, absolute: bool) -> PlainlyWithin | None:
+    """:func:`within_plain_bound` by lent single-pass kernels: the same rules and float32 arithmetic."""
+    figures = lent_or_none(kernels, e, g, floor, rtol, floor_of, scale_aware=scale_aware, absolute=absolute)
+    if figures is None:
         return within_plain_bound(e, g, floor, rtol, floor_of, scale_aware=scale_aware, absolute=absolute,
                                   fused=False)
-    return None if beyond else PlainlyWithin(found.judged, found.max_abs_err, found.max_rel_err)
+    found = figures.stats
+    if found.out_of_place or (scale_aware == "median" and found.judged == 0 and found.max_abs_err != 0.0):
+        return None
+    if found.max_abs_err == 0.0:
+        return PlainlyWithin(found.judged, 0.0, found.max_rel_err)
+    return None if figures.beyond else PlainlyWithin(found.judged, found.max_abs_err, found.max_rel_err)
