@@ -106,6 +106,39 @@ class LandedLog:
             f.write(json.dumps(row, default=str) + "\n")
 
 
+class EarlyExecutor:
+    """The verification executor started in a thread while the coder writes the candidates: its workers'
+    start-up (CUDA contexts, warm-ups: tens of seconds on a GPU host) overlaps the coder's (the expert: ~10 s
+    for KernelBench's 200 problems), both before the first verdict. Not taken (every verdict cached, every
+    task declined, an error), it is closed once its start ends."""
+
+    def __init__(self, node: Any, *, backend: str, device: str, verifier: Any):
+        import concurrent.futures as cf
+
+        def plain(conf: Any) -> dict[str, Any]:  # resolved here: a config is not read from two threads
+            return OmegaConf.to_container(conf, resolve=True) if isinstance(conf, DictConfig) else dict(conf or {})
+
+        pool = cf.ThreadPoolExecutor(1, thread_name_prefix="executor-start")
+        self._future = pool.submit(make_executor, plain(node), backend=backend, device=device, verifier=plain(verifier))
+        pool.shutdown(wait=False)
+        self._taken = False
+
+    def take(self) -> Any:
+        """The executor, once started (raises what its start raised)."""
+        self._taken = True
+        return self._future.result()
+
+    def abandon(self) -> None:
+        if self._taken:
+            return
+
+        def close(started: Any) -> None:
+            if started.exception() is None:
+                started.result().close()
+
+        self._future.add_done_callback(close)
+
+
 def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     """Run one evaluation from a composed config; return the JSON payload that was written."""
     console = console or Console()
@@ -118,6 +151,15 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     backend = cfg.backend.name
     out_dir = Path(cfg.out_dir)
     console.print(f"suite [bold]{suite.name}[/]: {levels_line(suite, tasks)} from {suite.source}")
+    early = EarlyExecutor(cfg.executor, backend=backend, device=device, verifier=cfg.verifier)
+    try:
+        return _evaluate(cfg, console, started, suite, tasks, device, backend, out_dir, early)
+    finally:
+        early.abandon()
+
+
+def _evaluate(cfg: DictConfig, console: Console, started: float, suite: Suite, tasks: list[Task], device: str,
+              backend: str, out_dir: Path, early: EarlyExecutor) -> dict[str, Any]:
     originals = tasks
     tasks, fitted = fit_for_eval(tasks, cfg.get("fit"), device)  # CPU-sized copies (core/evaluation/resize.py)
     if fitted["enabled"]:
@@ -150,7 +192,7 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     if missing:
         todo = [pairs[i] for i in missing]
         fresh: dict[int, Verdict] = {}
-        with make_executor(cfg.executor, backend=backend, device=device, verifier=cfg.verifier) as executor:
+        with early.take() as executor:
             console.print(f"executor {executor.describe()}")
             columns = (TextColumn("verify"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             # one continuous queue; with a time budget no verification starts after it (the first
