@@ -151,15 +151,6 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     backend = cfg.backend.name
     out_dir = Path(cfg.out_dir)
     console.print(f"suite [bold]{suite.name}[/]: {levels_line(suite, tasks)} from {suite.source}")
-    early = EarlyExecutor(cfg.executor, backend=backend, device=device, verifier=cfg.verifier)
-    try:
-        return _evaluate(cfg, console, started, suite, tasks, device, backend, out_dir, early)
-    finally:
-        early.abandon()
-
-
-def _evaluate(cfg: DictConfig, console: Console, started: float, suite: Suite, tasks: list[Task], device: str,
-              backend: str, out_dir: Path, early: EarlyExecutor) -> dict[str, Any]:
     originals = tasks
     tasks, fitted = fit_for_eval(tasks, cfg.get("fit"), device)  # CPU-sized copies (core/evaluation/resize.py)
     if fitted["enabled"]:
@@ -176,6 +167,17 @@ def _evaluate(cfg: DictConfig, console: Console, started: float, suite: Suite, t
                                heldout_path, label=f"core.eval suite {suite.source}")
         console.print(f"held out: {new} new task fingerprint(s) recorded (training excludes them; see core.evaluation.suites)")
 
+    # after the fit, whose CPU timings a starting pool would disturb
+    early = EarlyExecutor(cfg.executor, backend=backend, device=device, verifier=cfg.verifier)
+    try:
+        return _verify_and_report(cfg, console, started, suite, tasks, fitted, device, backend, out_dir, early)
+    finally:
+        early.abandon()
+
+
+def _verify_and_report(cfg: DictConfig, console: Console, started: float, suite: Suite, tasks: list[Task],
+                       fitted: dict[str, Any], device: str, backend: str, out_dir: Path,
+                       early: EarlyExecutor) -> dict[str, Any]:
     candidates, source = candidates_for(cfg, tasks, backend, console)
     attempts = [i for i, c in enumerate(candidates) if not c.declined]
     verifier_cfg = OmegaConf.to_container(cfg.verifier, resolve=True)
