@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from core.verification.devicekernels import give_up, judge_kernels  # loaded with the harness: its state is recorded
+
 
 def element_bytes(t: Any) -> Any:
     """Every element's bytes in logical order, as a 1-D uint8 tensor. A fresh standard layout first:
@@ -114,8 +116,6 @@ def device_fingerprint(t: Any) -> str:
 def _lent_sums(flat: Any) -> Any:
     """The weighted sums by a lent kernel (one read of the words), or None (then torch's)."""
     import torch
-
-    from core.verification.devicekernels import give_up, judge_kernels
 
     kernels = judge_kernels(flat.device.type)
     if kernels is None:

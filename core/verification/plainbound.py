@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core.verification.devicekernels import give_up, judge_kernels  # loaded with the harness: its state is recorded
+
 CHUNK_ELEMENTS = 1 << 24  # elements per chunk: the temporaries are a few of these
 LARGE_ELEMENTS = 1 << 24  # outputs of more elements are judged here first
 
@@ -143,8 +145,6 @@ FUSED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")  # judged in
 
 def _lent_kernels(e: Any, g: Any, fused: bool | None) -> Any:
     """The lent kernels that judge this pair, or None (then the chunked torch passes)."""
-    from core.verification.devicekernels import judge_kernels
-
     if fused is False or str(e.dtype) not in FUSED_DTYPES or e.dtype != g.dtype or e.device != g.device:
         return None
     if fused is None and e.device.type != "cuda":
@@ -193,8 +193,6 @@ def lent_or_none(kernels: Any, e: Any, g: Any, floor: float, rtol: float, floor_
     on, said once). Running out of memory is the device's, raised as it is; a test's forced run off CUDA
     raises what failed."""
     import torch
-
-    from core.verification.devicekernels import give_up
 
     try:
         return lent_figures(kernels, e, g, floor, rtol, floor_of, scale_aware=scale_aware, absolute=absolute)
