@@ -211,8 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         return _served(args, items, checks, given, usage)
     workers, warm_up = pool_for(1 if items is None else len(items), args.workers, args.warm_up)
     try:
+        # one pair: its wall time is the point, so its task's baseline builds beside the reference and trials
         verifier = Verifier(backend=args.backend, device=args.device, checks=checks, workers=workers,
-                            timeout_s=args.timeout, trials=args.trials, isolate=not args.no_isolate, warm_up=warm_up)
+                            timeout_s=args.timeout, trials=args.trials, isolate=not args.no_isolate, warm_up=warm_up,
+                            baselines_early="start" if items is None else "trials")
     except VerifierConfigError as exc:
         return usage(str(exc))
     except ImportError as exc:  # a package the backend or the sandbox needs is not installed

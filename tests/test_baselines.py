@@ -245,3 +245,53 @@ def test_a_baseline_set_up_early_is_timed_when_its_gate_opens_and_dropped_when_i
         else:
             assert ops == [("baseline", "prepare"), ("baseline", None)] and out["eager_ms"] == 2.0
         assert judge.baseline_pool.released == [False]
+
+
+def test_a_one_shot_verdict_starts_a_small_tasks_baseline_with_its_gpu_stages_and_a_large_ones_after_its_trials():
+    # one verdict's wall time: the baseline's torch.compile build (seconds) beside the reference and the trials,
+    # not after them; a large task's set-up still waits for the trials (its memory is not in those phases)
+    from types import SimpleNamespace
+
+    import pytest
+
+    from core.verification.gpumemory import EARLY_BASELINE_MAX_BYTES, Footprint
+    from core.verification.judge import Verifier, VerifierConfigError
+    from core.verification.observations import start_baselines
+    from plugins.verifiers.performance import PerformanceCheck
+
+    def verification(timing_bytes):
+        parts = {"timing": timing_bytes, "early_baseline": timing_bytes}
+        return SimpleNamespace(verifier=SimpleNamespace(footprints={"t": Footprint(timing_bytes, parts)}),
+                               task=SimpleNamespace(id="t"), checks=[PerformanceCheck()],
+                               verdict=SimpleNamespace(checks={}), baseline=lambda check, config, gate=None: {})
+
+    small = start_baselines(verification(64 << 20), whole_only=True)
+    assert list(small) == ["performance"] and small["performance"].gate is None
+    small["performance"].join(10)
+    assert start_baselines(verification(EARLY_BASELINE_MAX_BYTES + 1), whole_only=True) == {}
+    with pytest.raises(VerifierConfigError, match="baselines_early"):
+        Verifier(device="cpu", baselines_early="later", warm_up=False)
+
+
+def test_core_verify_of_one_pair_asks_for_the_early_baseline(monkeypatch, tmp_path):
+    import core.verify as cli
+
+    made = {}
+
+    class _Stop(Exception):
+        pass
+
+    def fake_verifier(**kwargs):
+        made.update(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(cli, "Verifier", fake_verifier)
+    ref, cand = tmp_path / "ref.py", tmp_path / "cand.py"
+    ref.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+                   "def get_inputs():\n    return [torch.ones(4)]\ndef get_init_inputs():\n    return []\n")
+    cand.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    try:
+        cli.main(["--reference", str(ref), "--candidate", str(cand), "--device", "cpu"])
+    except _Stop:
+        pass
+    assert made["baselines_early"] == "start"

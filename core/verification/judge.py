@@ -187,6 +187,11 @@ class Verifier(GpuSharing):
         each reserves its estimated footprint for its GPU stages and waits until it fits; one larger
         runs alone. ``None``: ``gpu_memory_fraction`` of the device's total (a worker's
         ``torch.cuda.mem_get_info``).
+    :param baselines_early: when a small task's per-task baselines (eager, ``torch.compile``) start in their own
+        worker: ``"trials"`` (default) once the candidate passed its trials' checks, so a failing candidate
+        costs no baseline; ``"start"`` with the verification's GPU stages, beside the reference and the
+        trials, for one verdict whose wall time matters (``core.verify`` of one pair): the build's seconds
+        leave its critical path (a candidate that fails early still waits for the baseline it started).
     :param memory_admission: ``None`` (default): host-wide admission on CUDA (with
         ``share_gpu_fairly``), none on CPU; ``False``: none; or a
         :class:`~core.verification.gpumemory.MemoryAdmission` to use (tests: a fake device budget).
@@ -201,7 +206,8 @@ class Verifier(GpuSharing):
                  split_transfers: bool | None = None, compare_on_device: bool | None = None,
                  warm_up: bool | None = None, accept_unchecked: bool | Sequence[str] = False,
                  cuda_on_cpu: bool = False, gpu_memory_gb: float | None = None,
-                 gpu_memory_fraction: float = DEFAULT_FRACTION, memory_admission: Any = None, **check_options: Any):
+                 gpu_memory_fraction: float = DEFAULT_FRACTION, memory_admission: Any = None,
+                 baselines_early: str = "trials", **check_options: Any):
         from core.plugins import registry
 
         if trials < MIN_TRIALS:
@@ -221,6 +227,9 @@ class Verifier(GpuSharing):
             if not compiles_on(self.device):
                 raise VerifierConfigError(unsupported)
             self.compile_only = unsupported
+        if baselines_early not in ("trials", "start"):
+            raise VerifierConfigError(f"baselines_early={baselines_early!r}: 'trials' or 'start'")
+        self.baselines_early = baselines_early
         self.trials, self.timeout_s, self.workers = int(trials), float(timeout_s), int(workers)
         self.tolerances = {k: tuple(v) for k, v in (tolerances or {}).items()}
         self.probe_scales = {k: fixed_plan(list(v)) for k, v in (probe_scales or {}).items()}

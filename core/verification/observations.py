@@ -91,18 +91,23 @@ class EarlyBaseline(threading.Thread):
             self.gate.cancel()
 
 
-def start_baselines(v: "Verification") -> dict[str, EarlyBaseline]:
+def start_baselines(v: "Verification", whole_only: bool = False) -> dict[str, EarlyBaseline]:
     """Start the task's per-task baselines now, once the candidate passed its trials' checks, in threads beside
     its remaining stages, where its footprint makes room (``Footprint.parts["early_baseline"]``,
     :func:`core.verification.gpumemory.estimate`): the set-up (torch.compile: seconds of CPU, 4-5 s of a
     verdict on the H200) then overlaps those stages instead of following the candidate's timing. A task whose
     timed stage is small (:data:`EARLY_BASELINE_MAX_BYTES`) is measured whole; a larger one is set up now and
     timed after the candidate's timing (its ``collect``, :meth:`ExtraObservations.collect`, opens the gate and
-    takes the result). The verification cancels and joins these threads before it gives its memory back."""
+    takes the result). The verification cancels and joins these threads before it gives its memory back.
+    ``whole_only`` (the verifier's ``baselines_early="start"``, before the reference stage): only a small task's
+    baseline, measured whole; its timed stage (at most :data:`EARLY_BASELINE_MAX_BYTES`) is then held beside
+    the reference and trials too, within the admission's margin."""
     footprint = getattr(v.verifier, "footprints", {}).get(v.task.id)
     if footprint is None or not footprint.parts.get("early_baseline"):
         return {}
     gated = footprint.parts.get("timing", EARLY_BASELINE_MAX_BYTES + 1) > EARLY_BASELINE_MAX_BYTES
+    if gated and whole_only:
+        return {}
     started = {}
     for check in v.checks:
         if optional(check, "Check", "baseline_per_task") and check.name not in v.verdict.checks:

@@ -32,6 +32,7 @@ class VerifierView(Protocol):
     device_lock: Any
     inputs_by_seed: bool
     accept_unchecked: bool | frozenset[str]
+    baselines_early: str  # "trials" or "start": when a small task's baselines start (Verifier's docstring)
 
     def accepts_unchecked(self, check: str) -> bool: ...
 

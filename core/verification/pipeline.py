@@ -173,6 +173,8 @@ class Verification:
 
     def executed(self) -> None:
         """The reference, then the candidate in a candidate worker held until its verdict."""
+        if getattr(self.verifier, "baselines_early", "trials") == "start":  # one verdict's wall time: beside all
+            self.early_baselines = start_baselines(self, whole_only=True)
         if not self.reference():
             return
         pool, verdict = self.verifier.pool, self.verdict
@@ -250,7 +252,7 @@ class Verification:
         basic = [c for c in self.checks if not (c.needs - {"trials"}) and optional(c, "Check", "collect") is None]
         passed = self.evaluate(basic, stop_at_first=False)
         release_unread(self)
-        if passed:
+        if passed and not self.early_baselines:
             self.early_baselines = start_baselines(self)
             passed = self.extra_observations()
         self.finish()
