@@ -589,7 +589,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "(2026-12-05)", "benchmarks/quantile_bench.py: the judge's exact quantiles by bisection against "
          "torch.kthvalue at 1e8 and 1.6e9 elements", _quantiles, quantiles_figure,
          results=(("quantiles.json", "quantiles.json"),), tail=8),
-    Step("compare", 150, "not run yet; the keeper's compares took 2-5 s each for elementwise level-1 tasks on the "
+    Step("compare", 200, "not run yet; the keeper's compares took 2-5 s each for elementwise level-1 tasks on the "
          "H100 (2026-12-05), the domain probe's median bisection 68 s at 1e8 elements on a 2-core CPU",
          "tests/test_judge_kernels.py on the device, then benchmarks/compare_bench.py: the plain bound by the lent "
          "Triton kernels against the chunked torch passes at 1e8 and 1.6e9 elements, per rule", _compare, compare_figure,
