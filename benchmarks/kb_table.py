@@ -148,6 +148,18 @@ def landed_rows(run: Path) -> list[dict]:
     return out
 
 
+def judge_kernels(tasks: list[dict]) -> list[str]:
+    """Which comparisons the keepers made with lent kernels and which with torch (and why): a lent kernel that
+    could not build falls back to torch with only a warning in the worker's log, so the table says so."""
+    used: dict[str, int] = {}
+    for t in tasks:
+        if t.get("judge_kernels"):
+            used[t["judge_kernels"]] = used.get(t["judge_kernels"], 0) + 1
+    if not used:
+        return []
+    return ["large outputs compared by: " + "; ".join(f"{k} ({n})" for k, n in sorted(used.items(), key=lambda kv: -kv[1]))]
+
+
 def cut_run(run: Path) -> list[str]:
     """What a run that never wrote results.json reached: its landed verdicts by status, the last one's
     time, the rejections and errors with their reasons, and where the time went."""
@@ -161,7 +173,7 @@ def cut_run(run: Path) -> list[str]:
     out = [f"cut run: {len(landed)} verdicts landed by {last:.1f} s: "
            + ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))]
     out += [f"  {t['name']}: {t['status']} - {(t.get('reason') or '')[:300]}" for t in landed if not t["accepted"]]
-    return out + time_spent(landed)
+    return out + time_spent(landed) + judge_kernels(landed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         payload = json.loads((run / "results.json").read_text())
         names = ", ".join(f"{t['name']}{'' if t['accepted'] else ' (' + t['status'] + ')'}" for t in payload["tasks"])
         print(f"\n{run.name}: {names}")
-        for line in time_spent(payload["tasks"]):
+        for line in time_spent(payload["tasks"]) + judge_kernels(payload["tasks"]):
             print(f"{run.name}: {line}")
     return 0
 

@@ -348,3 +348,22 @@ def test_the_time_summary_splits_turns_held_alone_from_shared_ones_and_names_the
     assert held.startswith("held longest (s): performance baseline set-up 5.5, trials 3.0")
     assert stages == "stages (s): interp_races 5.0, correctness 1.0"
     assert time_spent([{"elapsed_s": None}]) == []
+
+
+def test_the_table_says_which_verdicts_compared_large_outputs_with_lent_kernels_and_which_fell_back():
+    # a lent kernel that cannot build falls back to torch with a warning in a worker's log only: the table says so
+    from benchmarks.kb_table import judge_kernels
+    from core.evaluation.report import TaskResult
+    from core.verdict import CheckResult
+
+    def row(used):
+        verdict = Verdict(status="accepted", compiled=True, correct=True, accepted=True)
+        if used is not None:
+            verdict.checks["correctness"] = CheckResult(True, "5/5", data={"judge_kernels": used})
+        task = Task(source="", name="t")
+        return {"name": "t", **TaskResult.of(task, "level1", Candidate(source="", task_id=task.id), verdict).to_row()}
+
+    rows = [row("TritonJudgeKernels"), row("TritonJudgeKernels"), row("torch (the lent kernels failed: X)"), row(None)]
+    assert judge_kernels(rows) == ["large outputs compared by: TritonJudgeKernels (2); "
+                                   "torch (the lent kernels failed: X) (1)"]
+    assert judge_kernels([row(None)]) == []

@@ -29,6 +29,13 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU runs the kernels in Triton's interpreter
 
 
+@pytest.fixture(autouse=True)
+def _no_fallback():
+    # on a GPU a kernel that cannot build falls back to torch (the answers still agree): that must fail here
+    yield
+    assert not devicekernels._broken, devicekernels._broken
+
+
 def judge(e, g, *, fused, **options):
     e, g = e.to(DEVICE), g.to(DEVICE)
     floor, rtol = tolerance(str(e.dtype))
@@ -198,3 +205,13 @@ def test_the_large_comparison_reaches_the_torch_paths_verdict_with_the_lent_figu
             (torch_path.detail, torch_path.judged, torch_path.max_abs_err, torch_path.outliers,
              torch_path.outlier_positions, torch_path.band)
         assert lent.max_rel_err == pytest.approx(torch_path.max_rel_err, rel=1e-6)
+
+
+def test_the_verdict_names_what_compared_its_large_outputs(monkeypatch):
+    monkeypatch.setattr(devicekernels, "_found", {"cuda": KERNELS})
+    assert devicekernels.in_use() == "TritonJudgeKernels"
+    monkeypatch.setattr(devicekernels, "_found", {})
+    assert devicekernels.in_use() == "torch"  # none lent, or no large output compared yet
+    monkeypatch.setattr(devicekernels, "_broken", ["CompilationError: ptxas"])
+    assert devicekernels.in_use() == "torch (the lent kernels failed: CompilationError: ptxas)"
+    monkeypatch.setattr(devicekernels, "_broken", [])

@@ -46,6 +46,11 @@ def _positive(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
+def _judge_kernels(verdict: Verdict) -> str | None:
+    correctness = (verdict.checks or {}).get("correctness")
+    return (correctness.data or {}).get("judge_kernels") if correctness is not None else None
+
+
 @dataclass
 class TaskResult:
     """One task's outcome, flattened for tables and files."""
@@ -68,6 +73,7 @@ class TaskResult:
     stage_s: dict[str, float] | None = None
     gpu_memory: dict[str, Any] | None = None  # the admission's estimate and each request's peak
     gpu_held_s: dict[str, float] | None = None  # seconds it held the GPU lock per turn ("... alone": exclusive)
+    judge_kernels: str | None = None  # what compared its large outputs in the keeper: lent kernels, or torch (why)
 
     @classmethod
     def of(cls, task: Task, level: str, candidate: Candidate, verdict: Verdict | None,
@@ -81,7 +87,8 @@ class TaskResult:
                    verdict.hack_flags, reason=verdict.reason, median_ms=median if _positive(median) else None,
                    candidate_id=candidate.id, cached=cached, elapsed_s=verdict.elapsed_s,
                    gpu_wait_s=verdict.gpu_wait_s, stage_s=dict(verdict.stage_s or {}) or None,
-                   gpu_memory=verdict.gpu_memory or None, gpu_held_s=dict(verdict.gpu_held_s or {}) or None)
+                   gpu_memory=verdict.gpu_memory or None, gpu_held_s=dict(verdict.gpu_held_s or {}) or None,
+                   judge_kernels=_judge_kernels(verdict))
 
     def fast(self, p: float, baseline: str) -> bool:
         if not self.accepted:

@@ -79,6 +79,15 @@ def judge_kernels(device_type: str) -> JudgeKernels | None:
     return _found[device_type]
 
 
+def in_use() -> str:
+    """What computes this process's large comparisons and digests on CUDA, for the verdict: the lent kernels'
+    class, "torch" (none lent, or not asked yet), or why the lent ones were given up."""
+    if _broken:
+        return f"torch (the lent kernels failed: {_broken[0]})"[:300]
+    lent = _found.get("cuda")
+    return type(lent).__name__ if lent is not None else "torch"
+
+
 def give_up(exc: BaseException) -> None:
     """A lent kernel failed here (it could not be built, say): torch from now on, said once."""
     if not _broken:

@@ -82,6 +82,7 @@ class Keeper:
                                    scale_aware=scale_aware, truth=truth, noise_factor=noise_factor))
         self.evidence.config["float64_truth"] = answer["truth_trusted"]
         self.evidence.config["float64_truth_note"] = answer["truth_note"]
+        self.evidence.config["judge_kernels"] = answer.get("judge_kernels", "torch")  # who compared large outputs
         return Comparison(**answer["comparison"])
 
     def equal(self, a: list[Any], b: list[Any]) -> bool:

@@ -83,6 +83,8 @@ class CorrectnessCheck:
                 first_failure = first_failure or f"trial {i}: {cmp.detail}"
         data = {"matched": matched, "trials": len(trials), "max_abs_err": worst, "by_float64_truth": by_truth,
                 "float64_reference": evidence.config.get("float64_truth_note", "not requested")}
+        if "judge_kernels" in evidence.config:  # the keeper's: lent kernels, or torch (and why)
+            data["judge_kernels"] = evidence.config["judge_kernels"]
         if matched == len(trials):
             judged = f"; {by_truth} output(s) judged against the float64 reference" if by_truth else ""
             return CheckResult(True, f"{matched}/{len(trials)} trials match the reference (max abs err {worst:.3g}){judged}",

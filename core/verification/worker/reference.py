@@ -199,8 +199,10 @@ class ReferenceRole:
                               scale_aware=scale_aware if scale_aware == "median" else bool(scale_aware),
                               truth=truth, truth_noise=noise, noise_factor=float(req["noise_factor"]),
                               rerun=(lambda: jittered_reruns(vault, run)) if run is not None else None)
+        from core.verification.devicekernels import in_use
+
         return {"ok": True, "comparison": asdict(cmp), "truth_note": vault.truth_note(),
-                "truth_trusted": bool(vault.truth_trusted)}
+                "truth_trusted": bool(vault.truth_trusted), "judge_kernels": in_use()}
 
     # -- a check's baseline
 
