@@ -295,3 +295,28 @@ def test_core_verify_of_one_pair_asks_for_the_early_baseline(monkeypatch, tmp_pa
     except _Stop:
         pass
     assert made["baselines_early"] == "start"
+
+
+def test_a_baseline_started_with_the_gpu_stages_still_leaves_the_candidate_its_extra_observations(monkeypatch):
+    # baselines_early="start" began the baseline before the reference: once the trials pass, the probes,
+    # determinism and timing must still run (only the baseline is not started twice)
+    from types import SimpleNamespace
+
+    from core.verification import pipeline
+    from core.verification.pipeline import Verification
+
+    v = Verification.__new__(Verification)
+    early = {"performance": object()}
+    v.evidence = SimpleNamespace(compiled=True, config={}, load_sandbox=[])
+    v.verdict = SimpleNamespace(hack_flags=[])
+    v.checks, v.early_baselines = [], early
+    ran = []
+    monkeypatch.setattr(v, "load", lambda: True, raising=False)
+    monkeypatch.setattr(v, "trials", lambda: [], raising=False)
+    monkeypatch.setattr(v, "evaluate", lambda checks, stop_at_first=True: True, raising=False)
+    monkeypatch.setattr(v, "extra_observations", lambda: ran.append("extra") or True, raising=False)
+    monkeypatch.setattr(v, "finish", lambda: None, raising=False)
+    monkeypatch.setattr(pipeline, "release_unread", lambda verification: None)
+    monkeypatch.setattr(pipeline, "start_baselines", lambda verification: ran.append("started again") or {})
+    v.run_candidate()
+    assert ran == ["extra"] and v.early_baselines is early
