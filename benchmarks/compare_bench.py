@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -24,18 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 RULES = (("trials (RMS scale)", False), ("stability probe (peak scale)", True), ("domain probe (median)", "median"))
 
 
-def timed(fn, sync) -> tuple[object, float]:
-    fn()
-    sync()
-    started = time.perf_counter()
-    value = fn()
-    sync()
-    return value, time.perf_counter() - started
-
-
 def main(argv: list[str] | None = None) -> int:
     import torch
 
+    from benchmarks.quantile_bench import timed  # after one warm-up call, synchronised
     from core.verification.evidence import _floor_of, tolerance
     from core.verification.plainbound import within_plain_bound
 

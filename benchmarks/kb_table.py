@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 PS = ("0", "1", "1.2", "1.5", "2")
@@ -151,13 +152,8 @@ def landed_rows(run: Path) -> list[dict]:
 def judge_kernels(tasks: list[dict]) -> list[str]:
     """Which comparisons the keepers made with lent kernels and which with torch (and why): a lent kernel that
     could not build falls back to torch with only a warning in the worker's log, so the table says so."""
-    used: dict[str, int] = {}
-    for t in tasks:
-        if t.get("judge_kernels"):
-            used[t["judge_kernels"]] = used.get(t["judge_kernels"], 0) + 1
-    if not used:
-        return []
-    return ["large outputs compared by: " + "; ".join(f"{k} ({n})" for k, n in sorted(used.items(), key=lambda kv: -kv[1]))]
+    used = Counter(t["judge_kernels"] for t in tasks if t.get("judge_kernels"))
+    return ["large outputs compared by: " + "; ".join(f"{k} ({n})" for k, n in used.most_common())] if used else []
 
 
 def cut_run(run: Path) -> list[str]:

@@ -13,8 +13,11 @@ lending backend's tests hold it to.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,21 @@ def in_use() -> str:
     return type(lent).__name__ if lent is not None else "torch"
 
 
-def give_up(exc: BaseException) -> None:
-    """A lent kernel failed here (it could not be built, say): torch from now on, said once."""
-    if not _broken:
-        warnings.warn(f"the judge's lent kernels failed, torch computes instead: {type(exc).__name__}: {exc}",
-                      RuntimeWarning, stacklevel=3)
-    _broken.append(f"{type(exc).__name__}: {exc}")
+def lent_or_none(call: Callable[[], T], device_type: str) -> T | None:
+    """``call()`` (work on lent kernels), or None where the kernels failed here (they cannot be built, say: torch
+    from now on, said once). Running out of memory is the device's, raised as it is; off CUDA (a test's forced
+    run, in Triton's interpreter) what failed is raised."""
+    import torch
+
+    try:
+        return call()
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as exc:
+        if device_type != "cuda":
+            raise
+        if not _broken:
+            warnings.warn(f"the judge's lent kernels failed, torch computes instead: {type(exc).__name__}: {exc}",
+                          RuntimeWarning, stacklevel=2)
+        _broken.append(f"{type(exc).__name__}: {exc}")
+        return None

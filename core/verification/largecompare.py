@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.verification.devicekernels import lent_or_none
 from core.verification.outliers import SPREAD_QUANTILE, Flips, Forgiven, judge_outliers
-from core.verification.plainbound import CHUNK_ELEMENTS, _lent_kernels, _median_magnitude, lent_or_none, rms_scale
+from core.verification.plainbound import CHUNK_ELEMENTS, _lent_kernels, _median_magnitude, lent_figures, rms_scale
 
 
 @dataclass
@@ -81,8 +82,9 @@ def compare_large(e: Any, g: Any, where: str, floor: float, rtol: float, floor_o
                    torch.where(finite, (ec - gc).abs(), zero))
 
     kernels = _lent_kernels(e, g, fused)
-    lent = None if kernels is None else lent_or_none(kernels, ef, gf, floor, rtol, floor_of, scale_aware=scale_aware,
-                                                     absolute=absolute)
+    lent = None if kernels is None else lent_or_none(
+        lambda: lent_figures(kernels, ef, gf, floor, rtol, floor_of, scale_aware=scale_aware, absolute=absolute),
+        ef.device.type)
     if lent is not None and not lent.stats.out_of_place:
         return _judged_beyond(lent, e, g, where, floor, rtol, floor_of, scale_aware, noise_factor, truth_of, reruns_of,
                               parts, work)
@@ -132,12 +134,18 @@ def compare_large(e: Any, g: Any, where: str, floor: float, rtol: float, floor_o
     else:  # the RMS of the finite magnitudes, as the plain bound takes it
         scale = rms_scale((ref for *_, ref, _ in parts()), peak, judged)
 
-    def atol_of(ref: Any) -> Any:
-        return floor_of(ref.clamp_min(median)) if median is not None else floor_of(scale)
-
+    atol_of = _atol_of(floor_of, median, scale)
     n_bad = sum(int((diff > atol_of(ref) + rtol * ref).sum()) for *_, ref, diff in parts())
     return _beyond(result, n_bad, e, g, where, floor, rtol, scale_aware, median, scale, atol_of, noise_factor,
                    truth_of, reruns_of, parts, work)
+
+
+def _atol_of(floor_of: Callable[[Any], Any], median: float | None, scale: float) -> Callable[[Any], Any]:
+    """The bound's absolute part for a chunk's |reference|: per element with the median (the domain probe)."""
+    def atol_of(ref: Any) -> Any:
+        return floor_of(ref.clamp_min(median)) if median is not None else floor_of(scale)
+
+    return atol_of
 
 
 def _judged_beyond(lent: Any, e: Any, g: Any, where: str, floor: float, rtol: float, floor_of: Callable[[Any], Any],
@@ -150,12 +158,8 @@ def _judged_beyond(lent: Any, e: Any, g: Any, where: str, floor: float, rtol: fl
         return result
     if scale_aware == "median" and found.judged == 0:
         return None
-
-    def atol_of(ref: Any) -> Any:
-        return floor_of(ref.clamp_min(median)) if median is not None else floor_of(scale)
-
-    return _beyond(result, lent.beyond, e, g, where, floor, rtol, scale_aware, median, scale, atol_of, noise_factor,
-                   truth_of, reruns_of, parts, work)
+    return _beyond(result, lent.beyond, e, g, where, floor, rtol, scale_aware, median, scale,
+                   _atol_of(floor_of, median, scale), noise_factor, truth_of, reruns_of, parts, work)
 
 
 def _beyond(result: LargeResult, n_bad: int, e: Any, g: Any, where: str, floor: float, rtol: float, scale_aware: Any,

@@ -252,9 +252,8 @@ class Verification:
         basic = [c for c in self.checks if not (c.needs - {"trials"}) and optional(c, "Check", "collect") is None]
         passed = self.evaluate(basic, stop_at_first=False)
         release_unread(self)
-        if passed:
-            if not self.early_baselines:  # started with the GPU stages already (baselines_early="start")
-                self.early_baselines = start_baselines(self)
+        if passed:  # a baseline started with the GPU stages (baselines_early="start") is not started again
+            self.early_baselines = self.early_baselines or start_baselines(self)
             passed = self.extra_observations()
         self.finish()
         return bool(verdict.hack_flags) or bool(evidence.config.get("worker_dirty"))

@@ -26,7 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from core.verification.devicekernels import give_up, judge_kernels  # loaded with the harness: its state is recorded
+from core.verification.devicekernels import (  # loaded with the harness: its state is recorded
+    judge_kernels,
+    lent_or_none,
+)
 
 CHUNK_ELEMENTS = 1 << 24  # elements per chunk: the temporaries are a few of these
 LARGE_ELEMENTS = 1 << 24  # outputs of more elements are judged here first
@@ -187,28 +190,11 @@ def lent_figures(kernels: Any, e: Any, g: Any, floor: float, rtol: float, floor_
     return LentFigures(found, None, scale, kernels.bound_exceeding(e, g, rtol=rtol, atol=floor_of(scale)))
 
 
-def lent_or_none(kernels: Any, e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
-                 scale_aware: Any, absolute: bool) -> LentFigures | None:
-    """:func:`lent_figures`, or None where the kernels failed (they cannot be built here, say: torch from now
-    on, said once). Running out of memory is the device's, raised as it is; a test's forced run off CUDA
-    raises what failed."""
-    import torch
-
-    try:
-        return lent_figures(kernels, e, g, floor, rtol, floor_of, scale_aware=scale_aware, absolute=absolute)
-    except torch.cuda.OutOfMemoryError:
-        raise
-    except Exception as exc:
-        if e.device.type != "cuda":
-            raise
-        give_up(exc)
-        return None
-
-
 def _within_fused(kernels: Any, e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
                   scale_aware: Any, absolute: bool) -> PlainlyWithin | None:
     """:func:`within_plain_bound` by lent single-pass kernels: the same rules and float32 arithmetic."""
-    figures = lent_or_none(kernels, e, g, floor, rtol, floor_of, scale_aware=scale_aware, absolute=absolute)
+    figures = lent_or_none(lambda: lent_figures(kernels, e, g, floor, rtol, floor_of, scale_aware=scale_aware,
+                                                absolute=absolute), e.device.type)
     if figures is None:
         return within_plain_bound(e, g, floor, rtol, floor_of, scale_aware=scale_aware, absolute=absolute,
                                   fused=False)

@@ -120,26 +120,20 @@ def _build() -> dict[str, Any]:
     def _fingerprint(W, n, per_program, sums, lane0, lane1, mix1, mix2, BLOCK: tl.constexpr):
         pid = tl.program_id(0).to(tl.int64)
         lanes = tl.arange(0, BLOCK)
-        acc0 = tl.zeros([BLOCK], tl.int64)
-        acc1 = tl.zeros([BLOCK], tl.int64)
+        two = tl.arange(0, 2)  # both sums at once, each with its own weights
+        offsets = tl.where(two == 0, lane0, lane1)
+        acc = tl.zeros([BLOCK, 2], tl.int64)
         m1 = mix1.to(tl.uint64, bitcast=True)
         m2 = mix2.to(tl.uint64, bitcast=True)
         for step in range(0, per_program, BLOCK):
             idx = pid * per_program + step + lanes
             inside = idx < n
             word = tl.load(W + idx, mask=inside, other=0)
-            z0 = (idx + lane0).to(tl.uint64, bitcast=True)  # unsigned: the shifts are logical
-            z0 = (z0 ^ (z0 >> 30)) * m1
-            z0 = (z0 ^ (z0 >> 27)) * m2
-            w0 = ((z0 ^ (z0 >> 31)) | 1).to(tl.int64, bitcast=True)
-            z1 = (idx + lane1).to(tl.uint64, bitcast=True)
-            z1 = (z1 ^ (z1 >> 30)) * m1
-            z1 = (z1 ^ (z1 >> 27)) * m2
-            w1 = ((z1 ^ (z1 >> 31)) | 1).to(tl.int64, bitcast=True)
-            acc0 += word * w0
-            acc1 += word * w1
-        tl.store(sums + pid * 2, tl.sum(acc0, axis=0))
-        tl.store(sums + pid * 2 + 1, tl.sum(acc1, axis=0))
+            z = (idx[:, None] + offsets[None, :]).to(tl.uint64, bitcast=True)  # unsigned: the shifts are logical
+            z = (z ^ (z >> 30)) * m1
+            z = (z ^ (z >> 27)) * m2
+            acc += word[:, None] * ((z ^ (z >> 31)) | 1).to(tl.int64, bitcast=True)
+        tl.store(sums + pid * 2 + two, tl.sum(acc, axis=0))
 
     _kernels.update(stats=_stats, exceeding=_exceeding, count_at_most=_count_at_most, fingerprint=_fingerprint)
     return _kernels
@@ -156,6 +150,19 @@ def _exact_rounding() -> dict[str, Any]:
     """No fused multiply-add: the bound is rounded as torch rounds it, a product then a sum (the interpreter
     rounds each operation anyway, and takes no compiler options)."""
     return {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False}
+
+
+def _count(kernel: str, e: Any, tensors: tuple[Any, ...], scalars: tuple[float, ...], **constants: Any) -> int:
+    """Launch a counting kernel over ``e``'s elements (its tensors, n, the programs' share, their counts, its
+    scalars) and sum the programs' counts."""
+    import torch
+
+    n = e.numel()
+    programs, per_program = _grid(n, BLOCK)
+    counts = torch.empty(programs, dtype=torch.int32, device=e.device)
+    _build()[kernel][(programs,)](*tensors, n, per_program, counts, *scalars, **constants, BLOCK=BLOCK,
+                                  **_exact_rounding())
+    return int(counts.to(torch.int64).sum())
 
 
 class TritonJudgeKernels:
@@ -180,25 +187,11 @@ class TritonJudgeKernels:
 
     def bound_exceeding(self, e: Any, g: Any, *, rtol: float, atol: float = 0.0, floor: float = 0.0,
                         tiny: float = 0.0, median: float | None = None) -> int:
-        import torch
-
-        n = e.numel()
-        programs, per_program = _grid(n, BLOCK)
-        counts = torch.empty(programs, dtype=torch.int32, device=e.device)
-        _build()["exceeding"][(programs,)](e, g, n, per_program, counts, float(atol), float(rtol), float(floor),
-                                           float(tiny), float(median or 0.0), PER_ELEMENT=median is not None,
-                                           BLOCK=BLOCK, **_exact_rounding())
-        return int(counts.to(torch.int64).sum())
+        return _count("exceeding", e, (e, g), (float(atol), float(rtol), float(floor), float(tiny), float(median or 0.0)),
+                      PER_ELEMENT=median is not None)
 
     def count_at_most(self, e: Any, bound: float) -> int:
-        import torch
-
-        n = e.numel()
-        programs, per_program = _grid(n, BLOCK)
-        counts = torch.empty(programs, dtype=torch.int32, device=e.device)
-        _build()["count_at_most"][(programs,)](e, n, per_program, counts, float(bound), BLOCK=BLOCK,
-                                               **_exact_rounding())
-        return int(counts.to(torch.int64).sum())
+        return _count("count_at_most", e, (e,), (float(bound),))
 
     def fingerprint_sums(self, words: Any, lane_offsets: tuple[int, ...], mixes: tuple[int, int]) -> Any:
         import torch
