@@ -108,8 +108,8 @@ class LandedLog:
 
 class EarlyExecutor:
     """The verification executor started in a thread while the coder writes the candidates: its workers'
-    start-up (CUDA contexts, warm-ups: tens of seconds on a GPU host) overlaps the coder's (the expert: ~10 s
-    for KernelBench's 200 problems), both before the first verdict. Not taken (every verdict cached, every
+    start-up (CUDA contexts, warm-ups: tens of seconds on a GPU host) overlaps the coder's (the expert writes
+    KernelBench's 200 candidates in seconds), both before the first verdict. Not taken (every verdict cached, every
     task declined, an error), it is closed once its start ends."""
 
     def __init__(self, node: Any, *, backend: str, device: str, verifier: Any):
