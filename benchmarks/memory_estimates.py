@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         phased = sum(1 for _, b, _, _ in rows if b > capacity / share)
         summed = sum(1 for _, _, s, _ in rows if s > capacity / share)
         print(f"{label} of {args.capacity_gib:g} GiB: {phased} by the phased estimate, {summed} by the sum of its parts")
+    large = [phases for _, b, _, phases in rows if b > capacity / 2]
+    others = sum(1 for phases in large if any(v > capacity / 2 for k, v in phases.items() if k != "trials"))
+    print(f"of the {len(large)} over half: {others} with a phase besides the trials over half too "
+          "(holding fewer trial outputs would not let them run two at a time)")
     for name, b, _, phases in sorted(rows, key=lambda r: -r[1])[:args.top]:
         print(f"{name}: {b / GiB:.1f} GiB (" + ", ".join(f"{k} {v / GiB:.1f}" for k, v in phases.items()) + ")")
     return 0
