@@ -216,3 +216,30 @@ def test_the_teachers_rejections_are_kept_with_their_tasks_and_counted(tmp_path)
     printed.clear()
     keep_rejections(training, Phase(name="other", kind="sft", steps=1), [])
     assert printed == [] and not (tmp_path / "other_rejected.jsonl").exists()
+
+
+def test_the_teachers_answers_report_progress_while_they_are_verified(monkeypatch):
+    """A GPU verifier takes minutes over a few hundred teacher answers (the H100's hub_grpo warm start was
+    cut at its limit with nothing on screen): a line at most every PROGRESS_EVERY_S and one at the end."""
+    from types import SimpleNamespace
+
+    import core.loop.sft as sft
+    from core.loop.training_config import Phase
+
+    clock = iter([0.0, 1.0, 20.0, 21.0])
+    monkeypatch.setattr(sft.time, "perf_counter", lambda: next(clock))
+    printed: list[str] = []
+
+    class Executor:
+        def verify_many(self, pairs, on_verdicts=None, deadline=None):
+            return []
+
+    training = SimpleNamespace(verifier=Executor(), console=SimpleNamespace(print=printed.append))
+    report = sft.verdict_progress(training, Phase(name="distill", kind="sft", steps=1), 4, 0.0)
+    for k, accepted in enumerate([True, False, True, True]):
+        report([k], [Verdict(accepted=accepted)])
+    assert printed == ["distill: 3/4 teacher answers verified, 2 accepted (20 s)",
+                       "distill: 4/4 teacher answers verified, 3 accepted (21 s)"]
+    # a verifier whose verify_many takes no callback gets none (only verify_many(pairs) is required)
+    training.verifier = SimpleNamespace(verify_many=lambda pairs: [])
+    assert sft.verdict_progress(training, Phase(name="distill", kind="sft", steps=1), 4, 0.0) is None

@@ -192,17 +192,20 @@ def test_jumps_in_a_switching_band_like_the_references_own_pass(seed):
 
 @pytest.mark.parametrize("seed", [4, 5, 6])
 def test_jumps_the_reruns_do_not_repeat_element_by_element_pass_as_a_band(seed):
-    # these seeds' jumps include elements where neither rerun jumped: the per-element spread alone rejected
-    # them (as 34 of 5.4e8 elements of an honest conv+clamp kernel were on the H200 at x1.45e8)
+    # one rerun (not an antithetic pair) leaves jumps where it did not jump itself: the per-element spread
+    # alone rejected them (as 34 of 5.4e8 elements of an honest conv+clamp kernel were on the H200 at x1.45e8)
     from unittest import mock
 
     import core.verification.outliers as outliers
 
     e, got, reruns = _honest_band(seed)
+    one = reruns[:1]
     with mock.patch.object(outliers, "FLIP_COUNT_FACTOR", 0):
-        assert not compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=reruns).ok
-    cmp = compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=reruns)
+        assert not compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=one).ok
+    cmp = compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=one)
     assert cmp.ok and "switching band" in cmp.detail, cmp.detail
+    # the antithetic pair jumps wherever the reference's rounding decides, the candidate's jumps among them
+    assert compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=reruns).ok
 
 
 @pytest.mark.parametrize("wrong", ["outside_the_band_many", "larger_than_a_jump", "a_row", "no_band"])
@@ -250,7 +253,7 @@ def test_an_output_made_of_a_cancelled_intermediates_rounding_is_judged_on_that_
     centred = h - h.mean(-1, keepdim=True)
     got = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-5)  # two-pass, as a kernel might
     assert not compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL).ok
-    with mock.patch.object(evidence, "rounding_jitter", lambda seed: nullcontext()):
+    with mock.patch.object(evidence, "rounding_jitter", lambda seed, flip=False: nullcontext()):
         inputs_only = jittered_reruns(_cancelled_intermediate, inputs, [e])
     assert not compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=inputs_only).ok
     reruns = jittered_reruns(_cancelled_intermediate, inputs, [e])
@@ -276,3 +279,125 @@ def test_rounding_jitter_moves_rounded_results_by_an_ulp_and_nothing_exact():
     with rounding_jitter(seed=3):
         again = x + 0.5
     assert torch.equal(again, summed)  # seeded: the same rerun every time
+
+
+def _gelu(inputs):
+    return [torch.nn.functional.gelu(inputs[0])]
+
+
+def _textbook_gelu(x):
+    """GELU as PyTorch's CUDA kernel and every tutorial write it: 1 + erf cancels below x = -3."""
+    return 0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476))
+
+
+@pytest.fixture(scope="module")
+def gelu_domain():
+    """KernelBench's 26_GELU_ at the domain probe: its reference, its reruns (antithetic, every step of
+    GELU's formula moved by an ulp) and its inputs, 10^6 elements."""
+    x = apply([torch.randn(1000, 1000)], DOMAIN_PROBE, seed=11)[0]
+    (e,) = _gelu([x])
+    return x, e, jittered_reruns(_gelu, [x], [e])
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["whole", "chunked"])
+def test_honest_gelu_formulas_pass_the_domain_sweep_on_the_references_own_rounding(gelu_domain, large, monkeypatch):
+    # The H100's rejection of KernelBench's 26_GELU_ (1.6e9 elements: no float64 truth): 1.04e6 elements
+    # beyond the bound where 1 + erf cancels. PyTorch's CPU GELU rounds there otherwise than the formula.
+    import core.verification.evidence as evidence
+    import core.verification.largecompare as largecompare
+
+    if large:  # the keeper's chunked comparison of outputs over 2^24 elements, in chunks of 2^17
+        monkeypatch.setattr(evidence, "LARGE_ELEMENTS", 1 << 12)
+        monkeypatch.setattr(largecompare, "CHUNK_ELEMENTS", 1 << 17)
+    x, e, reruns = gelu_domain
+    for honest in (_textbook_gelu(x), x * 0.5 * torch.erfc(-x * 0.7071067811865476)):  # erfc: more accurate
+        assert not compare_outputs([e], [honest], scale_aware="median", tolerances=PROBE_TOL).ok
+        cmp = compare_outputs([e], [honest], scale_aware="median", tolerances=PROBE_TOL, rerun=reruns)
+        assert cmp.ok, cmp.detail
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["whole", "chunked"])
+@pytest.mark.parametrize("wrong", ["flushed_tail", "tanh_form", "one_in_a_thousand"])
+def test_a_gelu_wrong_where_it_cancels_is_still_rejected(gelu_domain, large, wrong, monkeypatch):
+    # the spread excuses the rounding of 1 + erf, element by element: no more
+    import core.verification.evidence as evidence
+    import core.verification.largecompare as largecompare
+
+    if large:
+        monkeypatch.setattr(evidence, "LARGE_ELEMENTS", 1 << 12)
+        monkeypatch.setattr(largecompare, "CHUNK_ELEMENTS", 1 << 17)
+    x, e, reruns = gelu_domain
+    got = _textbook_gelu(x)
+    if wrong == "flushed_tail":  # GELU called negligible below -3.5 (it is still -8e-4 there)
+        got = torch.where(x < -3.5, torch.zeros_like(got), got)
+    elif wrong == "tanh_form":  # the tanh approximation where the task asks for the exact GELU
+        got = torch.nn.functional.gelu(x, approximate="tanh")
+    else:  # every thousandth element off by 1e-5 of itself, scattered over the cancelling band too
+        got = got.clone()
+        got[::1000] *= 1 + 1e-2
+    cmp = compare_outputs([e], [got], scale_aware="median", tolerances=PROBE_TOL, rerun=reruns)
+    assert not cmp.ok, cmp.detail
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(1, 2**31), shift=st.floats(-4.0, 4.0))
+def test_the_antithetic_rerun_moves_every_rounded_result_the_other_way(seed, shift):
+    from core.verification.outliers import jittered, rounding_jitter
+
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(seed)) + shift
+    exact = x + 0.5
+    with rounding_jitter(seed=seed):
+        up = x + 0.5
+    with rounding_jitter(seed=seed, flip=True):
+        down = x + 0.5
+    moved = exact != 0
+    assert bool(((up - exact).sign() == -(down - exact).sign())[moved].all())
+    a, b = jittered([x], seed=seed)[0], jittered([x], seed=seed, flip=True)[0]
+    assert bool(((a - x).sign() == -(b - x).sign())[x != 0].all())
+
+
+def test_the_reruns_move_each_step_of_an_activations_formula():
+    # GELU's result moved by an ulp is still ~0 where 1 + erf cancels; its formula's erf moved by an ulp is not
+    from core.verification.outliers import rounding_jitter
+
+    x = torch.linspace(-8.0, -4.0, 4001)
+    (e,) = _gelu([x])
+    with rounding_jitter(seed=1):
+        moved = torch.nn.functional.gelu(x)
+    assert float((moved - e).abs().min()) < 1e-10  # one move can land on the reference's own value
+    spread = torch.stack([(r - e).abs() for (r,) in jittered_reruns(_gelu, [x], [e])]).amax(0)
+    assert float(spread.min()) > 1e-8  # an antithetic pair: ~ an ulp of 1 x |x| / 2 everywhere in the band
+    assert float(spread.max()) < 4 * 1.2e-7 * 8 / 2
+
+
+def test_an_honest_gelu_kernel_passes_where_no_float64_truth_is_computed():
+    # what the keeper judges at KernelBench's real sizes (no truth beyond float64_max_elements): the domain
+    # sweep's elements where 1 + erf cancels, on the reference's own reruns
+    from core.task import Candidate, Task
+    from core.verify import Verifier
+
+    task = Task.from_file(HERE / "tasks" / "num_gelu_erf.py")
+    with Verifier(backend="triton", device="cpu", workers=1, timeout_s=120, float64_max_elements=0,
+                  compare_on_device=True) as v:
+        verdict = v.verify(task, Candidate.from_file(HERE / "candidates" / "honest_num_gelu_erf.py"))
+    assert verdict.accepted, verdict.reason
+    assert "domain sweep" in verdict.checks["stability"].detail
+
+
+def test_a_rerun_out_of_device_memory_is_not_a_rejection():
+    # the reruns are two more outputs on the device: running out there is the device's fault (the verification
+    # is retried alone), never "no spread, rejected"
+    e = torch.randn(1000)
+    got = e.clone()
+    got[::7] += 1.0
+
+    def rerun():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        compare_outputs([e], [got], scale_aware="median", tolerances=PROBE_TOL, rerun=rerun)
+
+    def broken():
+        raise RuntimeError("the reference failed on jittered inputs")
+
+    assert not compare_outputs([e], [got], scale_aware="median", tolerances=PROBE_TOL, rerun=broken).ok

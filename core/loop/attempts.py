@@ -91,6 +91,17 @@ def pair_up(tasks: Sequence[Task], answers: Sequence[Sequence[Candidate]]) -> tu
     return pairs, declined
 
 
+def reports_progress(verifier: Any) -> bool:
+    """Whether ``verifier.verify_many`` takes an ``on_verdicts`` callback (an executor's does; a verifier
+    need only have ``verify_many(pairs)``)."""
+    import inspect
+
+    try:
+        return "on_verdicts" in inspect.signature(verifier.verify_many).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
 def verify_pairs(verifier: Any, pairs: Sequence[Pair], on_verdicts: OnVerdicts | None = None) -> list[Verdict]:
     """One verdict per pair, from one ``verify_many`` batch (none asked for when there is nothing to judge).
 

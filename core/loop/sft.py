@@ -20,7 +20,7 @@ from typing import Any
 
 from core.config import build
 from core.contracts import optional
-from core.loop.attempts import attempt, copy_state, propose
+from core.loop.attempts import attempt, copy_state, propose, reports_progress
 from core.loop.feedback_sft import phase_rows
 from core.loop.phase_common import (
     FiniteGuard,
@@ -98,7 +98,8 @@ def pairs_from_teacher(training: Any, phase: Phase, exclude: set[str]) -> list[d
     proposer = training.heldout.guard(build("proposer", training.cfg.proposer,
                                             seed=training.seed + TEACHER_SEED_OFFSET))
     tasks = propose(proposer, phase.tasks, copy_state(training.curriculum.state), exclude)
-    attempts = attempt(teacher, tasks, training.verifier, training.backend)
+    attempts = attempt(teacher, tasks, training.verifier, training.backend,
+                       on_verdicts=verdict_progress(training, phase, len(tasks), t0))
     coder, backend = training.coder, training.backend
     rows = [{"task_id": task.id, "prompt": coder.prompt(task, backend), "completion": coder.completion_for(cand.source)}
             for task, cand, _ in attempts.accepted()]
@@ -106,6 +107,31 @@ def pairs_from_teacher(training: Any, phase: Phase, exclude: set[str]) -> list[d
                            f"tasks, {len(rows)} accepted by the verifier ({time.perf_counter() - t0:.1f}s)")
     keep_rejections(training, phase, attempts.rejected())
     return fitting(training, rows, phase)
+
+
+# At most one progress line per this many seconds while the teacher's answers are verified (a GPU verifier
+# takes minutes for a few hundred; without a line the run looks hung).
+PROGRESS_EVERY_S = 15.0
+
+
+def verdict_progress(training: Any, phase: Phase, total: int, t0: float) -> Any:
+    """An ``on_verdicts`` callback printing how many of the teacher's answers are verified and accepted,
+    at most every :data:`PROGRESS_EVERY_S` and at the last; None where the verifier's ``verify_many``
+    takes no callback (a verifier need only have ``verify_many(pairs)``)."""
+    if not reports_progress(training.verifier):
+        return None
+    seen = {"done": 0, "accepted": 0, "printed": t0}
+
+    def on_verdicts(indices: list[int], verdicts: list[Any]) -> None:
+        seen["done"] += len(verdicts)
+        seen["accepted"] += sum(bool(getattr(v, "accepted", False)) for v in verdicts)
+        now = time.perf_counter()
+        if now - seen["printed"] >= PROGRESS_EVERY_S or seen["done"] >= total:
+            seen["printed"] = now
+            training.console.print(f"{phase.name}: {seen['done']}/{total} teacher answers verified, "
+                                   f"{seen['accepted']} accepted ({now - t0:.0f} s)")
+
+    return on_verdicts
 
 
 def keep_rejections(training: Any, phase: Phase, rejected: list[tuple[Task, Any, Any]]) -> None:

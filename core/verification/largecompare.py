@@ -176,7 +176,7 @@ def _beyond(result: LargeResult, n_bad: int, e: Any, g: Any, where: str, floor: 
     shown = median if median is not None else scale
     rejected = bound_detail(where, n_bad, n, floor, rtol, scale_aware, shown, max_abs, max_rel)
     forgiven = _outliers(e, g, parts, reruns_of() if reruns_of is not None else [], atol_of, rtol, judged,
-                         noise_factor, tuple(e.shape), work)
+                         noise_factor, tuple(e.shape), work, per_element=scale_aware == "median")
     if forgiven is None:  # no rerun to measure the reference's own spread with
         result.detail = rejected
     elif forgiven.ok:
@@ -188,9 +188,11 @@ def _beyond(result: LargeResult, n_bad: int, e: Any, g: Any, where: str, floor: 
 
 
 def _outliers(e: Any, g: Any, parts: Callable[[], Any], reruns: list[Any], atol_of: Callable[[Any], Any], rtol: float,
-              judged: int, noise_factor: float, shape: tuple[int, ...], work: Any) -> Forgiven | None:
-    """The outlier rule (:func:`core.verification.outliers.forgive_outliers`) on the reference's spread
-    against its jittered ``reruns``, kept whole (one output's worth); the rest a chunk at a time."""
+              judged: int, noise_factor: float, shape: tuple[int, ...], work: Any,
+              per_element: bool = False) -> Forgiven | None:
+    """The outlier rule (:func:`core.verification.outliers.forgive_outliers`, ``per_element`` as there) on
+    the reference's spread against its jittered ``reruns``, kept whole (one output's worth); the rest a
+    chunk at a time."""
     import torch
 
     from core.verification.selection import bisect_kth
@@ -228,7 +230,10 @@ def _outliers(e: Any, g: Any, parts: Callable[[], Any], reruns: list[Any], atol_
 
     def still() -> Any:
         for start, _, _, _, ref, diff in parts():
-            yield start, (diff > atol_of(ref) + rtol * ref) & (diff > noise_factor * q)
+            beyond = (diff > atol_of(ref) + rtol * ref) & (diff > noise_factor * q)
+            if per_element:
+                beyond &= diff > noise_factor * spread[start:start + diff.numel()]
+            yield start, beyond
 
     m = sum(int(s.sum()) for _, s in still())
 
@@ -240,4 +245,4 @@ def _outliers(e: Any, g: Any, parts: Callable[[], Any], reruns: list[Any], atol_
         return (e.detach().reshape(-1)[idx].to(work) - g.detach().reshape(-1)[idx].to(work)).abs().tolist()
 
     return judge_outliers(judged, q, m, positions, diff_at, lambda where: spread[where].tolist(), noise_factor,
-                          shape, Flips(flips_count, flips_largest))
+                          shape, Flips(flips_count, flips_largest), per_element)

@@ -26,6 +26,10 @@ OUTLIER_FRACTION = 1e-6
 # intermediates is its scale, not its own 1e-9 magnitude).
 SPREAD_QUANTILE = 0.9
 JITTER_RUNS = 2  # reruns of the reference on inputs moved by an ulp
+# The reruns come in antithetic pairs: the second moves every element the other way. A single move can land
+# the rerun on the reference's own value where that value is itself an ulp or two from the formula's (a
+# cancelling sum rounded otherwise), which would show no spread at the very elements that have the most;
+# of two moves that straddle the formula's value, one is always the move's size away.
 # Flips the reference makes itself: where an output saturates or switches on an intermediate far larger than
 # itself (clamp(conv(x)) at x1e8 inputs: a sum of terms of 1e16 whose rounding of ~8 decides 0 or 1), the
 # elements in the switching band jump by the whole step on any rounding change, and which of them jump
@@ -57,9 +61,9 @@ class Forgiven:
     band: str = ""  # how the reference's own jumps excused them (a switching band), else ""
 
 
-def jittered(inputs: list[Any], seed: int = 0) -> list[Any]:
+def jittered(inputs: list[Any], seed: int = 0, flip: bool = False) -> list[Any]:
     """``inputs`` with every floating element moved by one or two ulps up or down at random (a
-    generator seeded by ``seed``; integers and zeros untouched): rerunning the reference on them
+    generator seeded by ``seed``, ``flip``: every move the other way; integers and zeros untouched): rerunning the reference on them
     measures how far its own rounding moves each output element (the ``rerun`` of
     :func:`compare_outputs`). Only the trusted reference ever runs on them."""
     import torch
@@ -73,6 +77,8 @@ def jittered(inputs: list[Any], seed: int = 0) -> list[Any]:
         gen.manual_seed((int(seed) * 1_000_033 + k) % (1 << 63))
         eps = torch.finfo(x.dtype).eps
         sign = torch.randint(0, 2, x.shape, generator=gen, device=x.device, dtype=torch.int8).to(x.dtype) * 2 - 1
+        if flip:
+            sign = -sign
         if x.dtype == torch.float64:
             y = x.detach() * (1.0 + sign * eps)
         else:  # the product in fp32 (exact for the half types' 1 + eps), rounded back: 1-2 ulps
@@ -86,21 +92,23 @@ def jittered(inputs: list[Any], seed: int = 0) -> list[Any]:
 JITTER_CHUNK = 1 << 24
 
 
-def rounding_jitter(seed: int) -> Any:
+def rounding_jitter(seed: int, flip: bool = False) -> Any:
     """A dispatch mode moving every rounded op's floating outputs (``core.verification.worker.rounding``'s
     allow-list: fresh results of arithmetic, contractions, reductions, normalisations) by an ulp up or
     down at random, seeded. The reference rerun under it rounds each intermediate otherwise, as a kernel
     that orders its arithmetic otherwise does; moving only the inputs misses that where an intermediate
     cancels (``layer_norm(conv(x) + 1)`` at x6e-8: ``conv(x)`` moved by an ulp leaves ``conv(x) + 1``
-    rounding the same, while another kernel rounds it elsewhere). Only the trusted reference runs
-    under it."""
+    rounding the same, while another kernel rounds it elsewhere). Activations that are formulas
+    (GELU's ``1 + erf``) run as PyTorch's decomposition, each step moved. Only the trusted reference
+    runs under it."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_map
 
-    from core.verification.worker.rounding import _rounds
+    from core.verification.worker.rounding import _rounds, decompositions
 
     generators: dict[Any, Any] = {}
+    decomposed = decompositions()
 
     def move(t: Any) -> Any:
         if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() and t.is_contiguous()):
@@ -114,11 +122,16 @@ def rounding_jitter(seed: int) -> Any:
         for start in range(0, flat.numel(), JITTER_CHUNK):
             part = flat[start:start + JITTER_CHUNK]
             sign = torch.randint(0, 2, part.shape, generator=gen, device=t.device, dtype=torch.int8)
-            part.mul_(sign.to(t.dtype).mul_(2 * eps).add_(1 - eps))  # x (1 +- eps): 1-2 ulps, rounded
+            step = -2 * eps if flip else 2 * eps  # flip: the antithetic rerun's moves, each the other way
+            part.mul_(sign.to(t.dtype).mul_(step).add_(1 - step / 2))  # x (1 +- eps): 1-2 ulps, rounded
         return t
 
     class RoundingJitter(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            decompose = decomposed.get(func)
+            if decompose is not None:  # an activation's formula: each of its steps moved (rounding's _DECOMPOSED)
+                with self:
+                    return decompose(*args, **(kwargs or {}))
             out = func(*args, **(kwargs or {}))
             return tree_map(move, out) if _rounds(func) else out
 
@@ -155,17 +168,21 @@ def reference_spread(e: Any, truth: Any, reruns: list[Any], finite: Any, atol: A
 
 
 def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor: float,
-                     shape: tuple[int, ...], flips: Flips | None = None) -> Forgiven:
+                     shape: tuple[int, ...], flips: Flips | None = None, per_element: bool = False) -> Forgiven:
     """Whether the elements in ``bad`` (missing the plain bound by ``diff``) are within what the
     reference's own ``spread`` justifies: the output's spread quantile (:data:`SPREAD_QUANTILE`, the
     near-zero rule), or, for at most max(:data:`OUTLIER_COUNT`, :data:`OUTLIER_FRACTION` x n)
     scattered elements, the spread at the element itself, or the reference's own ``flips`` (at most
-    :data:`FLIP_COUNT_FACTOR` x as many, each at most :data:`FLIP_SIZE_FACTOR` x its largest)."""
+    :data:`FLIP_COUNT_FACTOR` x as many, each at most :data:`FLIP_SIZE_FACTOR` x its largest).
+    ``per_element`` (the domain probe, judged element by element): every element within the spread at
+    that element passes, however many; an output spanning dozens of decades has no one scale of rounding."""
     from core.verification.selection import quantile
 
     n = int(finite.sum())
     q = quantile(spread[finite], SPREAD_QUANTILE) if n else 0.0
     still = bad & (diff > noise_factor * q)
+    if per_element:
+        still &= diff > noise_factor * spread
     flat_diff, flat_spread = diff.reshape(-1), spread.reshape(-1)
 
     def positions() -> list[int]:
@@ -175,21 +192,23 @@ def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor
         return lambda where: values[where].tolist()
 
     return judge_outliers(n, q, int(still.sum()), positions, at(flat_diff), at(flat_spread), noise_factor, shape,
-                          flips)
+                          flips, per_element)
 
 
 def judge_outliers(n: int, q: float, m: int, positions: Any, diff_at: Any, spread_at: Any, noise_factor: float,
-                   shape: tuple[int, ...], flips: Flips | None = None) -> Forgiven:
+                   shape: tuple[int, ...], flips: Flips | None = None, per_element: bool = False) -> Forgiven:
     """:func:`forgive_outliers`'s rule on its figures, however they were gathered (whole tensors, or chunks of
     a very large output: :mod:`core.verification.largecompare`): ``n`` finite elements, the spread quantile
     ``q``, ``m`` elements beyond ``noise_factor`` x ``q``; ``positions()`` their flat indices, ascending
-    (asked only when few); ``diff_at(idx)`` and ``spread_at(idx)`` the error and spread at flat indices."""
+    (asked only when few); ``diff_at(idx)`` and ``spread_at(idx)`` the error and spread at flat indices;
+    ``per_element``: ``m`` counts only those beyond the spread at their own element too."""
+    there = " and at their own element" if per_element else ""
     if m == 0:
-        return Forgiven(True, f"within {noise_factor:g}x the reference's own rounding spread {q:.3g}")
+        return Forgiven(True, f"within {noise_factor:g}x the reference's own rounding spread {q:.3g}{there}")
     limit = max(OUTLIER_COUNT, int(OUTLIER_FRACTION * n))
     if m > limit:
         return Forgiven(False, f"{m} element(s) beyond {noise_factor:g}x the reference's own rounding spread "
-                        f"{q:.3g}: more than the {limit} isolated rounding outliers allowed", outliers=m)
+                        f"{q:.3g}{there}: more than the {limit} isolated rounding outliers allowed", outliers=m)
     flat = list(positions())
     errors, spreads = diff_at(flat), spread_at(flat)
     beyond = [k for k, err, sp in zip(flat, errors, spreads) if err > noise_factor * sp]

@@ -86,6 +86,29 @@ def _rounds(func: Any) -> bool:
     return _fresh_result(func) and func.overloadpacket.__name__ in _ROUNDING
 
 
+# Activations that are formulas of rounded steps, run as PyTorch's own decomposition (``torch._decomp``)
+# wherever rounding is moved, so that each step is moved rather than only the result. GELU is
+# ``0.5 x (1 + erf(x / sqrt 2))``: below x = -3 the sum ``1 + erf`` cancels, and an erf rounded an ulp
+# elsewhere (as every kernel that writes the formula may round it) moves the output by ~1e-7 |x| / 2, up
+# to all of an output that is ~0; moving GELU's result by an ulp moves it by nothing there.
+_DECOMPOSED = ("gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "hardswish", "log_sigmoid_forward",
+               "glu", "logit")
+
+
+def decompositions() -> dict[Any, Callable[..., Any]]:
+    """{ATen overload: PyTorch's decomposition} of the :data:`_DECOMPOSED` activations this torch has."""
+    import torch
+    from torch._decomp import decomposition_table
+
+    found = {}
+    for name in _DECOMPOSED:
+        packet = getattr(torch.ops.aten, name, None)
+        overload = getattr(packet, "default", None) if packet is not None else None
+        if overload is not None and overload in decomposition_table:
+            found[overload] = decomposition_table[overload]
+    return found
+
+
 def rounding_mode(unit: float, generator: Any) -> Any:
     """A dispatch mode perturbing every rounded op's float64 outputs by a relative ``[-unit, unit]``."""
     import torch
