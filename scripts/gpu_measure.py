@@ -480,8 +480,10 @@ def _refinement(ctx: Context) -> list[Command]:
     root = ctx.work / "refinement"
     cache = (("KERNELZERO_CACHE", str(root / "cache")), *ctx.one_gpu())
     return [
-        ctx.py("-m", "core.run", "device=cuda", "trainer.torch_threads=null", "trainer.phases.correctness.steps=0",
-               "trainer.phases.more_sft.steps=0",
+        # verifier=kb_scope: no compute-sanitizer process per verdict (conf/verifier/kb_scope.yaml); the benchmark
+        # judges with the run's verifier
+        ctx.py("-m", "core.run", "device=cuda", "verifier=kb_scope", "trainer.torch_threads=null",
+               "trainer.phases.correctness.steps=0", "trainer.phases.more_sft.steps=0",
                f"hydra.run.dir={root / 'run'}", env=cache),
         ctx.py("-m", "benchmarks.refinement", "--run", root / "run", "--turns", "3", "--feedback-sft", "300",
                "--out", root / "refinement.json", "--plot", root / "refinement.png", env=cache),

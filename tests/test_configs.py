@@ -71,6 +71,26 @@ def test_verifier_options_match_the_verifier_signature(option):
     inspect.signature(Verifier).bind(backend="triton", device="cpu", **OmegaConf.to_container(cfg.verifier))
 
 
+SANITIZER_TOOLS = {"gpu_memcheck", "gpu_racecheck", "gpu_synccheck"}
+
+
+def test_kb_scope_is_every_check_but_the_sanitizers_tools():
+    # a check added later (a plugin's too) is left out of GPU training's reward only by editing the list
+    cfg = compose_with("verifier=kb_scope")
+    checks = set(cfg.verifier.checks)
+    reg = registry("verifier")
+    applying = {name for name in reg.names() for backend in registry("backend").names() for device in ("cpu", "cuda")
+                if reg.create(name).applies(backend, device)}
+    assert checks == applying - SANITIZER_TOOLS
+    assert len(checks) == len(cfg.verifier.checks)  # no name twice
+
+
+def test_the_hub_model_recipe_rewards_with_every_check_but_the_sanitizers_tools():
+    cfg = compose_with("experiment=hub_grpo")
+    assert list(cfg.verifier.checks) == list(compose_with("verifier=kb_scope").verifier.checks)
+    assert {"interp_races", "stability", "determinism", "gpu_activity", "tamper"} <= set(cfg.verifier.checks)
+
+
 @pytest.mark.parametrize("option", options("experiment"))
 def test_experiment_presets_compose(option):
     cfg = compose_with(f"experiment={option}")
