@@ -212,3 +212,75 @@ def test_the_verifier_plans_with_its_own_footprints_and_admitted_memory(tmp_path
         assert all(b > 0 for b in plan["bytes"].values())
     with Verifier(backend="triton", device="cpu", workers=1, checks=["correctness"], isolate=False) as plain:
         assert plain.memory_plan(tasks) == {"capacity": None, "bytes": {}}  # no admission on the CPU: no plan
+
+
+class DeferringVerifier(PlanningVerifier):
+    """Each verification holds the GPU for ``delay_s``, then (a task with ``# deferred``) says its memory is
+    given back (``on_gpu_released``, as ``Verifier``'s GPU sharing does) and waits ``cpu_s`` more for a check
+    off the GPU (interp_races) before its verdict. The reason says start, release and end."""
+
+    on_gpu_released = None
+
+    def __init__(self, cpu_s=0.6, **kwargs):
+        super().__init__(**kwargs)
+        self.cpu_s = cpu_s
+
+    def verify(self, task, candidate):
+        began = time.monotonic()
+        time.sleep(self.delay_s)
+        released = time.monotonic()
+        if "# deferred" in task.source:
+            if self.on_gpu_released is not None:
+                self.on_gpu_released(task.id, candidate.id)
+            time.sleep(self.cpu_s)
+        return Verdict(accepted=True, status="accepted", task_id=task.id, candidate_id=candidate.id,
+                       reason=f"{began} {time.monotonic()} {released}")
+
+
+@pytest.mark.parametrize("watched", [True, False])
+def test_a_large_pair_starts_once_the_one_before_gave_its_memory_back_not_at_its_verdict(watched):
+    # two tasks over half the memory: the second may start when the first's GPU stages end, while the first
+    # still waits for its race analysis on the CPU (the H100's norms held their slot 19-39 s so)
+    from core.verification.executor import InProcessShard
+
+    pairs = [(Task(source=f"# task {k}\n# bytes 70\n# deferred\n"), Candidate(source=f"# cand {k}\n")) for k in range(3)]
+    verifier = DeferringVerifier(delay_s=0.3, cpu_s=0.8, capacity=100)
+    shard = InProcessShard("gpu0", verifier, capacity=3)
+    if not watched:  # a shard that cannot tell (a host process): the pair's memory is free at its verdict
+        shard.watch_gpu_release = None
+    footprints = plan_memory([shard], pairs)
+    verdicts = schedule(ShardSet([shard], replace=None, extra_in_flight=0), pairs, footprints=footprints)
+    assert [v.task_id for v in verdicts] == [t.id for t, _ in pairs]
+    times = [tuple(map(float, v.reason.split())) for v in verdicts]  # (start, end, gpu released)
+    for (_, end, released), (start, _, _) in zip(times, times[1:]):
+        assert start >= released - 0.01  # never two on the GPU at once: 140 > 100
+        assert (start < end) == watched  # began during the other's CPU wait only where the release is heard
+    assert verifier.on_gpu_released is None  # the scheduler stops listening when it returns
+    shard.close()
+
+
+@pytest.mark.parametrize("deferred, fails", [(["interp_races"], False), ([], False), (["interp_races"], True)])
+def test_the_verifier_says_its_gpu_memory_is_back_only_for_a_verdict_still_waiting_off_the_gpu(deferred, fails):
+    from types import SimpleNamespace
+
+    from core.verification.gpusharing import GpuSharing
+
+    heard = []
+    sharing = GpuSharing()
+    sharing.memory_admission, sharing._admission_wanted = None, False
+    sharing.on_gpu_released = lambda task_id, cand_id: heard.append((task_id, cand_id))
+    task, cand = Task(source="# t\n"), Candidate(source="# c\n")
+    verification = SimpleNamespace(task=task, candidate=cand, deferred=[], budget=None, verdict=None)
+
+    def stages():
+        with sharing._reserved(verification):
+            verification.deferred = deferred  # decided with the extra observations, inside the GPU stages
+            if fails:
+                raise RuntimeError("a GPU stage failed")
+
+    if fails:
+        with pytest.raises(RuntimeError):
+            stages()
+    else:
+        stages()
+    assert heard == ([(task.id, cand.id)] if deferred and not fails else [])

@@ -129,6 +129,12 @@ class InProcessShard:
     def submit(self, data: list[list[dict[str, Any]]]) -> cf.Future:
         return self._pool.submit(verify_encoded, self.verifier, data)
 
+    def watch_gpu_release(self, callback: Callable[[str, str], None] | None) -> None:
+        """``callback(task_id, candidate_id)`` when a verification gives its GPU memory back before its
+        verdict (``Verifier.on_gpu_released``); None stops it."""
+        if hasattr(self.verifier, "on_gpu_released"):
+            self.verifier.on_gpu_released = callback
+
     def memory_plan(self, tasks: Sequence[Task]) -> cf.Future:
         """A future of the verifier's memory plan for ``tasks`` (:func:`plan_encoded`)."""
         return self._pool.submit(plan_encoded, self.verifier, [t.to_dict() for t in tasks])
@@ -355,6 +361,7 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
     queue = DispatchQueue(n, (lambda shard: footprints.get(id(shard))) if footprints else None)
     encoded = _encode_pairs(pairs)
     running: dict[cf.Future, tuple[Any, list[int]]] = {}
+    released = _EarlyReleases(shard_set.shards if footprints else [])
     load: dict[int, int] = collections.defaultdict(int)  # id(shard) -> requests in flight
     never_started: set[int] = set()  # dropped at the deadline
 
@@ -389,41 +396,94 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
             raise ExecutorError("every verification shard was lost: " + "; ".join(shard_set.lost[-4:]))
 
     dispatch()
-    while running:
-        done, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED)
-        for future in done:
-            shard, chunk = running.pop(future)
-            load[id(shard)] -= 1
-            queue.finished(shard, chunk)
-            try:
-                answers = future.result()
-            except ShardLost as exc:
-                retry = []
-                for i in chunk:
-                    attempts[i] += 1
-                    if attempts[i] >= max_attempts:
-                        task, cand = pairs[i]
-                        results[i] = Verdict.failure(
-                            "crashed", f"lost the verification host {attempts[i]} times (last: {exc})",
-                            task_id=task.id, candidate_id=cand.id)
-                    else:
-                        retry.append(i)
-                queue.put_back(retry)
-                lose(shard, str(exc))
-                continue
-            fresh_idx, fresh = [], []
-            for i, text in zip(chunk, answers):
-                if results[i] is None:  # exactly once, even if a retried chunk also finishes
-                    results[i] = Verdict.from_json(text)
-                    fresh_idx.append(i)
-                    fresh.append(results[i])
-            if on_verdicts and fresh:
-                on_verdicts(fresh_idx, fresh)
-        dispatch()
+    try:
+        while running:
+            _schedule_round(running, released, queue, pairs, results, attempts, max_attempts, on_verdicts, lose,
+                            load)
+            dispatch()
+    finally:
+        released.stop()
     missing = [i for i, v in enumerate(results) if v is None and i not in never_started]
     if missing:  # cannot happen unless a shard answered short; never return a hole
         raise ExecutorError(f"{len(missing)} pairs got no verdict (first index {missing[0]})")
     return results
+
+
+class _EarlyReleases:
+    """Pairs whose verification gave its GPU memory back before its verdict (``watch_gpu_release`` of an
+    in-process shard): the dispatch counts their footprint free at once. ``wake``: a future done when one
+    came in, so that the scheduler's wait returns."""
+
+    def __init__(self, shards: Sequence[Any]):
+        self.lock = threading.Lock()
+        self.pending: list[tuple[Any, str, str]] = []
+        self.given_back: set[int] = set()  # pair indices whose footprint the queue already freed
+        self.wake: cf.Future = cf.Future()
+        self.watched = [s for s in shards if callable(getattr(s, "watch_gpu_release", None))]
+        for shard in self.watched:
+            shard.watch_gpu_release(lambda task_id, cand_id, shard=shard: self._came(shard, task_id, cand_id))
+
+    def _came(self, shard: Any, task_id: str, cand_id: str) -> None:
+        with self.lock:
+            self.pending.append((shard, task_id, cand_id))
+            if not self.wake.done():
+                self.wake.set_result(None)
+
+    def apply(self, running: dict[cf.Future, tuple[Any, list[int]]], queue: DispatchQueue,
+              pairs: Sequence[Pair]) -> None:
+        """Free the footprints of the pairs reported since the last call (the first running match of each)."""
+        with self.lock:
+            came, self.pending = self.pending, []
+            self.wake = cf.Future()
+        for shard, task_id, cand_id in came:
+            match = next((i for s, chunk in running.values() if s is shard for i in chunk
+                          if i not in self.given_back and pairs[i][0].id == task_id and pairs[i][1].id == cand_id),
+                         None)
+            if match is not None:
+                self.given_back.add(match)
+                queue.finished(shard, [match])
+
+    def stop(self) -> None:
+        for shard in self.watched:
+            shard.watch_gpu_release(None)
+
+
+def _schedule_round(running: dict[cf.Future, tuple[Any, list[int]]], released: _EarlyReleases, queue: DispatchQueue,
+                    pairs: Sequence[Pair], results: list[Verdict | None], attempts: list[int], max_attempts: int,
+                    on_verdicts: Callable[[list[int], list[Verdict]], None] | None, lose: Callable[[Any, str], None],
+                    load: dict[int, int]) -> None:
+    """One wait of :func:`schedule`: the early releases, then the requests that ended."""
+    done, _ = cf.wait([*running, released.wake], return_when=cf.FIRST_COMPLETED)
+    released.apply(running, queue, pairs)
+    for future in [f for f in done if f in running]:
+        shard, chunk = running.pop(future)
+        load[id(shard)] -= 1
+        queue.finished(shard, [i for i in chunk if i not in released.given_back])
+        released.given_back.difference_update(chunk)  # a pair run again is counted again
+        try:
+            answers = future.result()
+        except ShardLost as exc:
+            retry = []
+            for i in chunk:
+                attempts[i] += 1
+                if attempts[i] >= max_attempts:
+                    task, cand = pairs[i]
+                    results[i] = Verdict.failure(
+                        "crashed", f"lost the verification host {attempts[i]} times (last: {exc})",
+                        task_id=task.id, candidate_id=cand.id)
+                else:
+                    retry.append(i)
+            queue.put_back(retry)
+            lose(shard, str(exc))
+            continue
+        fresh_idx, fresh = [], []
+        for i, text in zip(chunk, answers):
+            if results[i] is None:  # exactly once, even if a retried chunk also finishes
+                results[i] = Verdict.from_json(text)
+                fresh_idx.append(i)
+                fresh.append(results[i])
+        if on_verdicts and fresh:
+            on_verdicts(fresh_idx, fresh)
 
 
 # --------------------------------------------------------------------------- executors

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core.contracts import optional
@@ -139,8 +140,24 @@ class GpuSharing:
         return {"capacity": admission.capacity if admission is not None else None,
                 "bytes": {t.id: fp.bytes for t, fp in zip(tasks, footprints)}}
 
+    # Called as (task id, candidate id) when a verification's GPU stages ended well and its verdict still waits
+    # on checks off the GPU (interp_races on the CPU): its memory is given back, so a dispatcher may start the
+    # next large pair (core.verification.executor.schedule). On the H100 (2026-12-06) the instance and group
+    # norms waited 19 and 39 s so, each counted as running at 33-77 GiB while no other large task could start.
+    on_gpu_released: Callable[[str, str], None] | None = None
+
     @contextlib.contextmanager
     def _reserved(self, verification: Verification):
+        """:meth:`_reservation` around ``verification``'s GPU stages; then, where checks off the GPU are still
+        to judge, :attr:`on_gpu_released`."""
+        with self._reservation(verification):
+            yield
+        notify = self.on_gpu_released
+        if notify is not None and getattr(verification, "deferred", None):
+            notify(verification.task.id, verification.candidate.id)
+
+    @contextlib.contextmanager
+    def _reservation(self, verification: Verification):
         """Hold ``verification``'s memory reservation around its GPU stages (none without admission);
         the wait is given back to its budget, a wait past ``gpu_wait_s`` raises :class:`GpuBusy`."""
         budget, verdict = verification.budget, verification.verdict

@@ -52,7 +52,9 @@ class VerificationView(Protocol):
 
     verifier: VerifierView
     task: Any  # core.task.Task
+    candidate: Any  # core.task.Candidate
     verdict: Any  # core.verdict.Verdict
+    deferred: list[Any]  # checks judged after the GPU stages (their work is off the GPU)
     evidence: Any  # core.verification.evidence.Evidence
     budget: Any  # core.verification.budget.Budget
     worker: Any
