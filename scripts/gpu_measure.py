@@ -46,12 +46,14 @@ MIN_STEP_S = 15  # with --call-s, a step is skipped rather than started with les
 SUMMARY_S = 30  # what a summary command (Command.after_timeout) gets after its step's limit
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
 PYTEST = ("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--durations=25")
-# The versions that differ between hosts. A module that is absent is reported, not an error; one that
-# fails to import fails the install step (nothing after it would run).
+# The versions that differ between hosts (fastapi, uvicorn, pydantic_core: whether `oneshot` can time a served
+# verdict). A module that is absent is reported, not an error; one that fails to import fails the install step
+# (nothing after it would run).
 _PROBE = ("import importlib, importlib.util, platform; "
           "print('versions: python ' + platform.python_version(), *[m + ' ' + (str(getattr("
           "importlib.import_module(m), '__version__', 'present')) if importlib.util.find_spec(m) else 'missing') "
-          "for m in ('torch', 'triton', 'cupy', 'transformers', 'trl', 'datasets', 'hydra', 'z3', 'pluggy')], "
+          "for m in ('torch', 'triton', 'cupy', 'transformers', 'trl', 'datasets', 'hydra', 'z3', 'pluggy', 'fastapi', "
+          "'uvicorn', 'pydantic_core')], "
           "sep=', ')").replace("'", '"')
 # The larger model of the GPU training job (scripts/gpu_train_experiments.sh until 2026-12-01).
 _TRAIN_MODEL = ("coder.embedded.hidden_size=512", "coder.embedded.num_layers=8", "coder.embedded.num_heads=8",

@@ -243,7 +243,8 @@ def test_a_large_pair_starts_once_the_one_before_gave_its_memory_back_not_at_its
     # still waits for its race analysis on the CPU (the H100's norms held their slot 19-39 s so)
     from core.verification.executor import InProcessShard
 
-    pairs = [(Task(source=f"# task {k}\n# bytes 70\n# deferred\n"), Candidate(source=f"# cand {k}\n")) for k in range(3)]
+    pairs = [(Task(source=f"# task {k}\n# bytes 70\n# deferred\n"), Candidate(source=f"# cand {k}\n"))
+             for k in range(3)]
     verifier = DeferringVerifier(delay_s=0.3, cpu_s=0.8, capacity=100)
     shard = InProcessShard("gpu0", verifier, capacity=3)
     if not watched:  # a shard that cannot tell (a host process): the pair's memory is free at its verdict

@@ -63,9 +63,9 @@ class Forgiven:
 
 def jittered(inputs: list[Any], seed: int = 0, flip: bool = False) -> list[Any]:
     """``inputs`` with every floating element moved by one or two ulps up or down at random (a
-    generator seeded by ``seed``, ``flip``: every move the other way; integers and zeros untouched): rerunning the reference on them
-    measures how far its own rounding moves each output element (the ``rerun`` of
-    :func:`compare_outputs`). Only the trusted reference ever runs on them."""
+    generator seeded by ``seed``; ``flip``: every move the other way; integers and zeros untouched):
+    rerunning the reference on them measures how far its own rounding moves each output element (the
+    ``rerun`` of :func:`compare_outputs`). Only the trusted reference ever runs on them."""
     import torch
 
     out = []
