@@ -46,15 +46,18 @@ MIN_STEP_S = 15  # with --call-s, a step is skipped rather than started with les
 SUMMARY_S = 30  # what a summary command (Command.after_timeout) gets after its step's limit
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
 PYTEST = ("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--durations=25")
-# The versions that differ between hosts (fastapi, uvicorn, pydantic_core: whether `oneshot` can time a served
-# verdict). A module that is absent is reported, not an error; one that fails to import fails the install step
-# (nothing after it would run).
-_PROBE = ("import importlib, importlib.util, platform; "
+# The versions that differ between hosts. A module that is absent is reported, not an error; one that
+# fails to import fails the install step (nothing after it would run). The serving packages (whether `oneshot`
+# can time a served verdict) are read from their metadata, never imported: they decide nothing else.
+_PROBE = ("import importlib, importlib.util, importlib.metadata, platform; "
           "print('versions: python ' + platform.python_version(), *[m + ' ' + (str(getattr("
           "importlib.import_module(m), '__version__', 'present')) if importlib.util.find_spec(m) else 'missing') "
-          "for m in ('torch', 'triton', 'cupy', 'transformers', 'trl', 'datasets', 'hydra', 'z3', 'pluggy', 'fastapi', "
-          "'uvicorn', 'pydantic_core')], "
-          "sep=', ')").replace("'", '"')
+          "for m in ('torch', 'triton', 'cupy', 'transformers', 'trl', 'datasets', 'hydra', 'z3', 'pluggy')], "
+          "sep=', '); "
+          "names = {(d.metadata['Name'] or '').lower().replace('_', '-'): d.version "
+          "for d in importlib.metadata.distributions()}; "
+          "print('serving: ' + ', '.join(n + ' ' + names.get(n, 'missing') "
+          "for n in ('fastapi', 'uvicorn', 'pydantic', 'pydantic-core')))").replace("'", '"')
 # The larger model of the GPU training job (scripts/gpu_train_experiments.sh until 2026-12-01).
 _TRAIN_MODEL = ("coder.embedded.hidden_size=512", "coder.embedded.num_layers=8", "coder.embedded.num_heads=8",
                 "coder.embedded.num_kv_heads=4", "coder.embedded.intermediate_size=1536",
