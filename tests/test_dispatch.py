@@ -285,3 +285,15 @@ def test_the_verifier_says_its_gpu_memory_is_back_only_for_a_verdict_still_waiti
     else:
         stages()
     assert heard == ([(task.id, cand.id)] if deferred and not fails else [])
+
+
+def test_a_process_shard_hears_the_early_release_through_its_host():
+    # a GPU shard is a host process (one per GPU): the release crosses its pipe like verdicts do
+    pairs = [(Task(source=f"# task {k}\n# bytes 70\n# deferred\n"), Candidate(source=f"# cand {k}\n"))
+             for k in range(3)]
+    with LocalExecutor("triton", "cpu", {"delay_s": 0.3, "cpu_s": 0.8, "capacity": 100}, cpu_workers=3,
+                       processes=True, verifier_path="tests.test_dispatch:DeferringVerifier", extra_in_flight=0) as ex:
+        verdicts = ex.verify_many(pairs)
+    times = [tuple(map(float, v.reason.split())) for v in verdicts]  # (start, end, gpu released)
+    for (_, end, released), (start, _, _) in zip(times, times[1:]):
+        assert released - 0.01 <= start < end

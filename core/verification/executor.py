@@ -176,6 +176,7 @@ class ProcessShard:
         self._pending: dict[int, cf.Future] = {}
         self._next_id = 0
         self._lost: str | None = None
+        self._released: Callable[[str, str], None] | None = None  # watch_gpu_release's callback
         self._ready = cf.Future()
         self._send({"verifier": verifier_path, "kwargs": dict(verifier_kwargs), "concurrency": capacity + 1})
         self._reader = threading.Thread(target=self._read_loop, name=f"shard-{name}-reader", daemon=True)
@@ -206,6 +207,10 @@ class ProcessShard:
                 if "fatal" in message:
                     self._fail(f"host error: {message['fatal']}")
                     return
+                if "released" in message:  # a verification's GPU memory is back before its verdict
+                    if self._released is not None:
+                        self._released(*message["released"])
+                    continue
                 with self._lock:
                     future = self._pending.pop(message["id"], None)
                 if future is not None:
@@ -233,6 +238,10 @@ class ProcessShard:
 
     def submit(self, data: list[list[dict[str, Any]]]) -> cf.Future:
         return self._ask({"pairs": data})
+
+    def watch_gpu_release(self, callback: Callable[[str, str], None] | None) -> None:
+        """As :meth:`InProcessShard.watch_gpu_release`, heard through the host's pipe."""
+        self._released = callback
 
     def memory_plan(self, tasks: Sequence[Task]) -> cf.Future:
         """A future of the host verifier's memory plan for ``tasks`` (:func:`plan_encoded`)."""
@@ -292,6 +301,13 @@ def serve(in_fd: int, out_fd: int) -> None:
     writer.write(json.dumps({"ready": True, "pid": os.getpid(),
                              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
     lock = threading.Lock()
+
+    def released(task_id: str, candidate_id: str) -> None:
+        with lock:
+            writer.write(json.dumps({"released": [task_id, candidate_id]}) + "\n")
+
+    if hasattr(verifier, "on_gpu_released"):
+        verifier.on_gpu_released = released
 
     def answer(message: dict[str, Any]) -> None:
         if "memory_plan" in message:
