@@ -353,8 +353,8 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
             try:
                 reruns = (rerun() if callable(rerun) else rerun) or []
             except Exception as exc:  # the reference failed on jittered inputs: no spread from it
-                if type(exc).__name__ == "OutOfMemoryError":  # torch's, from the device's allocator
-                    raise  # the device's fault, not the candidate's: the verification is retried alone
+                if isinstance(exc, torch.OutOfMemoryError):  # the device's fault, not the candidate's:
+                    raise  # the verification is retried alone
                 reruns = []
         return [r[i] for r in reruns if i < len(r)]
 

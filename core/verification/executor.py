@@ -414,8 +414,37 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
     dispatch()
     try:
         while running:
-            _schedule_round(running, released, queue, pairs, results, attempts, max_attempts, on_verdicts, lose,
-                            load)
+            done, _ = cf.wait([*running, released.wake], return_when=cf.FIRST_COMPLETED)
+            released.apply(running, queue, pairs)
+            for future in [f for f in done if f in running]:
+                shard, chunk = running.pop(future)
+                load[id(shard)] -= 1
+                queue.finished(shard, [i for i in chunk if i not in released.given_back])
+                released.given_back.difference_update(chunk)  # a pair run again is counted again
+                try:
+                    answers = future.result()
+                except ShardLost as exc:
+                    retry = []
+                    for i in chunk:
+                        attempts[i] += 1
+                        if attempts[i] >= max_attempts:
+                            task, cand = pairs[i]
+                            results[i] = Verdict.failure(
+                                "crashed", f"lost the verification host {attempts[i]} times (last: {exc})",
+                                task_id=task.id, candidate_id=cand.id)
+                        else:
+                            retry.append(i)
+                    queue.put_back(retry)
+                    lose(shard, str(exc))
+                    continue
+                fresh_idx, fresh = [], []
+                for i, text in zip(chunk, answers):
+                    if results[i] is None:  # exactly once, even if a retried chunk also finishes
+                        results[i] = Verdict.from_json(text)
+                        fresh_idx.append(i)
+                        fresh.append(results[i])
+                if on_verdicts and fresh:
+                    on_verdicts(fresh_idx, fresh)
             dispatch()
     finally:
         released.stop()
@@ -426,9 +455,9 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
 
 
 class _EarlyReleases:
-    """Pairs whose verification gave its GPU memory back before its verdict (``watch_gpu_release`` of an
-    in-process shard): the dispatch counts their footprint free at once. ``wake``: a future done when one
-    came in, so that the scheduler's wait returns."""
+    """Pairs whose verification gave its GPU memory back before its verdict (a shard's ``watch_gpu_release``,
+    in process or relayed by its host): the dispatch counts their footprint free at once. ``wake``: a future
+    done when one came in, so that the scheduler's wait returns."""
 
     def __init__(self, shards: Sequence[Any]):
         self.lock = threading.Lock()
@@ -462,44 +491,6 @@ class _EarlyReleases:
     def stop(self) -> None:
         for shard in self.watched:
             shard.watch_gpu_release(None)
-
-
-def _schedule_round(running: dict[cf.Future, tuple[Any, list[int]]], released: _EarlyReleases, queue: DispatchQueue,
-                    pairs: Sequence[Pair], results: list[Verdict | None], attempts: list[int], max_attempts: int,
-                    on_verdicts: Callable[[list[int], list[Verdict]], None] | None, lose: Callable[[Any, str], None],
-                    load: dict[int, int]) -> None:
-    """One wait of :func:`schedule`: the early releases, then the requests that ended."""
-    done, _ = cf.wait([*running, released.wake], return_when=cf.FIRST_COMPLETED)
-    released.apply(running, queue, pairs)
-    for future in [f for f in done if f in running]:
-        shard, chunk = running.pop(future)
-        load[id(shard)] -= 1
-        queue.finished(shard, [i for i in chunk if i not in released.given_back])
-        released.given_back.difference_update(chunk)  # a pair run again is counted again
-        try:
-            answers = future.result()
-        except ShardLost as exc:
-            retry = []
-            for i in chunk:
-                attempts[i] += 1
-                if attempts[i] >= max_attempts:
-                    task, cand = pairs[i]
-                    results[i] = Verdict.failure(
-                        "crashed", f"lost the verification host {attempts[i]} times (last: {exc})",
-                        task_id=task.id, candidate_id=cand.id)
-                else:
-                    retry.append(i)
-            queue.put_back(retry)
-            lose(shard, str(exc))
-            continue
-        fresh_idx, fresh = [], []
-        for i, text in zip(chunk, answers):
-            if results[i] is None:  # exactly once, even if a retried chunk also finishes
-                results[i] = Verdict.from_json(text)
-                fresh_idx.append(i)
-                fresh.append(results[i])
-        if on_verdicts and fresh:
-            on_verdicts(fresh_idx, fresh)
 
 
 # --------------------------------------------------------------------------- executors

@@ -118,11 +118,11 @@ def rounding_jitter(seed: int, flip: bool = False) -> Any:
             gen = generators[t.device] = torch.Generator(device=t.device)
             gen.manual_seed(int(seed) % (1 << 63))
         eps = torch.finfo(t.dtype).eps
+        step = -2 * eps if flip else 2 * eps  # flip: the antithetic rerun's moves, each the other way
         flat = t.view(-1)
         for start in range(0, flat.numel(), JITTER_CHUNK):
             part = flat[start:start + JITTER_CHUNK]
             sign = torch.randint(0, 2, part.shape, generator=gen, device=t.device, dtype=torch.int8)
-            step = -2 * eps if flip else 2 * eps  # flip: the antithetic rerun's moves, each the other way
             part.mul_(sign.to(t.dtype).mul_(step).add_(1 - step / 2))  # x (1 +- eps): 1-2 ulps, rounded
         return t
 
