@@ -264,9 +264,12 @@ def _no_kernelbench(ctx: Context) -> str | None:
 # Issue 39's run: every level-1 and level-2 problem at its real size in one evaluation, one continuous
 # queue, no verification started after KB_BUDGET_S (those are listed as not run).
 KB_LEVELS, KB_BUDGET_S = ("level1", "level2"), 460
-# The table's scope is kb_scope's (benchmarks/kernelbench_vs_ours.py): every check but compute-sanitizer's
+# The scope of kbeval and oneshot is conf/verifier/kb_scope.yaml's: every check but compute-sanitizer's
 # three tools, which at these sizes take minutes per verdict.
-_KB_CHECKS = "[static,static_integrity,correctness,determinism,gpu_activity,integrity,interp_races,performance,stability,tamper]"
+def _kb_scope_checks() -> str:
+    import yaml  # omegaconf's dependency: there once the install step has run
+
+    return ",".join(yaml.safe_load((REPO / "conf" / "verifier" / "kb_scope.yaml").read_text())["checks"])
 
 
 def _oneshot(ctx: Context) -> list[Command]:
@@ -274,7 +277,7 @@ def _oneshot(ctx: Context) -> list[Command]:
     # red-team pair, each a fresh `core.verify` process, as a user runs it.
     root = ctx.work / "kb"
     return [ctx.py("-m", "benchmarks.one_shot_verify", "--kernelbench", ctx.kb, "--device", "cuda",
-                   "--pairs", "kb_example_add_triton,redteam_vector_add", "--checks", _KB_CHECKS.strip("[]"),
+                   "--pairs", "kb_example_add_triton,redteam_vector_add", "--checks", _kb_scope_checks(),
                    "--served", "--out", root / "one_shot_verify.json", env=ctx.one_gpu())]
 
 
@@ -308,7 +311,7 @@ def _kbeval(ctx: Context) -> list[Command]:
     run_dir = root / "expert_l1_l2"
     return [ctx.py("-m", "core.eval", f"suite={ctx.kb / 'KernelBench'}", f"levels=[{','.join(KB_LEVELS)}]",
                    f"budget_s={KB_BUDGET_S}", "coder=expert", "device=cuda", "heldout.record=false", "cache.enabled=false",
-                   f"verifier.checks={_KB_CHECKS}", f"hydra.run.dir={run_dir}", env=env),
+                   "verifier=kb_scope", f"hydra.run.dir={run_dir}", env=env),
             replace(ctx.py("-m", "benchmarks.kb_table", run_dir), after_timeout=True)]
 
 
