@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.against:
         return against(args)
     rows = []
-    missing = [m for m in ("fastapi", "uvicorn", "httpx") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("starlette", "uvicorn", "httpx") if importlib.util.find_spec(m) is None]
     for name in args.pairs.split(","):
         ref, cand, backend = PAIRS[name]
         for run in ("first", "second"):

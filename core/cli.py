@@ -14,7 +14,7 @@ from contextlib import contextmanager
 EXIT_CANNOT_START = 2
 
 # Top-level module -> the extra of pyproject.toml that installs it.
-EXTRAS = {"cupy": "cuda", "cupy_backends": "cuda", "nvidia": "cuda", "ray": "ray", "fastapi": "serve",
+EXTRAS = {"cupy": "cuda", "cupy_backends": "cuda", "nvidia": "cuda", "ray": "ray", "starlette": "serve",
           "uvicorn": "serve", "httpx": "serve"}
 # Top-level module -> its distribution, for what `pip install kernelzero` itself brings.
 DEPENDENCIES = {"trl": "trl", "transformers": "transformers", "datasets": "datasets", "accelerate": "accelerate",

@@ -57,7 +57,7 @@ _PROBE = ("import importlib, importlib.util, importlib.metadata, platform; "
           "names = {(d.metadata['Name'] or '').lower().replace('_', '-'): d.version "
           "for d in importlib.metadata.distributions()}; "
           "print('serving: ' + ', '.join(n + ' ' + names.get(n, 'missing') "
-          "for n in ('fastapi', 'uvicorn', 'pydantic', 'pydantic-core')))").replace("'", '"')
+          "for n in ('starlette', 'uvicorn', 'h11', 'httpx', 'httpcore', 'anyio')))").replace("'", '"')
 # The larger model of the GPU training job (scripts/gpu_train_experiments.sh until 2026-12-01).
 _TRAIN_MODEL = ("coder.embedded.hidden_size=512", "coder.embedded.num_layers=8", "coder.embedded.num_heads=8",
                 "coder.embedded.num_kv_heads=4", "coder.embedded.intermediate_size=1536",
@@ -267,9 +267,11 @@ KB_LEVELS, KB_BUDGET_S = ("level1", "level2"), 460
 # The scope of kbeval and oneshot is conf/verifier/kb_scope.yaml's: every check but compute-sanitizer's
 # three tools, which at these sizes take minutes per verdict.
 def _kb_scope_checks() -> str:
-    import yaml  # omegaconf's dependency: there once the install step has run
-
-    return ",".join(yaml.safe_load((REPO / "conf" / "verifier" / "kb_scope.yaml").read_text())["checks"])
+    # its flow list read without a YAML parser (this script is standard library only)
+    found = re.search(r"^checks:\s*\[([^\]]*)\]", (REPO / "conf" / "verifier" / "kb_scope.yaml").read_text(), re.M)
+    if not found:
+        raise SystemExit("conf/verifier/kb_scope.yaml has no 'checks: [...]' list")
+    return ",".join(name.strip() for name in found.group(1).split(",") if name.strip())
 
 
 def _oneshot(ctx: Context) -> list[Command]:
@@ -591,8 +593,8 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          tail=10),
     Step("oneshot", 180, "2026-12-04: 24-30 s a call (reference stage 9-13 s, performance 4-5 s)",
          "benchmarks/one_shot_verify.py: one `core.verify --device cuda` process per small pair, wall time, then "
-         "`core.verify --server` on a `kernelzero serve` started for the pair (skipped where fastapi and uvicorn are "
-         "not installed)",
+         "`core.verify --server` on a `kernelzero serve` started for the pair (skipped where starlette, uvicorn or "
+         "httpx is missing: carry their wheels in .whl, docs/benchmarks.md)",
          _oneshot, kbeval_figure, skip=_no_kernelbench,
          results=(("kb/one_shot_verify.json", "one_shot_verify.json"),), tail=20),
     Step("quantiles", 90, "not run yet; kthvalue's single-slice compares took 12-16 s at 1.6e9 elements in kbeval "

@@ -1,4 +1,4 @@
-"""The HTTP face of the verification service (FastAPI): routes, who may call them, and how big a request may be.
+"""The HTTP face of the verification service (Starlette): routes, who may call them, and how big a request may be.
 
 The service judges nothing itself: it parses requests (:mod:`core.serve.wire`), admits their pairs to the
 :class:`core.serve.dispatch.Dispatcher`, and answers with the verdicts the executor's sandboxed workers reached.
@@ -20,8 +20,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
 
 from core.serve import wire
 from core.serve.dispatch import Dispatcher
@@ -101,16 +105,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def create_app(dispatcher: Dispatcher, info: ServiceInfo, limits: wire.Limits, token: str | None = None) -> FastAPI:
-    """The ASGI application over a running dispatcher (the caller owns both, and closes the dispatcher)."""
-    app = FastAPI(title="KernelZero verification service", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.dispatcher, app.state.info, app.state.limits = dispatcher, info, limits
+def create_app(dispatcher: Dispatcher, info: ServiceInfo, limits: wire.Limits, token: str | None = None) -> Starlette:
+    """The ASGI application over a running dispatcher (the caller owns both, and closes the dispatcher).
 
-    @app.exception_handler(wire.WireError)
-    async def refused(request: Request, exc: wire.WireError) -> JSONResponse:
-        return error_response(exc)
+    Starlette, not FastAPI: requests are parsed and bounded by :mod:`core.serve.wire`, so FastAPI's pydantic
+    models and OpenAPI pages would add a compiled dependency (pydantic-core) and nothing this service uses."""
 
-    @app.middleware("http")
     async def gate(request: Request, call_next: Any) -> Response:
         # before routing, so an unknown path from a stranger learns nothing either
         try:
@@ -119,15 +119,18 @@ def create_app(dispatcher: Dispatcher, info: ServiceInfo, limits: wire.Limits, t
             return error_response(exc)
         return await call_next(request)
 
-    @app.get(wire.HEALTH)
-    async def health() -> dict[str, Any]:
-        return {"ready": not dispatcher.closing, "backend": info.backend, "device": info.device,
-                "executor": info.executor, "isolation": info.isolation, "workers": dispatcher.metrics()["workers"],
-                "settings": info.settings, "limits": limits.to_dict(), **info.extra}
+    async def refused(request: Request, exc: wire.WireError) -> Response:
+        return error_response(exc)
 
-    @app.get(wire.METRICS)
-    async def metrics(format: str = "json") -> Response:
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"ready": not dispatcher.closing, "backend": info.backend, "device": info.device,
+                             "executor": info.executor, "isolation": info.isolation,
+                             "workers": dispatcher.metrics()["workers"], "settings": info.settings,
+                             "limits": limits.to_dict(), **info.extra})
+
+    async def metrics(request: Request) -> Response:
         numbers = dispatcher.metrics()
+        format = request.query_params.get("format", "json")
         if format == "prometheus":
             return PlainTextResponse(prometheus_text(numbers))
         if format != "json":
@@ -157,15 +160,19 @@ def create_app(dispatcher: Dispatcher, info: ServiceInfo, limits: wire.Limits, t
         # a client that hangs up does not cancel its pairs: they were admitted, so they are verified (and counted)
         return list(await asyncio.gather(*(asyncio.shield(f) for f in futures)))
 
-    @app.post(wire.VERIFY)
     async def verify(request: Request) -> JSONResponse:
         verdict = (await judge(request, batch=False))[0]
         return JSONResponse(verdict_json(verdict))
 
-    @app.post(wire.VERIFY_BATCH)
     async def verify_batch(request: Request) -> JSONResponse:
         return JSONResponse({"verdicts": [verdict_json(v) for v in await judge(request, batch=True)]})
 
+    app = Starlette(routes=[Route(wire.HEALTH, health, methods=["GET"]), Route(wire.METRICS, metrics, methods=["GET"]),
+                            Route(wire.VERIFY, verify, methods=["POST"]),
+                            Route(wire.VERIFY_BATCH, verify_batch, methods=["POST"])],
+                    middleware=[Middleware(BaseHTTPMiddleware, dispatch=gate)],
+                    exception_handlers={wire.WireError: refused})
+    app.state.dispatcher, app.state.info, app.state.limits = dispatcher, info, limits
     return app
 
 
