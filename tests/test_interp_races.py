@@ -288,6 +288,36 @@ def test_a_task_the_host_cannot_hold_could_not_run_and_says_why(check):
     assert "MiB of CPU memory at the task's own shape" in result.detail and "this host has" in result.detail
 
 
+def test_a_worker_out_of_its_address_space_is_retried_in_a_class_twice_as_large(monkeypatch):
+    # the plan is an estimate: on an H100 host a 2.5 GiB conv3d output did not fit its class, and the honest
+    # kernel was rejected (could not run). Here the plan is made too small for 768 MiB of tensors.
+    task = Task(source=LARGE_ADD_TASK.replace("N = 4096 * 4096", "N = 4096 * 4096 * 4"), name="add_768m")
+    check = InterpreterRaceCheck(workers=1)
+    planned = check._plan
+
+    def too_small(t):
+        plan = planned(t)
+        plan["memory_mb"] = 1536  # called once: the retry's class is set on this same plan
+        return plan
+
+    monkeypatch.setattr(check, "_plan", too_small)
+    try:
+        result = check.evaluate(gpu_evidence(task, HONEST_ADD))
+    finally:
+        check.close()
+    assert result.passed and not result.unchecked, result.detail
+    assert "alloc" in result.data["retried_after"] and result.data["memory_mb"] == 3072
+
+
+def test_a_candidate_that_fails_for_its_own_reasons_is_not_retried(check, monkeypatch):
+    calls = []
+    analyse = check._analyse
+    monkeypatch.setattr(check, "_analyse", lambda *a: calls.append(a) or analyse(*a))
+    broken = HONEST_ADD.replace("tl.load(", "tl.lode(", 1)
+    result = check.evaluate(gpu_evidence(Task(source=LARGE_ADD_TASK, name="add"), broken))
+    assert not result.passed and len(calls) == 1
+
+
 # --------------------------------------------------------------------------- the sample itself
 
 

@@ -164,9 +164,10 @@ class InterpreterRaceCheck:
         # Pools by size class, 2**(k/2) times the smallest (8, 11, 16, 22, 32, 45, 64, 90 GiB ...).
         if mib is None:  # unmeasured: the largest class that half this host holds
             k = max(0, int(2 * math.log2(max(1.0, host_memory_mb() / 2 / self.memory_mb))))
-        else:  # the reference's footprint counts every intermediate (a fused kernel writes fewer); then
-            # the candidate's own copies (a layout change), the interpreter, torch, the address logs
-            need = max(self.memory_mb, int(1.5 * mib) + 4096)
+        else:  # the reference's footprint counts every intermediate (a fused kernel writes fewer); then the
+            # candidate's own copies (a layout change), the interpreter's, and the address space a CUDA build of
+            # torch maps at import (1.5x + 4 GiB left a 2.5 GiB conv3d output unallocatable on an H100 host)
+            need = max(self.memory_mb, 2 * int(mib) + 6144)
             k = max(0, math.ceil(2 * math.log2(need / self.memory_mb) - 1e-9))
         memory_mb = int(math.ceil(self.memory_mb * 2 ** (k / 2) / 1024)) * 1024
         plan = {"init_inputs": init_inputs, "mib": None if mib is None else round(mib, 1), "measured": how,
@@ -216,7 +217,19 @@ class InterpreterRaceCheck:
             pool = self._pool(plan["memory_mb"])
         except Exception as exc:
             return could_not_run(f"the CPU interpreter's workers could not start: {type(exc).__name__}: {exc}"[:300])
-        return self._analyse(evidence, plan, pool, where)
+        result = self._analyse(evidence, plan, pool, where)
+        larger = 2 * plan["memory_mb"]
+        if not (result.unchecked and out_of_address_space(result.detail) and larger <= 0.9 * host_mb):
+            return result
+        # The plan is an estimate; running out of the worker's address space is ours to fix, never the
+        # candidate's fault: once more in the class twice as large, which this task keeps from now on.
+        plan["memory_mb"] = larger
+        try:
+            retried = self._analyse(evidence, plan, self._pool(larger), where)
+        except Exception as exc:
+            return could_not_run(f"the CPU interpreter's workers could not start: {type(exc).__name__}: {exc}"[:300])
+        retried.data["retried_after"] = result.detail[:300]
+        return retried
 
     def _analyse(self, evidence: Evidence, plan: dict[str, Any], pool: Any, where: str) -> CheckResult:
         from core.api.workers import Op, WorkerFailure, request
@@ -275,6 +288,22 @@ class InterpreterRaceCheck:
                                data=data)
         return CheckResult(True, f"Triton interpreter on the CPU {where}: no address shared between programs "
                                  f"(sampled: {sampled})"[:700], data=data)
+
+
+# How an allocation that the worker's address-space limit refused reads (torch's CPU allocator, Python, C++)
+_ADDRESS_SPACE_EXHAUSTED = ("can't allocate memory", "cannot allocate memory", "alloc_cpu.cpp", "memoryerror",
+                            "std::bad_alloc")
+
+
+def out_of_address_space(detail: str) -> bool:
+    """Whether a could-not-run detail says the CPU worker ran out of the memory its class allows.
+
+    >>> out_of_address_space("forward failed: RuntimeError: DefaultCPUAllocator: can't allocate memory: ...")
+    True
+    >>> out_of_address_space("the candidate did not load in the Triton interpreter: NameError: tl")
+    False
+    """
+    return any(marker in detail.lower() for marker in _ADDRESS_SPACE_EXHAUSTED)
 
 
 def host_memory_mb() -> int:
