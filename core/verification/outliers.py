@@ -105,10 +105,11 @@ def rounding_jitter(seed: int, flip: bool = False) -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_map
 
-    from core.verification.worker.rounding import _rounds, decompositions
+    from core.verification.worker.rounding import ELEMENTWISE_DECOMPOSED, _rounds, decompositions
 
     generators: dict[Any, Any] = {}
     decomposed = decompositions()
+    elementwise = {f for f in decomposed if f.overloadpacket.__name__ in ELEMENTWISE_DECOMPOSED}
 
     def move(t: Any) -> Any:
         if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() and t.is_contiguous()):
@@ -126,12 +127,30 @@ def rounding_jitter(seed: int, flip: bool = False) -> Any:
             part.mul_(sign.to(t.dtype).mul_(step).add_(1 - step / 2))  # x (1 +- eps): 1-2 ulps, rounded
         return t
 
+    def narrow(t: Any) -> Any:
+        # a half-precision activation's formula runs in float32 (torch._decomp's type promotion), whose moves
+        # its final rounding hides: that rounding is moved too
+        return move(t) if isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16) else t
+
     class RoundingJitter(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             decompose = decomposed.get(func)
             if decompose is not None:  # an activation's formula: each of its steps moved (rounding's _DECOMPOSED)
-                with self:
-                    return decompose(*args, **(kwargs or {}))
+                x, kwargs = args[0] if args else None, kwargs or {}
+                if not (func in elementwise and isinstance(x, torch.Tensor) and x.is_contiguous()
+                        and x.numel() > JITTER_CHUNK):
+                    with self:
+                        return tree_map(narrow, decompose(*args, **kwargs))
+                # chunk by chunk: the formula's steps are output-sized temporaries, three alive at once
+                # (GELU at KernelBench's 1.6e9 elements: 18 GiB more than the activation, which ran out)
+                out, flat = None, x.view(-1)
+                for start in range(0, flat.numel(), JITTER_CHUNK):
+                    with self:
+                        part = decompose(flat[start:start + JITTER_CHUNK], *args[1:], **kwargs)
+                    if out is None:  # the formula's dtype (a half-precision activation's is its input's)
+                        out = torch.empty(x.shape, dtype=part.dtype, device=x.device)
+                    out.view(-1)[start:start + JITTER_CHUNK].copy_(part)
+                return narrow(out)
             out = func(*args, **(kwargs or {}))
             return tree_map(move, out) if _rounds(func) else out
 

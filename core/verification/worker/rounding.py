@@ -93,6 +93,8 @@ def _rounds(func: Any) -> bool:
 # to all of an output that is ~0; moving GELU's result by an ulp moves it by nothing there.
 _DECOMPOSED = ("gelu", "silu", "mish", "softplus", "elu", "selu", "celu", "hardswish", "log_sigmoid_forward",
                "glu", "logit")
+# those whose one output is their first argument's shape, each element a function of its own: run by chunks
+ELEMENTWISE_DECOMPOSED = frozenset(_DECOMPOSED) - {"log_sigmoid_forward", "glu"}
 
 
 def decompositions() -> dict[Any, Callable[..., Any]]:
