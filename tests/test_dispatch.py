@@ -7,6 +7,7 @@ waited behind: 1193 s of the 2131 s of GPU waits in 24 verdicts were memory admi
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import os
 import time
 
@@ -258,6 +259,32 @@ def test_a_large_pair_starts_once_the_one_before_gave_its_memory_back_not_at_its
         assert (start < end) == watched  # began during the other's CPU wait only where the release is heard
     assert verifier.on_gpu_released is None  # the scheduler stops listening when it returns
     shard.close()
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["in_process", "host_process"])
+def test_a_pair_waiting_off_the_gpu_gives_its_slot_back_but_twice_the_capacity_is_the_most_in_flight(processes):
+    # on the H100 (2026-12-06) matmuls waited 10-32 s for interp_races on the CPU, each holding one of three
+    # slots with its GPU workers idle; now the next pair starts beside such a wait, up to 2x capacity at once
+    from core.verification.executor import InProcessShard
+
+    pairs = [(Task(source=f"# task {k}\n# bytes 10\n# deferred\n"), Candidate(source=f"# cand {k}\n"))
+             for k in range(4)]
+    settings_ = {"delay_s": 0.3, "cpu_s": 1.0, "capacity": 100}
+    if processes:  # a GPU shard's host process answers as many requests at once
+        with LocalExecutor("triton", "cpu", settings_, cpu_workers=1, processes=True, extra_in_flight=0,
+                           verifier_path="tests.test_dispatch:DeferringVerifier") as ex:
+            verdicts = ex.verify_many(pairs)
+    else:
+        shard = InProcessShard("gpu0", DeferringVerifier(**settings_), capacity=1)
+        verdicts = schedule(ShardSet([shard], replace=None, extra_in_flight=0), pairs,
+                            footprints=plan_memory([shard], pairs))
+        shard.close()
+    times = [tuple(map(float, v.reason.split())) for v in verdicts]  # (start, end, gpu released)
+    assert times[1][0] < times[0][1] - 0.3  # the second began during the first's wait off the GPU
+    for (_, _, released), (start, _, _) in zip(times, times[1:]):
+        assert start >= released - 0.01  # one on the GPU at a time: the capacity
+    events = sorted([(t[0], 1) for t in times] + [(t[1], -1) for t in times])
+    assert max(itertools.accumulate(step for _, step in events)) <= 2  # and never more than 2x it in flight
 
 
 @pytest.mark.parametrize("deferred, fails", [(["interp_races"], False), ([], False), (["interp_races"], True)])

@@ -124,7 +124,7 @@ class InProcessShard:
 
     def __init__(self, name: str, verifier: Any, capacity: int):
         self.name, self.verifier, self.capacity = name, verifier, capacity
-        self._pool = cf.ThreadPoolExecutor(max_workers=capacity + 1, thread_name_prefix=f"shard-{name}")
+        self._pool = cf.ThreadPoolExecutor(max_workers=2 * capacity + 1, thread_name_prefix=f"shard-{name}")
 
     def submit(self, data: list[list[dict[str, Any]]]) -> cf.Future:
         return self._pool.submit(verify_encoded, self.verifier, data)
@@ -150,7 +150,7 @@ class ProcessShard:
     """A Verifier in its own host process (``python -m core.verification.executor --serve``), pinned by environment.
 
     Messages are JSON lines on private pipes. The host answers requests concurrently (threads; the
-    Verifier is thread-safe), so ``capacity + 1`` requests in flight keep its pool fed.
+    Verifier is thread-safe), up to twice its capacity (requests waiting off the GPU hold no slot: schedule).
     """
 
     def __init__(self, name: str, verifier_path: str, verifier_kwargs: Mapping[str, Any], capacity: int,
@@ -178,7 +178,7 @@ class ProcessShard:
         self._lost: str | None = None
         self._released: Callable[[str, str], None] | None = None  # watch_gpu_release's callback
         self._ready = cf.Future()
-        self._send({"verifier": verifier_path, "kwargs": dict(verifier_kwargs), "concurrency": capacity + 1})
+        self._send({"verifier": verifier_path, "kwargs": dict(verifier_kwargs), "concurrency": 2 * capacity + 1})
         self._reader = threading.Thread(target=self._read_loop, name=f"shard-{name}-reader", daemon=True)
         self._reader.start()
         try:
@@ -378,20 +378,24 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
     encoded = _encode_pairs(pairs)
     running: dict[cf.Future, tuple[Any, list[int]]] = {}
     released = _EarlyReleases(shard_set.shards if footprints else [])
-    load: dict[int, int] = collections.defaultdict(int)  # id(shard) -> requests in flight
+    # id(shard) -> requests holding a slot; one whose pairs all gave their GPU back (waiting on interp_races
+    # on the CPU) holds none, and the next starts beside its wait; at most twice the capacity in flight
+    load, in_flight, slot_freed = collections.defaultdict(int), collections.defaultdict(int), set()
     never_started: set[int] = set()  # dropped at the deadline
 
     def dispatch() -> None:
         if deadline is not None and len(queue) < n and time.monotonic() > deadline:
             never_started.update(queue.clear())  # over the budget: finish what runs, start nothing more
         for shard in list(shard_set.shards):
-            while queue and load[id(shard)] < shard.capacity + shard_set.extra_in_flight:
+            while (queue and load[id(shard)] < shard.capacity + shard_set.extra_in_flight
+                   and in_flight[id(shard)] < 2 * shard.capacity + shard_set.extra_in_flight):
                 chunk = queue.take(shard, shard_set.chunk, load[id(shard)])
                 if not chunk:
                     break  # the next pairs would wait for memory the running ones hold
                 future = shard.submit([encoded[i] for i in chunk])
                 running[future] = (shard, chunk)
                 load[id(shard)] += 1
+                in_flight[id(shard)] += 1
 
     def lose(shard: Any, reason: str) -> None:
         if shard not in shard_set.shards:
@@ -416,9 +420,17 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
         while running:
             done, _ = cf.wait([*running, released.wake], return_when=cf.FIRST_COMPLETED)
             released.apply(running, queue, pairs)
+            for future, (shard, chunk) in running.items():
+                if future not in slot_freed and all(i in released.given_back for i in chunk):
+                    slot_freed.add(future)
+                    load[id(shard)] -= 1
             for future in [f for f in done if f in running]:
                 shard, chunk = running.pop(future)
-                load[id(shard)] -= 1
+                in_flight[id(shard)] -= 1
+                if future in slot_freed:
+                    slot_freed.discard(future)
+                else:
+                    load[id(shard)] -= 1
                 queue.finished(shard, [i for i in chunk if i not in released.given_back])
                 released.given_back.difference_update(chunk)  # a pair run again is counted again
                 try:
