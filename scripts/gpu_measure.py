@@ -90,6 +90,7 @@ class Context:
     kb: Path
     kb_configs: str
     listing: bool = False
+    kb_names: str = ""  # kbeval: only these problems (comma-separated names), e.g. to check a fix in one call
 
     @property
     def gpus_text(self) -> str:
@@ -313,7 +314,8 @@ def _kbeval(ctx: Context) -> list[Command]:
     run_dir = root / "expert_l1_l2"
     return [ctx.py("-m", "core.eval", f"suite={ctx.kb / 'KernelBench'}", f"levels=[{','.join(KB_LEVELS)}]",
                    f"budget_s={KB_BUDGET_S}", "coder=expert", "device=cuda", "heldout.record=false", "cache.enabled=false",
-                   "verifier=kb_scope", f"hydra.run.dir={run_dir}", env=env),
+                   "verifier=kb_scope", *([f"names=[{ctx.kb_names}]"] if ctx.kb_names else []),
+                   f"hydra.run.dir={run_dir}", env=env),
             replace(ctx.py("-m", "benchmarks.kb_table", run_dir), after_timeout=True)]
 
 
@@ -889,6 +891,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
                              "(training_sft, training) continue there in a later call on the same machine")
     parser.add_argument("--kb", type=Path, default=REPO / ".kb", help="KernelBench checkout (default: .kb)")
     parser.add_argument("--kb-configs", default="kb_scope,memcheck", help="our check sets in kernelbench")
+    parser.add_argument("--kb-names", default="", metavar="NAMES",
+                        help="kbeval: only these problems, comma-separated (e.g. 26_GELU_,level2/45_Gemm_Sigmoid_LogSumExp)")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to assume (default: counted by nvidia-smi -L)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter the steps run (default: this one)")
     return parser, parser.parse_args(argv)
@@ -925,7 +929,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = f"limits add up to {planned} s" + (
         f": more than one {CALL_S} s device call if every step used its limit" if planned > CALL_S else "")
     if args.dry_run:
-        ctx = Context(args.python, Path("$WORK"), gpus, args.kb, args.kb_configs)
+        ctx = Context(args.python, Path("$WORK"), gpus, args.kb, args.kb_configs, kb_names=args.kb_names)
         env = steps_env()
         where = f"{args.work} (kept)" if args.work is not None else "a fresh temporary folder"
         print(f"# WORK: {where}, packed into {args.out}/steps.tgz; {gpus} GPU(s); {budget}")
@@ -946,7 +950,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.work is not None:
         args.work.mkdir(parents=True, exist_ok=True)
     work = args.work.resolve() if args.work is not None else Path(tempfile.mkdtemp(prefix="kz-steps."))
-    ctx = Context(args.python, work, gpus, args.kb, args.kb_configs)
+    ctx = Context(args.python, work, gpus, args.kb, args.kb_configs, kb_names=args.kb_names)
     env = steps_env()
     with open(args.out / "measure.log", "w") as mlog:
         def say(line: str) -> None:

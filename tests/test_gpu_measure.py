@@ -288,3 +288,14 @@ def test_an_interrupt_stops_every_background_command(tmp_path):
         except ProcessLookupError:
             pass
     assert not alive, f"background runs left behind: {alive}"
+
+
+def test_kbeval_runs_kb_scope_and_only_the_named_problems_when_asked():
+    # one GPU call can recheck the problems a fix was for (`--kb-names`), instead of the whole queue again
+    gm = _module()
+    ctx = gm.Context("python3", Path("/w"), 1, Path(".kb"), "kb_scope", kb_names="26_GELU_,level1/59_conv")
+    argv = [str(a) for a in gm._kbeval(ctx)[0].argv]
+    assert "verifier=kb_scope" in argv and "names=[26_GELU_,level1/59_conv]" in argv
+    everything = [str(a) for a in gm._kbeval(gm.Context("python3", Path("/w"), 1, Path(".kb"), "kb_scope"))[0].argv]
+    assert not any(a.startswith("names=") for a in everything)
+    assert set(gm._kb_scope_checks().split(",")) >= {"interp_races", "stability", "correctness"}

@@ -161,6 +161,26 @@ def test_the_summary_counts_the_levels_selected_not_the_suites(levels, wanted):
     assert line.endswith(f" of the suite's {in_suite}") == (in_suite != len(wanted))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(["level1", "level2"]), min_size=1, max_size=10), st.data())
+def test_names_select_exactly_those_tasks_in_suite_order_and_an_unknown_name_is_an_error(levels, data):
+    # `core.eval names=[...]`: one problem again after a fix, without the rest of its level
+    from core.evaluation.runner import select_tasks
+    from core.evaluation.suites import Suite, SuiteError
+
+    tasks = [Task(source=f"# {i}\n", name=f"{i}_t", level=lv) for i, lv in enumerate(levels)]
+    suite = Suite(name="s", source="s", tasks=tasks)
+    picked = data.draw(st.lists(st.sampled_from(tasks), min_size=1, unique_by=id))
+    names = [t.name if k % 2 else f"{t.level}/{t.name}" for k, t in enumerate(picked)]  # both spellings
+    assert select_tasks(suite, None, None, names) == [t for t in tasks if t in picked]
+    with pytest.raises(SuiteError, match="match no selected task"):
+        select_tasks(suite, None, None, [*names, "99_missing"])
+    other = "level2" if picked[0].level == "level1" else "level1"
+    if other in levels:  # a name outside the selected levels is not silently dropped either
+        with pytest.raises(SuiteError):
+            select_tasks(suite, [other], None, [f"{picked[0].level}/{picked[0].name}"])
+
+
 def test_core_eval_says_how_many_levels_were_selected(proposed, tmp_path):
     from omegaconf import OmegaConf
 

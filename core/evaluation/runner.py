@@ -32,7 +32,9 @@ from core.verification.executor import make_executor
 VERDICT_SETTINGS = ("checks", "trials", "tolerances", "probe_scales", "timeout_s", "memory_mb")
 
 
-def select_tasks(suite: Suite, levels: Any = None, limit: int | None = None) -> list[Task]:
+def select_tasks(suite: Suite, levels: Any = None, limit: int | None = None, names: Any = None) -> list[Task]:
+    """The suite's tasks of ``levels``, then those named in ``names`` (a task's name, or ``level/name``; a
+    name no selected task has is an error, not an empty run), then the first ``limit``; in suite order."""
     tasks = suite.tasks
     if levels:
         wanted = {str(x) for x in ([levels] if isinstance(levels, str) else levels)}
@@ -40,6 +42,15 @@ def select_tasks(suite: Suite, levels: Any = None, limit: int | None = None) -> 
         if unknown:
             raise SuiteError(f"levels {sorted(unknown)} are not in the suite; it has {suite.levels}")
         tasks = [t for t in tasks if level_of(t) in wanted]
+    if names:
+        wanted = [str(x) for x in ([names] if isinstance(names, str) else names)]
+        keys = [{t.name, f"{level_of(t)}/{t.name}"} for t in tasks]
+        unknown = [n for n in wanted if not any(n in k for k in keys)]
+        if unknown:
+            raise SuiteError(f"names {unknown} match no selected task of the suite (a task's name is its file's, "
+                             f"without .py, e.g. {tasks[0].name if tasks else '1_Square_matrix_multiplication_'}; "
+                             "or level/name)")
+        tasks = [t for t, k in zip(tasks, keys) if k & set(wanted)]
     if limit is not None:
         tasks = tasks[: int(limit)]
     return tasks
@@ -144,7 +155,7 @@ def evaluate(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     console = console or Console()
     started = time.perf_counter()
     suite = load_suite(cfg.suite)
-    tasks = select_tasks(suite, cfg.get("levels"), cfg.get("limit"))
+    tasks = select_tasks(suite, cfg.get("levels"), cfg.get("limit"), cfg.get("names"))
     if not tasks:
         raise SuiteError(f"no task of suite {cfg.suite} was selected (levels={cfg.get('levels')}, limit={cfg.get('limit')})")
     device = resolve_device(cfg.device)
