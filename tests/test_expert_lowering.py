@@ -53,6 +53,25 @@ def test_each_pointwise_op_matches_with_specials(op, catalog):
     _check(Program(inputs, [Node(op, tuple(range(spec.arity)), params)]), catalog)
 
 
+@pytest.mark.parametrize("op, params", [("softplus", {"beta": 1.0, "threshold": 20.0}),
+                                        ("softplus", {"beta": 2.0, "threshold": 20.0}), ("mish", {})])
+def test_log_of_one_plus_exp_keeps_its_relative_precision_where_the_output_is_tiny(op, params, catalog):
+    # softplus(x) = exp(x) to fp32 precision below x = -17, where log(1 + exp(x)) rounds to 0: an output the
+    # domain sweep drives entirely there (all ~1e-20) was rejected with relative error 1 (2026-12-06)
+    import torch
+
+    from plugins.coders.expert_lowering.selfcheck import load_module
+
+    program = Program([TensorSpec((4, 1024))], [Node(op, (0,), params)])
+    task = load_module(program_to_task(program, catalog, seed=0).source, "ref")
+    cand = load_module(lower_program(program, catalog), "cand")
+    x = -17.0 - 23.0 * torch.rand(4, 1024, generator=torch.Generator().manual_seed(3))  # normal fp32 outputs
+    with torch.no_grad():
+        want, got = task.Model().eval()(x).double(), cand.ModelNew().eval()(x).double()
+    assert bool((want != 0).all())
+    assert float(((got - want).abs() / want.abs()).max()) < 1e-5
+
+
 @pytest.mark.parametrize("op", sorted(ROW_OPS))
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_each_row_op_matches_on_every_layout(op, layout, catalog):
