@@ -33,7 +33,6 @@ its unfinished pairs go back to the queue and run on another shard (a replacemen
 from __future__ import annotations
 
 import argparse
-import collections
 import concurrent.futures as cf
 import importlib
 import json
@@ -378,24 +377,28 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
     encoded = _encode_pairs(pairs)
     running: dict[cf.Future, tuple[Any, list[int]]] = {}
     released = _EarlyReleases(shard_set.shards if footprints else [])
-    # id(shard) -> requests holding a slot; one whose pairs all gave their GPU back (waiting on interp_races
-    # on the CPU) holds none, and the next starts beside its wait; at most twice the capacity in flight
-    load, in_flight, slot_freed = collections.defaultdict(int), collections.defaultdict(int), set()
     never_started: set[int] = set()  # dropped at the deadline
+
+    def occupancy(shard: Any) -> tuple[int, int]:
+        """(requests holding a slot, requests in flight) on ``shard``. A request whose pairs all gave their GPU
+        back (waiting on interp_races on the CPU) holds no slot: the next starts beside its wait."""
+        chunks = [chunk for owner, chunk in running.values() if owner is shard]
+        holding = sum(1 for chunk in chunks if not all(i in released.given_back for i in chunk))
+        return holding, len(chunks)
 
     def dispatch() -> None:
         if deadline is not None and len(queue) < n and time.monotonic() > deadline:
             never_started.update(queue.clear())  # over the budget: finish what runs, start nothing more
         for shard in list(shard_set.shards):
-            while (queue and load[id(shard)] < shard.capacity + shard_set.extra_in_flight
-                   and in_flight[id(shard)] < 2 * shard.capacity + shard_set.extra_in_flight):
-                chunk = queue.take(shard, shard_set.chunk, load[id(shard)])
+            while queue:
+                holding, in_flight = occupancy(shard)  # at most twice the capacity in flight
+                if (holding >= shard.capacity + shard_set.extra_in_flight
+                        or in_flight >= 2 * shard.capacity + shard_set.extra_in_flight):
+                    break
+                chunk = queue.take(shard, shard_set.chunk, holding)
                 if not chunk:
                     break  # the next pairs would wait for memory the running ones hold
-                future = shard.submit([encoded[i] for i in chunk])
-                running[future] = (shard, chunk)
-                load[id(shard)] += 1
-                in_flight[id(shard)] += 1
+                running[shard.submit([encoded[i] for i in chunk])] = (shard, chunk)
 
     def lose(shard: Any, reason: str) -> None:
         if shard not in shard_set.shards:
@@ -420,17 +423,8 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
         while running:
             done, _ = cf.wait([*running, released.wake], return_when=cf.FIRST_COMPLETED)
             released.apply(running, queue, pairs)
-            for future, (shard, chunk) in running.items():
-                if future not in slot_freed and all(i in released.given_back for i in chunk):
-                    slot_freed.add(future)
-                    load[id(shard)] -= 1
             for future in [f for f in done if f in running]:
                 shard, chunk = running.pop(future)
-                in_flight[id(shard)] -= 1
-                if future in slot_freed:
-                    slot_freed.discard(future)
-                else:
-                    load[id(shard)] -= 1
                 queue.finished(shard, [i for i in chunk if i not in released.given_back])
                 released.given_back.difference_update(chunk)  # a pair run again is counted again
                 try:
