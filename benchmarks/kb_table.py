@@ -135,9 +135,8 @@ def memory_estimates(tasks: list[dict], top: int = 5) -> list[str]:
     return lines
 
 
-def landed_rows(run: Path) -> list[dict]:
-    """The rows ``core.eval`` appended to ``verdicts.jsonl`` as verdicts landed (a cut last line is skipped)."""
-    path = run / "verdicts.jsonl"
+def appended_rows(path: Path) -> list[dict]:
+    """The rows of a JSON-lines file a run appends to as it goes (none if absent; a cut last line is skipped)."""
     if not path.exists():
         return []
     out = []
@@ -147,6 +146,11 @@ def landed_rows(run: Path) -> list[dict]:
         except ValueError:
             continue  # the writer was killed mid-line
     return out
+
+
+def landed_rows(run: Path) -> list[dict]:
+    """The rows ``core.eval`` appended to ``verdicts.jsonl`` as verdicts landed."""
+    return appended_rows(run / "verdicts.jsonl")
 
 
 def judge_kernels(tasks: list[dict]) -> list[str]:

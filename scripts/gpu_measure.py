@@ -518,7 +518,9 @@ _HUB_GRPO = ("experiment=hub_grpo", "coder.model=embedded", "coder.embedded.arch
 def _hub_grpo(ctx: Context) -> list[Command]:
     root = ctx.work / "hub_grpo"
     env = (("KERNELZERO_CACHE", str(root / "cache")), *ctx.one_gpu())
-    return [ctx.py("-m", "core.run", *_HUB_GRPO, f"hydra.run.dir={root / 'run'}", env=env)]
+    # the breakdown from metrics.jsonl also when the limit or a failed step cut the run before it printed its own
+    return [ctx.py("-m", "core.run", *_HUB_GRPO, f"hydra.run.dir={root / 'run'}", env=env),
+            replace(ctx.py("-m", "benchmarks.step_time", root / "run"), after_timeout=True)]
 
 
 def hub_grpo_figure(log: str) -> str:
@@ -655,8 +657,9 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "1..3 from verdict feedback, before and after SFT on feedback pairs", _refinement, refinement_figure,
          results=(("refinement/refinement.json", "refinement.json"), ("refinement/refinement.png", "refinement.png")),
          tail=12, chain=True),
-    Step("hub_grpo", 480, "not yet run; estimated 5-8 min (build and load ~1 min, SFT ~1 min, 20 GRPO steps of "
-         "HF generate at 64 x up to 512 tokens ~10-15 s each); per-step lines are in its log if the limit cuts it",
+    Step("hub_grpo", 480, "2026-12-06, one H100: build and load 40 s, teacher verdicts + SFT + saves ~150 s, then "
+         "105 s per round of 4 GRPO steps (HF generate 77 s): 20 steps need ~12 min, so the limit cuts it after "
+         "8-12; its breakdown is still read from metrics.jsonl (benchmarks.step_time)",
          "experiment=hub_grpo with Qwen2.5-Coder-1.5B's architecture at random init: a brief SFT warm start on 64 "
          "teacher pairs, then 20 GRPO steps of 8 tasks x 8 samples x <= 512 tokens; tokens/s, verdicts/s, the step "
          "time breakdown and peak GPU memory", _hub_grpo, hub_grpo_figure,

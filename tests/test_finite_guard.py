@@ -1,4 +1,6 @@
-"""A phase stops with a clear error at the first non-finite loss or gradient norm, before it is saved."""
+"""A phase never applies a non-finite update: a step whose gradients are not finite is skipped (up to
+``trainer.max_skipped_updates`` in a row), and otherwise the phase stops with a clear error at the first
+non-finite loss, gradient norm or weight, before it is saved."""
 
 from __future__ import annotations
 
@@ -51,6 +53,61 @@ def test_non_finite_weights_stop_the_phase_and_finite_ones_do_not():
     with pytest.raises(TrainingError, match=r"phase 'distill': the update left weights that are not finite "
                                             r"\(1.weight, among others\) at step 3"):
         guard.on_step_end(args, state, TrainerControl(), model=model)
+
+
+def _grads(model, bad: bool):
+    import torch
+
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    if bad:
+        model[0].weight.grad[1, 1] = math.nan
+
+
+@given(pattern=st.lists(st.booleans(), min_size=1, max_size=12), max_skipped=st.integers(0, 3))
+def test_a_step_whose_gradients_are_not_finite_is_skipped_up_to_the_limit_in_a_row(pattern, max_skipped):
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    said = []
+    guard = FiniteGuard(Phase(name="correctness", kind="grpo", steps=16), max_skipped=max_skipped, say=said.append)
+    args, state = TrainingArguments(output_dir="/tmp/unused", use_cpu=True), TrainerState()
+    in_a_row = 0
+    for step, bad in enumerate(pattern, start=1):
+        before = [p.detach().clone() for p in model.parameters()]
+        _grads(model, bad)
+        in_a_row = in_a_row + 1 if bad else 0
+        if in_a_row > max_skipped:  # one more than allowed in a row: the phase stops, naming the parameter
+            with pytest.raises(TrainingError, match=rf"gradients were not finite \(0.weight, among others\) "
+                                                    rf"{in_a_row} step\(s\) in a row at step {step}"):
+                guard.on_pre_optimizer_step(args, state, TrainerControl(), model=model)
+            return
+        guard.on_pre_optimizer_step(args, state, TrainerControl(), model=model)
+        optimizer.step()
+        state.global_step = step
+        guard.on_step_end(args, state, TrainerControl(), model=model)
+        # the skipped step's NaN gradient norm is what TRL logs for it; it does not stop the phase
+        guard.on_log(args, state, TrainerControl(), logs={"grad_norm": math.nan if bad else 1.0, "loss": 0.5})
+        moved = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        assert moved != bad  # a skipped update leaves every weight as it was; an applied one moves them
+        assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert guard.skipped == [step for step, bad in enumerate(pattern, start=1) if bad]
+    assert len(said) == len(guard.skipped) and all("update skipped" in line for line in said)
+
+
+def test_a_non_finite_log_of_a_step_that_was_applied_still_stops_the_phase():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    guard = FiniteGuard(Phase(name="correctness", kind="grpo", steps=16), max_skipped=3, say=lambda _: None)
+    args, state = TrainingArguments(output_dir="/tmp/unused", use_cpu=True), TrainerState()
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    guard.on_pre_optimizer_step(args, state, TrainerControl(), model=model)
+    state.global_step = 1
+    with pytest.raises(TrainingError, match="loss was nan at step 1"):
+        guard.on_log(args, state, TrainerControl(), logs={"loss": math.nan})
 
 
 TINY_SFT = ["trainer=embedded", "coder=llm", "coder.embedded.vocab_size=512", "coder.embedded.hidden_size=32",

@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -98,7 +99,8 @@ def run_preset(out: Path, overlap: bool):
     finally:
         plugins.set_plugin_manager(old)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {"rows": rows, "summary": summary, "verdicts": log.seen, "batches": verifier.batches, "screen": screen.getvalue()}
+    return {"rows": rows, "summary": summary, "verdicts": log.seen, "batches": verifier.batches,
+            "screen": screen.getvalue(), "out": out}
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +125,8 @@ def test_overlapped_verification_gives_the_synchronous_rewards(runs):
     assert all(r["samples"] == TASKS * SAMPLES for r in overlapped["rows"])  # each step reports its own share
     # how they were verified differs: each step's share of a round as soon as it was generated, against the
     # whole round inside TRL's reward call (the held-out evaluations and SFT pairs verify alike in both)
-    rounds = STEPS // STEPS_PER_GENERATION
-    assert len(overlapped["batches"]) == len(sync["batches"]) + STEPS - rounds
+    # (each share as soon as it was generated, its completions that ended early before it was; never one twice)
+    assert len(overlapped["batches"]) > len(sync["batches"])
     assert sum(overlapped["batches"]) == sum(sync["batches"])
 
 
@@ -200,6 +202,93 @@ def test_a_share_is_verified_while_the_next_is_generated_and_only_the_rest_is_wa
     shared.close()
 
 
+def test_completions_handed_over_as_they_end_are_verified_early_and_count_once_their_batch_names_them():
+    from train_fakes import KERNEL
+
+    ParityVerifier.delay = 0.3
+    try:
+        completions = [KERNEL + f"# variant {i}\n```" for i in range(8)]
+        verifier, clock = ParityVerifier(), StepClock()
+        shared, tasks = _shared(verifier, True, clock)
+        task_ids = [tasks[i // 4].id for i in range(8)]
+        # rows 1 and 6 ended while their batch generated; a third text matches no row of it (decoded otherwise)
+        assert shared.submit_early([task_ids[1], task_ids[6], task_ids[0]],
+                                   [completions[1], completions[6], KERNEL + "# never generated\n```"]) == 3
+        assert shared.submit_early([task_ids[1]], [completions[1]]) == 0  # already sent
+        time.sleep(0.6)  # verified while the rest of the batch generates
+        assert shared.submit(task_ids, completions) == 6  # the batch: only what was not sent early
+        overlapped = shared.score(completions, task_ids)
+        sync_verifier = ParityVerifier()
+        sync, _ = _shared(sync_verifier, False, StepClock())
+        expected = sync.score(completions, task_ids)
+    finally:
+        ParityVerifier.delay = 0.05
+    assert overlapped.totals == expected.totals and [v.accepted for v in overlapped.verdicts] == \
+        [v.accepted for v in expected.verdicts]
+    assert verifier.batches == [3, 6]  # each pair once, the stray one too, and the stray one's verdict dropped
+    assert shared.verifications == 8 and shared.early_dropped == 1 and shared.verified_in_reward_call == 0
+    assert clock.value("verdicts") == 8
+    shared.close()
+
+
+def test_a_row_is_handed_over_at_its_first_end_of_sequence_and_no_row_is_stopped():
+    import torch
+
+    from core.loop.overlap import EarlyRows
+
+    eos, pad = 9, 9  # a finished row is padded on with the EOS id itself (Qwen's pad token)
+    handed = []
+    rows = EarlyRows(prompt_length=2, eos_ids=[eos], task_ids=["a", "b", "c"],
+                     decode=lambda ids: " ".join(str(i) for i in ids if i != eos),
+                     on_rows=lambda tids, texts: handed.append(list(zip(tids, texts))))
+    ids = torch.tensor([[1, 1], [eos, 1], [1, 1]])  # the prompts (one holds the EOS id: not a completion's end)
+    new_tokens = [[4, 5, eos], [5, 6, 7], [eos, pad, pad]]  # a ends at its 3rd token, c at its 1st, b never
+    for step in range(3):
+        ids = torch.cat([ids, torch.tensor([[r[step]] for r in new_tokens])], dim=1)
+        stop = rows(ids, scores=None)
+        assert stop.dtype == torch.bool and not bool(stop.any())
+    assert handed == [[("c", "")], [("a", "4 5")]]
+
+
+def test_transformers_generate_hands_over_each_row_as_it_ends_with_the_text_trl_decodes():
+    import torch
+    from transformers import AutoModelForCausalLM, LogitsProcessor, LogitsProcessorList, Qwen2Config
+
+    from core.loop.overlap import EarlyRows
+
+    eos = 3
+    config = Qwen2Config(**{k: v for k, v in TINY_ARCHITECTURE.items() if k != "model_type"}, vocab_size=50,
+                         eos_token_id=eos, pad_token_id=eos, bos_token_id=1)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+
+    class EndAt(LogitsProcessor):  # row r emits EOS at its new token ends[r] (None: never), any token before
+        def __init__(self, prompt_length, ends):
+            self.prompt_length, self.ends = prompt_length, ends
+
+        def __call__(self, input_ids, scores):
+            step = input_ids.shape[1] - self.prompt_length
+            for r, end in enumerate(self.ends):
+                if end == step:
+                    scores[r] = -math.inf
+                    scores[r, eos] = 0.0
+                else:
+                    scores[r, eos] = -math.inf
+            return scores
+
+    prompts = torch.tensor([[5, 6, 7], [8, 9, 10], [11, 12, 13]])
+    handed = []
+    decode = lambda ids: " ".join(str(i) for i in ids if i != eos)  # as batch_decode(skip_special_tokens) does
+    out = model.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=8,
+                         do_sample=True, logits_processor=LogitsProcessorList([EndAt(3, [4, None, 1])]),
+                         stopping_criteria=[EarlyRows(3, [eos], ["a", "b", "c"], decode,
+                                                      lambda tids, texts: handed.append(list(zip(tids, texts))))])
+    completions = out[:, 3:].tolist()
+    expected = {tid: decode(ids[:ids.index(eos) + 1]) for tid, ids in zip("abc", completions) if eos in ids}
+    assert handed == [[("c", expected["c"])], [("a", expected["a"])]]  # in the order they ended, mid-generation
+    assert len(completions[1]) == 8 and eos not in completions[1]  # the criterion stopped no row
+
+
 def test_the_qwen_coder_architecture_has_its_published_size():
     import torch
     from transformers import AutoModelForCausalLM
@@ -234,8 +323,10 @@ def test_the_gpu_step_runs_the_preset_at_the_issues_size_and_reads_its_breakdown
     gm = _gpu_measure()
     step = gm.STEPS["hub_grpo"]
     assert step.limit_s < 560
-    (command,) = step.commands(gm.Context("python3", Path("/w"), 1, Path(".kb"), "", listing=True))
+    command, summary = step.commands(gm.Context("python3", Path("/w"), 1, Path(".kb"), "", listing=True))
     argv = command.argv
+    # a run cut by the limit, or stopped by a failed step, still gets its breakdown from what it wrote
+    assert summary.after_timeout and "benchmarks.step_time" in summary.argv
     for override in ("experiment=hub_grpo", "coder.embedded.architecture=qwen2.5-coder-1.5b", "device=cuda",
                      "trainer.phases.correctness.steps=20", "trainer.tasks_per_step=8", "trainer.num_generations=8",
                      "coder.max_new_tokens=512"):
@@ -258,3 +349,25 @@ def test_the_preset_stops_at_once_without_a_model_named():
     assert cfg.trainer.grpo_kwargs.use_vllm is False  # vLLM's options are there, switched off (not run here)
     with pytest.raises(ValueError, match="coder.model is not set"):
         build("coder", cfg.coder).load()
+
+
+def test_the_breakdown_is_read_back_from_what_a_run_wrote_even_cut_short(runs, tmp_path, capsys):
+    from benchmarks import step_time
+
+    run = runs[True]
+    printed = breakdown_line("correctness step time", breakdown(run["rows"]))
+    assert step_time.main([str(run["out"])]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == printed  # the line the run printed at the phase's end
+    # cut: two steps, a half-written row, and a step whose gradient norm TRL logged as NaN
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    lines = (run["out"] / "metrics.jsonl").read_text().splitlines()
+    (cut / "metrics.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
+    (cut / "correctness_loss.jsonl").write_text(
+        '{"loss": 0.1, "grad_norm": 0.5, "step": 1}\n{"loss": 0.2, "grad_norm": NaN, "step": 2}\n')
+    report = step_time.report(cut)
+    assert report[0] == breakdown_line("correctness step time", breakdown([json.loads(x) for x in lines[:2]]))
+    assert report[1] == "correctness: loss or gradient norm not finite at step(s) 2"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert step_time.main([str(empty)]) == 1

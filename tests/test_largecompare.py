@@ -44,12 +44,14 @@ def same(whole, chunked):
        noise=st.sampled_from([1e-7, 1e-4, 1e-2]), outliers=st.integers(0, 40), region=st.booleans(),
        specials=st.sampled_from(["none", "matching", "nan_for_number", "number_for_nan", "inf"]),
        scale_aware=st.sampled_from([False, True, "median"]), absolute=st.booleans(), reruns=st.integers(0, 2),
-       excused=st.booleans(), chunk=st.integers(1, 900))
+       excused=st.booleans(), chunk=st.integers(1, 900), zeros=st.sampled_from([0.0, 0.6, 1.0]))
 def test_the_chunked_rules_reach_the_whole_comparisons_verdict_with_its_figures_and_words(
-        dtype, rows, cols, seed, noise, outliers, region, specials, scale_aware, absolute, reruns, excused, chunk):
+        dtype, rows, cols, seed, noise, outliers, region, specials, scale_aware, absolute, reruns, excused, chunk,
+        zeros):
     gen = torch.Generator().manual_seed(seed)
     n = rows * cols
     e64 = torch.randn(n, generator=gen, dtype=torch.float64) * 10 ** torch.randint(-2, 3, (n,), generator=gen)
+    e64[torch.rand(n, generator=gen) < zeros] = 0.0  # structural zeros (a strided transposed convolution's)
     e = e64.to(dtype).reshape(rows, cols)
     g = (e64 * (1 + noise * torch.randn(n, generator=gen, dtype=torch.float64))).to(dtype).reshape(rows, cols)
     flat = g.view(-1)

@@ -136,3 +136,40 @@ def test_an_output_that_is_rounding_noise_keeps_its_truth_and_is_judged_by_it():
     assert not compare_outputs([ref], [honest]).ok
     assert compare_outputs([ref], [honest], truth=[truth]).ok
     assert not compare_outputs([ref], [honest + 1e-3], truth=[truth]).ok  # 1e-3 is not noise
+
+
+def _strided_dilated_transposed_conv(dtype=torch.float32, split=False):
+    """KernelBench level 1's 75_ at a small size: stride 2 and dilation 2 along the height leave every other
+    output row structurally 0; inputs signed as the domain sweep draws them, so many sums cancel."""
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(4, 32, 32, 48, generator=gen) * 3, torch.randn(32, 16, 3, 5, generator=gen) * 0.1
+    conv = lambda a, b: torch.nn.functional.conv_transpose2d(a, b, stride=(2, 3), padding=(1, 2), dilation=(2, 1),
+                                                            groups=4)
+    if not split:
+        return conv(x.to(dtype), w.to(dtype)).float()
+    # an honest fp32 kernel summing each group's channels in two halves
+    xs, ws = x.view(4, 4, 8, 32, 48), w.view(4, 8, 16, 3, 5)
+    halves = [conv(xs[:, :, h].reshape(4, 16, 32, 48), ws[:, h].reshape(16, 16, 3, 5)) for h in (slice(0, 4),
+                                                                                                 slice(4, 8))]
+    return halves[0] + halves[1]
+
+
+@pytest.mark.parametrize("honest", ["float64_rounded", "split_sum"])
+def test_structural_zeros_do_not_make_the_domain_probe_bound_purely_relative(honest):
+    # H100, 2026-12-06: half the outputs exactly 0 made the median magnitude 0, the bound 1e-3 x |reference| alone,
+    # and an honest kernel failed wherever a sum cancels (1370 of 2e8 elements, max abs err 5.7e-6)
+    e = _strided_dilated_transposed_conv()
+    assert float((e == 0).float().mean()) > 0.45
+    g = _strided_dilated_transposed_conv(torch.float64) if honest == "float64_rounded" else \
+        _strided_dilated_transposed_conv(split=True)
+    assert not torch.equal(e, g)
+    cmp = compare_outputs([e], [g], scale_aware="median", tolerances={"float32": (1e-3, 1e-3)})
+    assert cmp.ok, cmp.detail
+
+
+def test_a_wrong_region_is_still_rejected_beside_structural_zeros():
+    e = _strided_dilated_transposed_conv()
+    g = e.clone()
+    g[1, 8:16] *= 1.01  # eight channels of one image 1% off: a real defect, not rounding
+    cmp = compare_outputs([e], [g], scale_aware="median", tolerances={"float32": (1e-3, 1e-3)})
+    assert not cmp.ok and "median nonzero magnitude" in cmp.detail, cmp.detail

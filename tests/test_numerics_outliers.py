@@ -404,6 +404,46 @@ def test_an_activation_over_a_chunk_is_rerun_chunk_by_chunk(activation, dtype, m
     assert float(ulps.median()) < 8  # and by a few ulps: the same function, chunk by chunk
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31), dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]),
+       layout=st.sampled_from(["contiguous", "channels_last", "expanded", "transposed", "scalar"]),
+       flip=st.booleans())
+def test_jittered_inputs_move_every_element_by_an_ulp_or_two_with_no_temporary_larger_than_a_chunk(
+        seed, dtype, layout, flip):
+    # the reruns' inputs at KernelBench level 1's sizes: four whole 6-GiB temporaries ran GELU out of memory
+    import core.verification.outliers as outliers
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    base = torch.randn(2, 5, 7, 11, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    x = {"contiguous": base, "channels_last": base.to(memory_format=torch.channels_last),
+         "expanded": base[:, :, :1].expand(2, 5, 7, 11), "transposed": base.transpose(1, 3),
+         "scalar": base[0, 0, 0, 0].clone()}[layout]
+    sizes = []
+
+    class Sizes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket.__name__ not in ("clone", "copy_", "view", "slice", "alias", "detach", "permute",
+                                                    "mul_", "add_"):  # the copy itself, views, in place
+                sizes.extend(t.numel() for t in (out if isinstance(out, (tuple, list)) else [out])
+                             if isinstance(t, torch.Tensor))
+            return out
+
+    with pytest.MonkeyPatch.context() as patch, Sizes():
+        patch.setattr(outliers, "JITTER_CHUNK", 1 << 8)
+        (y,) = outliers.jittered([x], seed=seed, flip=flip)
+    assert max(sizes, default=0) <= 1 << 8
+    assert y.shape == x.shape and y.dtype == x.dtype and y.stride() == x.clone().stride()
+    ulp = torch.finfo(dtype).eps * x.double().abs()
+    moved = (y.double() - x.double()).abs()
+    nonzero = x != 0
+    normal = x.double().abs() >= 2 * torch.finfo(dtype).tiny  # a subnormal's ulp is coarser than eps x |x|
+    assert bool((moved[normal] >= 0.49 * ulp[normal]).all()) and bool((moved[normal] <= 2.01 * ulp[normal]).all())
+    assert bool((y[~nonzero] == 0).all())
+    (z,) = outliers.jittered([x], seed=seed, flip=not flip)  # the antithetic input: every move the other way
+    assert bool(((y.double() - x.double()).sign() == -(z.double() - x.double()).sign())[normal].all())
+
+
 def test_an_honest_gelu_kernel_passes_where_no_float64_truth_is_computed():
     # what the keeper judges at KernelBench's real sizes (no truth beyond float64_max_elements): the domain
     # sweep's elements where 1 + erf cancels, on the reference's own reruns

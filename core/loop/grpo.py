@@ -25,11 +25,13 @@ from core.loop.metrics import aggregate, solve_rates, step_metrics
 from core.loop.overlap import timed_trainer_class
 from core.loop.phase_common import (
     FiniteGuard,
+    LossLog,
     PhaseProgress,
     StateCallback,
     common_args,
     finish_phase,
     quiet,
+    report_skipped,
     resume_checkpoint,
 )
 from core.loop.refinement import training_env
@@ -87,10 +89,13 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     trainer_class = grpo_trainer_class(phase.negative_advantage_scale, replay, phase.replay_weight,
                                        phase.replay_batch, seed=training.seed,
                                        accepted=shared.last_accepted if phase.self_imitation else None)
-    trainer_class = timed_trainer_class(trainer_class, clock, on_batch=shared.submit if shared.overlap else None)
+    trainer_class = timed_trainer_class(trainer_class, clock, on_batch=shared.submit if shared.overlap else None,
+                                        on_rows=shared.submit_early if shared.overlap else None)
+    guard = FiniteGuard(phase, s.max_skipped_updates, say=training.console.print)
     trainer = trainer_class(model=coder.hf_model, reward_funcs=(env or shared).reward_functions(), args=args,
                           train_dataset=stream.dataset(), processing_class=coder.hf_tokenizer,
-                          callbacks=[FiniteGuard(phase), StateCallback(training, phase, bar), step_cb, bar], rollout_func=env)
+                          callbacks=[LossLog(training.out / f"{phase.name}_loss.jsonl"), guard,
+                                     StateCallback(training, phase, bar), step_cb, bar], rollout_func=env)
     checkpoint = resume_checkpoint(training, phase)
     quiet(trainer)
     try:
@@ -98,6 +103,7 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     finally:
         shared.close()
     step_cb.flush_round()
+    report_skipped(training, phase, guard)
     step_time = breakdown(clock.rows)
     if step_time:
         step_time["overlap_verification"] = float(shared.overlap)

@@ -14,7 +14,11 @@ generation. :func:`timed_trainer_class` changes two things:
    last one while TRL computes the old policy's log-probabilities. TRL's reward call then waits
    only for what is still in flight; the rewards, advantages and loss are TRL's, on the same
    completions and verdicts as without the overlap (``trainer.overlap_verification=false``).
-2. It times the step's parts for :class:`core.loop.step_clock.StepClock` (generation, the batch
+2. With ``on_rows`` as well, each completion is handed over as soon as it ends (its first EOS), while the
+   rest of its batch is still generated (:class:`EarlyRows`, a stopping criterion that never stops a row):
+   a batch runs until its longest completion, and on the H100 (1.3B model, 2026-12-06) the last batch's
+   verification, begun only when the whole batch was done, was 18% of the step time.
+3. It times the step's parts for :class:`core.loop.step_clock.StepClock` (generation, the batch
    being ready, completion tokens).
 
 What it does not do: verify a round while the *previous* round is optimised (that would need the
@@ -24,6 +28,7 @@ episodes (``coder.turns > 1``: each turn's verdict decides the next turn, inside
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,6 +36,33 @@ from typing import Any
 from core.loop.training_config import TrainingError
 
 OnBatch = Callable[[Sequence[str], Sequence[Any]], Any]  # (task ids, completions) of one generated batch
+
+
+class EarlyRows:
+    """A ``generate`` stopping criterion that stops nothing: at each new token it hands the rows that just ended
+    (their first EOS) to ``on_rows`` as (task ids, completion texts), decoded as TRL decodes a completion (its ids
+    through that EOS, special tokens skipped)."""
+
+    def __init__(self, prompt_length: int, eos_ids: Sequence[int], task_ids: Sequence[str],
+                 decode: Callable[[list[int]], str], on_rows: OnBatch):
+        self.prompt_length, self.eos_ids, self.task_ids = prompt_length, list(eos_ids), list(task_ids)
+        self.decode, self.on_rows = decode, on_rows
+        self.ended: Any = None  # per row: its EOS seen (a finished row is padded on, maybe with the EOS id)
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        last = input_ids[:, -1]
+        ended = torch.isin(last, torch.tensor(self.eos_ids, device=last.device))
+        if self.ended is None:
+            self.ended = torch.zeros_like(ended)
+        new = ended & ~self.ended
+        if input_ids.shape[1] > self.prompt_length and bool(new.any()):
+            self.ended |= new
+            rows = new.nonzero().reshape(-1).tolist()
+            self.on_rows([self.task_ids[r] for r in rows],
+                         [self.decode(input_ids[r, self.prompt_length:].tolist()) for r in rows])
+        return torch.zeros_like(ended)  # criteria are or-ed: this one never ends a row
 
 
 def merge_generations(parts: Sequence[tuple]) -> tuple:
@@ -58,9 +90,11 @@ def merge_generations(parts: Sequence[tuple]) -> tuple:
     return (rows(0), rows(1), rows(2), rows(3), rows(4), extra, rows(6), rows(7) or [])
 
 
-def timed_trainer_class(base: type, clock: Any, on_batch: OnBatch | None = None) -> type:
+def timed_trainer_class(base: type, clock: Any, on_batch: OnBatch | None = None,
+                        on_rows: OnBatch | None = None) -> type:
     """``base`` (TRL's ``GRPOTrainer`` or a subclass) generating per step's batch, telling ``clock`` the step's
-    parts and handing each generated batch to ``on_batch`` (see the module docstring)."""
+    parts, handing each generated batch to ``on_batch`` and each completion as it ends to ``on_rows`` (see the
+    module docstring)."""
 
     class TimedGRPOTrainer(base):
         _kz_task_ids: list[Any] | None = None
@@ -91,7 +125,8 @@ def timed_trainer_class(base: type, clock: Any, on_batch: OnBatch | None = None)
             for start in range(0, len(prompts), size):
                 waited = clock.value("wait")  # a multi-turn rollout verifies inside generation: not generation time
                 t0 = time.perf_counter()
-                part = super()._generate(prompts[start:start + size])
+                with self._early_rows(task_ids[start:start + size] if task_ids is not None and training else None):
+                    part = super()._generate(prompts[start:start + size])
                 if training:
                     clock.add("generate", time.perf_counter() - t0 - (clock.value("wait") - waited))
                     mask = part[2]  # a rollout's env mask: 0 on feedback tokens the model did not write
@@ -100,5 +135,32 @@ def timed_trainer_class(base: type, clock: Any, on_batch: OnBatch | None = None)
                     on_batch(task_ids[start:start + size], part[3])
                 parts.append(part)
             return merge_generations(parts)
+
+        @contextlib.contextmanager
+        def _early_rows(self, task_ids):
+            """While one batch generates, the model's ``generate`` also gets an :class:`EarlyRows` criterion."""
+            model = self.accelerator.unwrap_model(self.model_wrapped) if on_rows is not None and task_ids else None
+            if model is None or "generate" in vars(model):
+                yield
+                return
+            generate = model.generate
+            tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+
+            def watched(*args, **kwargs):
+                from transformers import StoppingCriteriaList
+
+                ids = kwargs.get("input_ids", args[0] if args else None)
+                if ids is None or ids.shape[0] != len(task_ids):
+                    return generate(*args, **kwargs)
+                criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
+                criteria.append(EarlyRows(ids.shape[1], self.eos_token_ids, task_ids,
+                                          lambda row: tokenizer.decode(row, skip_special_tokens=True), on_rows))
+                return generate(*args, stopping_criteria=criteria, **kwargs)
+
+            model.generate = watched
+            try:
+                yield
+            finally:
+                del model.generate
 
     return TimedGRPOTrainer

@@ -208,19 +208,26 @@ class StateCallback(TrainerCallback):
 
 
 class FiniteGuard(TrainerCallback):
-    """Stops a phase at the first step that leaves the weights, its loss or its gradient norm not finite.
+    """Keeps a phase's weights finite: a step whose gradients are not finite is skipped, and the phase stops
+    once ``max_skipped`` steps in a row were, or at the first step that leaves the weights, its loss or its
+    gradient norm not finite otherwise.
 
     Non-finite weights do not fail by themselves: SFT goes on training and saves a model that answers
     nothing, and the next GRPO step's sampling dies inside ``generate`` (on a GPU "device-side assert
-    triggered", which loses the CUDA context; seen on one H200, 2026-12-02). Stopped here, after the
-    optimiser's update and before that step is logged or saved, the phase fails with its name and step,
-    and the newest checkpoint on disk is one from before it.
+    triggered", which loses the CUDA context; seen on one H200, 2026-12-02). One bad batch should not end a run
+    either: a 1.3B model in bf16 (H100, 2026-12-06) had its fifth GRPO update turn every weight into NaN. So,
+    as loss scaling and large-scale trainers do with an overflowing step, the update is not applied (every
+    gradient dropped before the optimiser's step: AdamW leaves a parameter without one untouched), said on the
+    console and counted (``skipped``). Stopped, after the optimiser's update and before that step is logged or
+    saved, the phase fails with its name and step, and the newest checkpoint on disk is one from before it.
     """
 
     WATCHED = ("loss", "grad_norm")
 
-    def __init__(self, phase: Phase):
-        self.phase = phase
+    def __init__(self, phase: Phase, max_skipped: int = 0, say: Any = print):
+        self.phase, self.max_skipped, self.say = phase, max_skipped, say
+        self.skipped: list[int] = []  # the steps whose update was not applied
+        self.in_a_row = 0
 
     def _stop(self, what: str, step: int) -> None:
         raise TrainingError(
@@ -228,17 +235,60 @@ class FiniteGuard(TrainerCallback):
             f"Rerunning the same command resumes from the last checkpoint before it (every save_steps); "
             f"if it recurs there, lower trainer.phases.{self.phase.name}.learning_rate")
 
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        import torch
+
+        named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None] if model else []
+        # one device sync for the whole model, not one per tensor
+        if not named or bool(torch.stack([torch.isfinite(g).all() for _, g in named]).all()):
+            self.in_a_row = 0
+            return
+        step = state.global_step + 1  # the step this update would complete
+        bad = next(name for name, g in named if not bool(torch.isfinite(g).all()))
+        if self.in_a_row >= self.max_skipped:
+            self._stop(f"the gradients were not finite ({bad}, among others) "
+                       f"{self.in_a_row + 1} step(s) in a row", step)
+        for _, p in model.named_parameters():
+            p.grad = None
+        self.skipped.append(step)
+        self.in_a_row += 1
+        self.say(f"phase {self.phase.name!r} step {step}: gradients not finite ({bad}, among others); update skipped "
+                 f"({self.in_a_row} in a row of at most {self.max_skipped}, {len(self.skipped)} in the phase)")
+
     def on_step_end(self, args, state, control, model=None, **kwargs):
         import torch
 
         params = [p.detach() for p in model.parameters()] if model is not None else []
-        # one device sync for the whole model, not one per tensor
         if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
             bad = next(name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all()))
             self._stop(f"the update left weights that are not finite ({bad}, among others)", state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.skipped and self.skipped[-1] == state.global_step:
+            return  # that step's loss or gradient norm is the non-finite one whose update was skipped
         for key in self.WATCHED:
             value = (logs or {}).get(key)
             if isinstance(value, (int, float)) and not math.isfinite(value):
                 self._stop(f"{key} was {value}", state.global_step)
+
+
+def report_skipped(training: Any, phase: Phase, guard: FiniteGuard) -> None:
+    """A finished phase's skipped updates, on the console and in the run's progress (train_state.json)."""
+    if guard.skipped:
+        training.progress.setdefault("skipped_updates", {})[phase.name] = list(guard.skipped)
+        training.console.print(f"{phase.name}: {len(guard.skipped)} update(s) skipped for gradients that were not "
+                               f"finite (steps {', '.join(map(str, guard.skipped))})")
+
+
+class LossLog(TrainerCallback):
+    """Writes the trainer's logged rows (loss, gradient norm, TRL's clip ratios and entropy) to ``path`` at
+    every log, so what led up to a failed step is on disk; a resumed phase's history comes with its checkpoint."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        rows = [r for r in state.log_history if "loss" in r]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(self.path)

@@ -24,11 +24,13 @@ from core.loop.attempts import attempt, copy_state, propose, reports_progress
 from core.loop.feedback_sft import phase_rows
 from core.loop.phase_common import (
     FiniteGuard,
+    LossLog,
     PhaseProgress,
     StateCallback,
     common_args,
     finish_phase,
     quiet,
+    report_skipped,
     resume_checkpoint,
 )
 from core.loop.training_config import Phase, TrainingError
@@ -52,15 +54,15 @@ def run_sft(training: Any, phase: Phase, exclude: set[str]) -> None:
                      max_length=sft_budget(training.coder, phase), completion_only_loss=True, packing=False,
                      **dict(training.settings.sft_kwargs))
     clock = PhaseProgress(training, phase)
+    guard = FiniteGuard(phase, training.settings.max_skipped_updates, say=training.console.print)
     trainer = SFTTrainer(model=training.coder.hf_model, args=args, train_dataset=dataset,
                          processing_class=training.coder.hf_tokenizer,
-                         callbacks=[FiniteGuard(phase), StateCallback(training, phase, clock), clock])
+                         callbacks=[LossLog(training.out / f"{phase.name}_loss.jsonl"), guard,
+                                    StateCallback(training, phase, clock), clock])
     quiet(trainer)
     trainer.train(resume_from_checkpoint=resume_checkpoint(training, phase))
     rows = [r for r in trainer.state.log_history if "loss" in r]
-    with open(training.out / f"{phase.name}_loss.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    report_skipped(training, phase, guard)
     if rows:
         training.console.print(f"{phase.name}: loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f} over "
                                f"{trainer.state.global_step} steps ({len(dataset)} pairs)")

@@ -6,18 +6,22 @@ verifies the batch on the first call and lets the others read the same verdicts.
 
 With ``overlap=True`` the completions can be handed over as soon as they are generated
 (:meth:`SharedVerification.submit`, called by :mod:`core.loop.overlap` after each step's share of a
-generation round): one background thread runs the verifier's ``verify_many`` on them (the work itself
-happens in the verifier's pools) while the trainer generates the next share. The reward call then
-only waits for what is still in flight. Which pairs are verified, and so every verdict and reward, is
-the same as without the overlap: a pair already verified or in flight is not verified again, and the
-verdicts are filed, and ``on_verdict`` heard, on the trainer's thread in submission order.
+generation round), and each one even as soon as it ends, while the rest of its batch is still generated
+(:meth:`SharedVerification.submit_early`): one background thread runs the verifier's ``verify_many`` on
+whatever is queued, all of it at once (the work itself happens in the verifier's pools), while the
+trainer generates. The reward call then only waits for what is still in flight. Which pairs are
+verified, and so every verdict and reward, is the same as without the overlap: a pair already verified
+or in flight is not verified again; an early pair counts only once its batch's :meth:`submit` names it
+(one it never names is dropped); and the verdicts are filed, and ``on_verdict`` heard, on the trainer's
+thread in the batches' order.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -28,6 +32,9 @@ from core.loop.training_config import TrainingError
 from core.plugins import notify
 from core.task import Candidate, Task
 from core.verdict import Verdict
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]  # (task id, candidate id)
 
 
 @dataclass
@@ -95,67 +102,133 @@ class SharedVerification:
         self._groups = 0
         self.verifications = 0
         self.verified_in_reward_call = 0  # fresh verdicts computed inside TRL's reward call (none when all overlapped)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kz-verify") if overlap else None
-        self._in_flight: list[tuple[list[tuple[str, str]], list[tuple[Task, Candidate]], Future]] = []
-        self._in_flight_keys: set[tuple[str, str]] = set()
+        self.early_dropped = 0  # early pairs no batch named (their text differed from the batch's decoding)
+        # the background verification (overlap): pairs queued, verdicts computed and not yet filed, the pairs the
+        # batches named in order (adopted), everything queued, running or computed (so nothing runs twice)
+        self._cv = threading.Condition()
+        self._queue: list[tuple[Key, Task, Candidate]] = []
+        self._results: dict[Key, Verdict | BaseException] = {}
+        self._adopted: dict[Key, tuple[Task, Candidate]] = {}
+        self._known: set[Key] = set()
+        self._closing = False
+        self._thread = threading.Thread(target=self._verify_queued, name="kz-verify", daemon=True) if overlap else None
+        if self._thread is not None:
+            self._thread.start()
 
     @property
     def overlap(self) -> bool:
-        return self._pool is not None
+        return self._thread is not None
 
     def _tell(self, key: str, amount: float) -> None:
         if self.clock is not None:
             self.clock.add(key, amount)
 
-    def _timed_verify_many(self, pairs: list[tuple[Task, Candidate]]) -> list[Verdict]:
-        t0 = time.perf_counter()
-        try:
-            return self.verifier.verify_many(pairs)
-        finally:
-            self._tell("verify", time.perf_counter() - t0)
+    def _verify_queued(self) -> None:
+        """The background thread: verify everything queued in one ``verify_many``, again and again."""
+        while True:
+            with self._cv:
+                while not self._queue and not self._closing:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            t0 = time.perf_counter()
+            try:
+                verdicts: list[Verdict | BaseException] = list(self.verifier.verify_many([(t, c) for _, t, c in batch]))
+                if len(verdicts) != len(batch):
+                    error = TrainingError(f"the verifier returned {len(verdicts)} verdicts for {len(batch)} candidates")
+                    verdicts = [error] * len(batch)
+            except BaseException as exc:  # filed as the pairs' result: the reward call raises it
+                verdicts = [exc] * len(batch)
+            finally:
+                self._tell("verify", time.perf_counter() - t0)
+            with self._cv:
+                self._results.update((key, v) for (key, _, _), v in zip(batch, verdicts))
+                self._cv.notify_all()
 
-    def submit(self, task_ids: Sequence[str], completions: Sequence[Any]) -> int:
-        """Start verifying these completions in the background (with ``overlap``); returns how many pairs were
-        sent. Pairs already verified, in flight or declined are not sent; the reward call files the verdicts."""
-        if self._pool is None:
-            return 0
-        fresh: dict[tuple[str, str], tuple[Task, Candidate]] = {}
+    def _candidates(self, task_ids: Sequence[str], completions: Sequence[Any]) -> dict[Key, tuple[Task, Candidate]]:
+        """The not declined, not yet verified pairs of these rows, first occurrence of each, in order."""
+        pairs: dict[Key, tuple[Task, Candidate]] = {}
         for tid, completion in zip(task_ids, completions, strict=True):
             task = self.stream.task(tid)
             cand = self.to_candidate(task, completion_text(completion))
             key = (task.id, cand.id)
-            if cand.declined or key in self._verdicts or key in self._in_flight_keys or key in fresh:
-                continue
-            fresh[key] = (task, cand)
-        if fresh:
-            pairs = list(fresh.values())
-            self._in_flight.append((list(fresh), pairs, self._pool.submit(self._timed_verify_many, pairs)))
-            self._in_flight_keys.update(fresh)
+            if not cand.declined and key not in self._verdicts and key not in pairs:
+                pairs[key] = (task, cand)
+        return pairs
+
+    def submit(self, task_ids: Sequence[str], completions: Sequence[Any]) -> int:
+        """Start verifying a generated batch in the background (with ``overlap``): its pairs count, in its order;
+        returns how many pairs were sent now (not those already verified, in flight, sent early, or declined)."""
+        if self._thread is None:
+            return 0
+        sent = 0
+        with self._cv:
+            for key, (task, cand) in self._candidates(task_ids, completions).items():
+                if key in self._adopted:
+                    continue
+                self._adopted[key] = (task, cand)
+                if key not in self._known:
+                    self._known.add(key)
+                    self._queue.append((key, task, cand))
+                    sent += 1
+            self._cv.notify_all()
+        return sent
+
+    def submit_early(self, task_ids: Sequence[str], completions: Sequence[Any]) -> int:
+        """Start verifying rows that ended while the rest of their batch is still generated (with ``overlap``); they
+        count only once :meth:`submit` names them. Returns how many pairs were sent."""
+        if self._thread is None:
+            return 0
+        with self._cv:
+            fresh = [(key, t, c) for key, (t, c) in self._candidates(task_ids, completions).items()
+                     if key not in self._known]
+            self._known.update(key for key, _, _ in fresh)
+            self._queue.extend(fresh)
+            self._cv.notify_all()
         return len(fresh)
 
     def _collect(self) -> None:
-        """Wait for every verification in flight; file its verdicts, in submission order, on this thread."""
-        if not self._in_flight:
+        """Wait for the verdicts of every pair the batches named; file them, in the batches' order, on this thread.
+        Early pairs no batch named are dropped."""
+        if self._thread is None:
             return
         t0 = time.perf_counter()
-        try:
-            results = [(keys, pairs, future.result()) for keys, pairs, future in self._in_flight]
-        finally:
-            self._tell("wait", time.perf_counter() - t0)
-            self._in_flight, self._in_flight_keys = [], set()
-        for keys, pairs, verdicts in results:
-            if len(verdicts) != len(pairs):
-                raise TrainingError(f"the verifier returned {len(verdicts)} verdicts for {len(pairs)} candidates")
-            for key, (task, cand), verdict in zip(keys, pairs, verdicts):
-                self._verdicts[key] = verdict
-                notify("on_verdict", task=task, candidate=cand, verdict=verdict)
-            self.verifications += len(keys)
-            self._tell("verdicts", len(keys))
+        with self._cv:
+            if not self._adopted:
+                return
+            try:
+                while not all(key in self._results for key in self._adopted):
+                    self._cv.wait()
+            finally:
+                self._tell("wait", time.perf_counter() - t0)
+            adopted, self._adopted = self._adopted, {}
+            results = {key: self._results.pop(key) for key in adopted}
+            dropped = [key for key in self._results if key not in adopted]
+            for key in dropped:
+                del self._results[key]
+            self._known -= set(adopted) | set(dropped)
+        if dropped:
+            self.early_dropped += len(dropped)
+            log.warning("%d early completion(s) matched no generated row and were dropped", len(dropped))
+        failed = next((v for v in results.values() if isinstance(v, BaseException)), None)
+        if failed is not None:
+            raise failed
+        for key, (task, cand) in adopted.items():
+            verdict = results[key]
+            self._verdicts[key] = verdict
+            notify("on_verdict", task=task, candidate=cand, verdict=verdict)
+        self.verifications += len(adopted)
+        self._tell("verdicts", len(adopted))
 
     def close(self) -> None:
-        """Stop the background thread (after what is in flight)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        """Stop the background thread (after the ``verify_many`` it runs, if any)."""
+        if self._thread is not None:
+            with self._cv:
+                self._closing = True
+                self._queue.clear()  # what has not started is not needed any more
+                self._cv.notify_all()
+            self._thread.join()
 
     def score(self, completions: Sequence[Any], task_ids: Sequence[str], log_metric: Callable | None = None) -> ScoredBatch:
         texts = [completion_text(c) for c in completions]

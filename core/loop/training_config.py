@@ -115,6 +115,9 @@ class TrainSettings:
     # Verify each step's share of a generation round while the next is generated (core.loop.overlap); rewards are
     # the same either way. Overlaps only with GRPOConfig's steps_per_generation > 1 (trainer.grpo_kwargs).
     overlap_verification: bool = False
+    # A step whose gradients are not finite is skipped, up to this many in a row; then the phase stops
+    # (core.loop.phase_common.FiniteGuard). 0: stop at the first.
+    max_skipped_updates: int = 3
     grpo_kwargs: dict[str, Any] = field(default_factory=dict)  # any other GRPOConfig field
     sft_kwargs: dict[str, Any] = field(default_factory=dict)  # any other SFTConfig field
 
@@ -141,6 +144,8 @@ class TrainSettings:
                                 f"'{{name: random, max_ops: 1}}', or null; got {settings.eval_proposer!r}")
         if settings.precision not in PRECISIONS:
             raise TrainingError(f"trainer.precision must be one of {PRECISIONS}, got {settings.precision!r}")
+        if settings.max_skipped_updates < 0:
+            raise TrainingError(f"trainer.max_skipped_updates must be >= 0, got {settings.max_skipped_updates}")
         if settings.resume not in ("auto", "never"):
             raise TrainingError(f"trainer.resume must be 'auto' or 'never', got {settings.resume!r}")
         return settings

@@ -298,7 +298,7 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
     ``absolute`` (:func:`truth_agrees` only): the floor is an absolute number, not a fraction of S.
 
     ``scale_aware="median"`` (the domain probe, whose outputs span dozens of decades): S is per
-    element, ``max(|ref|, median |ref|)``, and the truth's allowance is per element too (the fp32
+    element, ``max(|ref|, median |ref| of the nonzero ones)``, and the truth's allowance is per element too (the fp32
     reference's own error there, at least the rounding noise), so a kernel wrong on the small
     outputs of part of the domain is not hidden behind the largest output's scale.
 
@@ -486,11 +486,14 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
 
 
 def median_scale(magnitudes: Any, finite: Any) -> Any:
-    """Per element, ``max(|ref|, median |ref| over the finite elements)`` (``magnitudes`` holds
-    zeros where the reference is not finite): the domain probe's S."""
+    """Per element, ``max(|ref|, median |ref| over the finite nonzero elements)`` (``magnitudes`` holds
+    zeros where the reference is not finite): the domain probe's S. Exact zeros carry no scale: a strided,
+    dilated transposed convolution leaves half its outputs structurally 0, and a median of 0 left a purely
+    relative bound that failed an honest kernel's rounding wherever a sum cancels (H100, 2026-12-06)."""
     import torch
 
     values = magnitudes[finite] if not bool(finite.all()) else magnitudes.reshape(-1)
+    values = values[values != 0]
     if values.numel() == 0:
         return magnitudes
     from core.verification.selection import kth_smallest
@@ -512,6 +515,7 @@ def jittered_reruns(run: Callable[[list[Any]], list[Any]], inputs: list[Any], ex
     again = run(inputs)
     if len(again) != len(expected) or not all(bitwise_equal(a, b) for a, b in zip(expected, again)):
         return []
+    del again  # an output's worth, not held through the reruns
     reruns = []
     for k in range(count):  # antithetic pairs (core.verification.outliers.JITTER_RUNS)
         seed, flip = k // 2 + 1, k % 2 == 1

@@ -45,7 +45,7 @@ class LargeResult:
 def bound_detail(where: str, n_bad: int, numel: int, floor: float, rtol: float, scale_aware: Any, shown: float,
                  max_abs: float, max_rel: float) -> str:
     """The words of an output whose elements miss the bound (both comparisons say it alike)."""
-    what = ("magnitude (at least the median magnitude" if scale_aware == "median"
+    what = ("magnitude (at least the median nonzero magnitude" if scale_aware == "median"
             else "largest magnitude" if scale_aware else "RMS magnitude")
     shown_what = f"{what} {shown:.3g})" if scale_aware == "median" else f"{what} {shown:.3g}"
     return (f"{where}: {n_bad}/{numel} elements differ beyond {floor:.3g} x the output's {shown_what} "

@@ -65,7 +65,11 @@ def jittered(inputs: list[Any], seed: int = 0, flip: bool = False) -> list[Any]:
     """``inputs`` with every floating element moved by one or two ulps up or down at random (a
     generator seeded by ``seed``; ``flip``: every move the other way; integers and zeros untouched):
     rerunning the reference on them measures how far its own rounding moves each output element (the
-    ``rerun`` of :func:`compare_outputs`). Only the trusted reference ever runs on them."""
+    ``rerun`` of :func:`compare_outputs`). Only the trusted reference ever runs on them.
+
+    Each input is copied once and moved in place a chunk at a time (:data:`JITTER_CHUNK`): the whole-tensor
+    formula held four input-sized temporaries, 24 GiB beside KernelBench level 1's 6-GiB inputs (GELU's
+    reruns ran an H100 out of memory, 2026-12-06)."""
     import torch
 
     out = []
@@ -76,15 +80,32 @@ def jittered(inputs: list[Any], seed: int = 0, flip: bool = False) -> list[Any]:
         gen = torch.Generator(device=x.device)
         gen.manual_seed((int(seed) * 1_000_033 + k) % (1 << 63))
         eps = torch.finfo(x.dtype).eps
-        sign = torch.randint(0, 2, x.shape, generator=gen, device=x.device, dtype=torch.int8).to(x.dtype) * 2 - 1
-        if flip:
-            sign = -sign
-        if x.dtype == torch.float64:
-            y = x.detach() * (1.0 + sign * eps)
-        else:  # the product in fp32 (exact for the half types' 1 + eps), rounded back: 1-2 ulps
-            y = (x.detach().float() * (1.0 + sign.float() * eps)).to(x.dtype)
+        y = x.detach().clone()  # dense, in x's layout (an expanded input becomes a full one)
+        work = torch.float64 if x.dtype == torch.float64 else torch.float32
+        for part in _flat_chunks(y):
+            up = torch.randint(0, 2, part.shape, generator=gen, device=x.device, dtype=torch.int8)
+            if flip:
+                up = 1 - up
+            factor = up.to(work).mul_(2 * eps).add_(1 - eps)  # 1 +- eps
+            if part.dtype == work:
+                part.mul_(factor)
+            else:  # the product in fp32 (exact for the half types' 1 + eps), rounded back: 1-2 ulps
+                part.copy_(part.to(work).mul_(factor))
         out.append(y)
     return out
+
+
+def _flat_chunks(t: Any) -> Any:
+    """Views of a dense, non-overlapping ``t``'s elements, :data:`JITTER_CHUNK` at a time, in memory order (a
+    channels-last tensor is permuted to contiguous first); the whole of ``t`` at once where no flat view exists."""
+    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.size(d)))
+    dense = t.permute(order) if order else t
+    if not dense.is_contiguous():
+        yield t
+        return
+    flat = dense.view(-1)
+    for begin in range(0, flat.numel(), JITTER_CHUNK):
+        yield flat[begin:begin + JITTER_CHUNK]
 
 
 # Intermediates are moved in chunks of this many elements (the sign of each element is drawn per chunk,

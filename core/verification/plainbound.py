@@ -78,9 +78,17 @@ def rms_scale(magnitudes: Any, peak: float, judged: int) -> float:
     return math.sqrt(squares) / k / math.sqrt(judged)
 
 
+def median_rank(count_at_most: Callable[[float], int], judged: int) -> int:
+    """The rank, among all ``judged`` finite magnitudes, of the median of the nonzero ones (zeros are the smallest:
+    it is the ``zeros + (nonzero + 1) // 2``-th), as :func:`~core.verification.evidence.median_scale` takes
+    it; 0 when every one is zero (then the median is 0)."""
+    zeros = count_at_most(0.0)
+    return zeros + max(1, (judged - zeros + 1) // 2) if judged > zeros else 0
+
+
 def _median_magnitude(e: Any, g: Any, work: Any, chunk: int, judged: int, least: float, peak: float) -> float:
-    """The median of the reference's finite magnitudes (the ``(n + 1) // 2``-th smallest, as
-    :func:`~core.verification.evidence.median_scale` takes it), exactly, by counting chunk by chunk."""
+    """The median of the reference's finite nonzero magnitudes (:func:`median_rank`), exactly, by counting
+    chunk by chunk."""
     import torch
 
     from core.verification.selection import bisect_kth
@@ -89,8 +97,11 @@ def _median_magnitude(e: Any, g: Any, work: Any, chunk: int, judged: int, least:
         return sum(int((torch.where(finite, ref, math.inf) <= bound).sum())
                    for finite, ref, _ in _chunks(e, g, work, chunk, "median"))
 
+    rank = median_rank(count, judged)
+    if rank == 0:
+        return 0.0
     bits = 64 if work == torch.float64 else 32
-    return bisect_kth(count, max(1, (judged + 1) // 2), least, peak, bits)
+    return bisect_kth(count, rank, least, peak, bits)
 
 
 def within_plain_bound(e: Any, g: Any, floor: float, rtol: float, floor_of: Callable[[float], float], *,
@@ -177,8 +188,9 @@ def lent_figures(kernels: Any, e: Any, g: Any, floor: float, rtol: float, floor_
     if found.out_of_place or found.max_abs_err == 0.0 or (scale_aware == "median" and found.judged == 0):
         return LentFigures(found)
     if scale_aware == "median":  # per element max(|reference|, their median), as evidence.median_scale
-        median = bisect_kth(lambda bound: kernels.count_at_most(e, bound), max(1, (found.judged + 1) // 2),
-                            found.least, found.peak, 32)
+        rank = median_rank(lambda bound: kernels.count_at_most(e, bound), found.judged)
+        median = bisect_kth(lambda bound: kernels.count_at_most(e, bound), rank, found.least, found.peak, 32) \
+            if rank else 0.0
         beyond = kernels.bound_exceeding(e, g, rtol=rtol, floor=max(0.0, floor), tiny=floor_of(0.0), median=median)
         return LentFigures(found, median, 1.0 if absolute else median, beyond)
     if absolute:
