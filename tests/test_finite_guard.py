@@ -138,3 +138,18 @@ def test_a_run_whose_update_overflows_stops_with_the_phase_and_step(tmp_path):
     checkpoints = out / "checkpoints" / "distill"
     assert not list(checkpoints.glob("checkpoint-*")), "the non-finite step was saved"
     assert not (out / "models" / "distill").exists()
+
+
+def test_the_loss_log_holds_every_logged_loss_once_in_order_a_resumed_history_included(tmp_path):
+    import json
+
+    from core.loop.phase_common import LossLog
+
+    path, state = tmp_path / "correctness_loss.jsonl", TrainerState()
+    state.log_history = [{"loss": 0.9, "step": 1}, {"eval_x": 1.0, "step": 1}]  # what a checkpoint brought back
+    log, args = LossLog(path), TrainingArguments(output_dir="/tmp/unused", use_cpu=True)
+    for step, row in enumerate([{"loss": 0.8, "grad_norm": 1.0}, {"train_runtime": 3.0}, {"loss": 0.7}], start=2):
+        state.log_history.append({**row, "step": step})
+        log.on_log(args, state, TrainerControl(), logs=row)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["step"], r["loss"]) for r in rows] == [(1, 0.9), (2, 0.8), (4, 0.7)]

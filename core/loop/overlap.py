@@ -48,12 +48,15 @@ class EarlyRows:
         self.prompt_length, self.eos_ids, self.task_ids = prompt_length, list(eos_ids), list(task_ids)
         self.decode, self.on_rows = decode, on_rows
         self.ended: Any = None  # per row: its EOS seen (a finished row is padded on, maybe with the EOS id)
+        self.eos: Any = None  # eos_ids on the generating device, made at the first token
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
 
         last = input_ids[:, -1]
-        ended = torch.isin(last, torch.tensor(self.eos_ids, device=last.device))
+        if self.eos is None:
+            self.eos = torch.tensor(self.eos_ids, device=last.device)
+        ended = torch.isin(last, self.eos)
         if self.ended is None:
             self.ended = torch.zeros_like(ended)
         new = ended & ~self.ended

@@ -248,7 +248,7 @@ class FiniteGuard(TrainerCallback):
         if self.in_a_row >= self.max_skipped:
             self._stop(f"the gradients were not finite ({bad}, among others) "
                        f"{self.in_a_row + 1} step(s) in a row", step)
-        for _, p in model.named_parameters():
+        for p in model.parameters():
             p.grad = None
         self.skipped.append(step)
         self.in_a_row += 1
@@ -281,14 +281,16 @@ def report_skipped(training: Any, phase: Phase, guard: FiniteGuard) -> None:
 
 
 class LossLog(TrainerCallback):
-    """Writes the trainer's logged rows (loss, gradient norm, TRL's clip ratios and entropy) to ``path`` at
-    every log, so what led up to a failed step is on disk; a resumed phase's history comes with its checkpoint."""
+    """Writes the trainer's logged rows that have a loss (with the gradient norm, TRL's clip ratios and entropy)
+    to ``path`` as they are logged, so what led up to a failed step is on disk: the whole history at the first
+    log (a resumed phase's comes with its checkpoint), then each new row appended."""
 
     def __init__(self, path: Path):
-        self.path = path
+        self.path, self.written = path, None  # how many of state.log_history are on disk
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        rows = [r for r in state.log_history if "loss" in r]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tmp.replace(self.path)
+        start = 0 if self.written is None else self.written
+        rows = [r for r in state.log_history[start:] if "loss" in r]
+        with open(self.path, "w" if self.written is None else "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        self.written = len(state.log_history)

@@ -79,30 +79,34 @@ def jittered(inputs: list[Any], seed: int = 0, flip: bool = False) -> list[Any]:
             continue
         gen = torch.Generator(device=x.device)
         gen.manual_seed((int(seed) * 1_000_033 + k) % (1 << 63))
-        eps = torch.finfo(x.dtype).eps
-        y = x.detach().clone()  # dense, in x's layout (an expanded input becomes a full one)
-        work = torch.float64 if x.dtype == torch.float64 else torch.float32
-        for part in _flat_chunks(y):
-            up = torch.randint(0, 2, part.shape, generator=gen, device=x.device, dtype=torch.int8)
-            if flip:
-                up = 1 - up
-            factor = up.to(work).mul_(2 * eps).add_(1 - eps)  # 1 +- eps
-            if part.dtype == work:
-                part.mul_(factor)
-            else:  # the product in fp32 (exact for the half types' 1 + eps), rounded back: 1-2 ulps
-                part.copy_(part.to(work).mul_(factor))
-        out.append(y)
+        out.append(_move_in_place(x.detach().clone(), gen, flip))  # dense, in x's layout
     return out
+
+
+def _move_in_place(t: Any, gen: Any, flip: bool) -> Any:
+    """``t`` with each element multiplied by 1 + eps or 1 - eps of its dtype (exact factors; the product is
+    rounded once: 1-2 ulps), the signs drawn from ``gen`` a chunk at a time (``flip``: every one reversed), in
+    place: no temporary larger than :data:`JITTER_CHUNK` elements."""
+    import torch
+
+    eps = torch.finfo(t.dtype).eps
+    for part in _flat_chunks(t):
+        up = torch.randint(0, 2, part.shape, generator=gen, device=t.device, dtype=torch.int8)
+        if flip:
+            up = 1 - up
+        part.mul_(up.to(t.dtype).mul_(2 * eps).add_(1 - eps))
+    return t
 
 
 def _flat_chunks(t: Any) -> Any:
     """Views of a dense, non-overlapping ``t``'s elements, :data:`JITTER_CHUNK` at a time, in memory order (a
     channels-last tensor is permuted to contiguous first); the whole of ``t`` at once where no flat view exists."""
-    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.size(d)))
-    dense = t.permute(order) if order else t
-    if not dense.is_contiguous():
-        yield t
-        return
+    dense = t
+    if not t.is_contiguous():
+        dense = t.permute(sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.size(d))))
+        if not dense.is_contiguous():
+            yield t
+            return
     flat = dense.view(-1)
     for begin in range(0, flat.numel(), JITTER_CHUNK):
         yield flat[begin:begin + JITTER_CHUNK]
@@ -139,14 +143,7 @@ def rounding_jitter(seed: int, flip: bool = False) -> Any:
         if gen is None:
             gen = generators[t.device] = torch.Generator(device=t.device)
             gen.manual_seed(int(seed) % (1 << 63))
-        eps = torch.finfo(t.dtype).eps
-        step = -2 * eps if flip else 2 * eps  # flip: the antithetic rerun's moves, each the other way
-        flat = t.view(-1)
-        for start in range(0, flat.numel(), JITTER_CHUNK):
-            part = flat[start:start + JITTER_CHUNK]
-            sign = torch.randint(0, 2, part.shape, generator=gen, device=t.device, dtype=torch.int8)
-            part.mul_(sign.to(t.dtype).mul_(step).add_(1 - step / 2))  # x (1 +- eps): 1-2 ulps, rounded
-        return t
+        return _move_in_place(t, gen, flip)  # flip: the antithetic rerun's moves, each the other way
 
     def narrow(t: Any) -> Any:
         # a half-precision activation's formula runs in float32 (torch._decomp's type promotion), whose moves

@@ -188,9 +188,11 @@ def lent_figures(kernels: Any, e: Any, g: Any, floor: float, rtol: float, floor_
     if found.out_of_place or found.max_abs_err == 0.0 or (scale_aware == "median" and found.judged == 0):
         return LentFigures(found)
     if scale_aware == "median":  # per element max(|reference|, their median), as evidence.median_scale
-        rank = median_rank(lambda bound: kernels.count_at_most(e, bound), found.judged)
-        median = bisect_kth(lambda bound: kernels.count_at_most(e, bound), rank, found.least, found.peak, 32) \
-            if rank else 0.0
+        def count(bound: float) -> int:
+            return kernels.count_at_most(e, bound)
+
+        rank = median_rank(count, found.judged)
+        median = bisect_kth(count, rank, found.least, found.peak, 32) if rank else 0.0
         beyond = kernels.bound_exceeding(e, g, rtol=rtol, floor=max(0.0, floor), tiny=floor_of(0.0), median=median)
         return LentFigures(found, median, 1.0 if absolute else median, beyond)
     if absolute:
