@@ -320,3 +320,35 @@ def test_a_baseline_started_with_the_gpu_stages_still_leaves_the_candidate_its_e
     monkeypatch.setattr(pipeline, "start_baselines", lambda verification: ran.append("started again") or {})
     v.run_candidate()
     assert ran == ["extra"] and v.early_baselines is early
+
+
+def test_no_baseline_is_set_up_beside_a_verification_whose_estimate_is_over_the_memory_admitted():
+    # H100, 2026-12-06: 26_GELU_ (92 GiB estimated, 71 GiB admitted) held the device alone, and a cold torch.compile
+    # set-up beside it (12 GiB for 8 s) ran the keeper's comparison out of memory; the set-up's room was measured
+    # against the verification's own peak, not the device's
+    from types import SimpleNamespace
+
+    from core.verification.gpumemory import EARLY_BASELINE_MAX_BYTES, Footprint, MemoryAdmission
+    from core.verification.observations import start_baselines
+    from plugins.verifiers.performance import PerformanceCheck
+
+    g = 1 << 30
+
+    def verification(estimate_bytes, capacity_bytes):
+        timing = EARLY_BASELINE_MAX_BYTES + 1
+        fp = Footprint(estimate_bytes, {"timing": timing, "early_baseline": 12 * g})
+        admission = MemoryAdmission.for_device(capacity_bytes) if capacity_bytes else None
+        return SimpleNamespace(verifier=SimpleNamespace(footprints={"t": fp}, memory_admission=admission),
+                               task=SimpleNamespace(id="t"), checks=[PerformanceCheck()],
+                               verdict=SimpleNamespace(checks={}, gpu_memory={"alone": True}),
+                               baseline=lambda check, config, gate=None: {"eager_ms": 1.0})
+
+    over = verification(92 * g, 71 * g)
+    assert start_baselines(over) == {}
+    assert over.verdict.gpu_memory["alone"] is True  # what the reservation recorded is kept
+    assert "over the memory admitted" in over.verdict.gpu_memory["early_baseline"]
+    for within in (verification(92 * g, 125 * g), verification(92 * g, None)):  # room on the device, or no admission
+        started = start_baselines(within)
+        assert list(started) == ["performance"] and "early_baseline" not in within.verdict.gpu_memory
+        started["performance"].cancel()
+        started["performance"].join(10)

@@ -105,6 +105,15 @@ def start_baselines(v: "Verification", whole_only: bool = False) -> dict[str, Ea
     footprint = getattr(v.verifier, "footprints", {}).get(v.task.id)
     if footprint is None or not footprint.parts.get("early_baseline"):
         return {}
+    admission = getattr(v.verifier, "memory_admission", None)
+    if admission is not None and footprint.bytes > admission.capacity:
+        # it holds the device alone and its estimate is already over what is admitted: the set-up beside it
+        # (early_baseline fits under the verification's own peak, not the device's) would deepen the overrun
+        # (H100, 2026-12-06: 26_GELU_, 92 GiB estimated, 71 admitted, ran out of memory alone while a cold
+        # torch.compile set-up held its 12 GiB for 8 s beside the keeper's comparison)
+        v.verdict.gpu_memory = {**(getattr(v.verdict, "gpu_memory", None) or {}),
+                                "early_baseline": "after the timing: the estimate is over the memory admitted"}
+        return {}
     gated = footprint.parts.get("timing", EARLY_BASELINE_MAX_BYTES + 1) > EARLY_BASELINE_MAX_BYTES
     if gated and whole_only:
         return {}
