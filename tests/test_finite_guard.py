@@ -79,7 +79,8 @@ def test_a_step_whose_gradients_are_not_finite_is_skipped_up_to_the_limit_in_a_r
         _grads(model, bad)
         in_a_row = in_a_row + 1 if bad else 0
         if in_a_row > max_skipped:  # one more than allowed in a row: the phase stops, naming the parameter
-            with pytest.raises(TrainingError, match=rf"gradients were not finite \(0.weight, among others\) "
+            with pytest.raises(TrainingError, match=rf"gradients were not finite \(0.weight, among others; 1 of 4 "
+                                                    rf"tensors, first 0.weight, last 0.weight\) "
                                                     rf"{in_a_row} step\(s\) in a row at step {step}"):
                 guard.on_pre_optimizer_step(args, state, TrainerControl(), model=model)
             return
@@ -94,6 +95,65 @@ def test_a_step_whose_gradients_are_not_finite_is_skipped_up_to_the_limit_in_a_r
         assert all(torch.isfinite(p).all() for p in model.parameters())
     assert guard.skipped == [step for step, bad in enumerate(pattern, start=1) if bad]
     assert len(said) == len(guard.skipped) and all("update skipped" in line for line in said)
+    assert set(guard.where) == set(guard.skipped)
+
+
+class _TinyLM:
+    """A causal LM's shape for the guard: embedding, a body, an output embedding (its logits)."""
+
+    def __new__(cls, body):
+        import torch
+
+        class Tiny(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed = torch.nn.Embedding(11, 4)
+                self.body = torch.nn.Linear(4, 4)
+                self.head = torch.nn.Linear(4, 11, bias=False)
+
+            def get_output_embeddings(self):
+                return self.head
+
+            def forward(self, ids):
+                return self.head(body(self.body(self.embed(ids))))
+
+        return Tiny()
+
+
+@pytest.mark.parametrize("origin", ["loss", "model"])
+def test_a_skipped_step_says_whether_its_non_finite_gradients_came_from_the_loss_or_the_models_backward(origin):
+    # H100, 2026-12-06: a 1.3B model's GRPO steps had a finite loss and NaN gradients in every tensor; the guard
+    # now tells the two places apart by the gradient at the logits
+    import torch
+
+    # the loss's case: exp overflows where a mask then discards it (GRPO's importance ratio at a masked token):
+    # the loss is finite, its gradient at the logits is 0 * inf. The model's: sqrt at 0 inside the body
+    body = (lambda h: h) if origin == "loss" else (lambda h: torch.sqrt(h - h) + h)
+    model = _TinyLM(body)
+    said = []
+    guard = FiniteGuard(Phase(name="correctness", kind="grpo", steps=4), max_skipped=2, say=said.append)
+    args, state = TrainingArguments(output_dir="/tmp/unused", use_cpu=True), TrainerState()
+    guard.on_train_begin(args, state, TrainerControl(), model=model)
+    logits = model(torch.tensor([[1, 2, 3]]))
+    if origin == "loss":
+        loss = torch.where(torch.zeros_like(logits, dtype=torch.bool), torch.exp(1000 * logits), 0.0).sum()
+    else:
+        loss = logits.sum()
+    assert torch.isfinite(loss)
+    loss.backward()
+    guard.on_pre_optimizer_step(args, state, TrainerControl(), model=model)
+    assert guard.skipped == [1] and all(p.grad is None for p in model.parameters())
+    expected = ("the gradient at the logits was already not finite: the loss made them" if origin == "loss" else
+                "the gradient at the logits was finite: they arose inside the model's backward")
+    assert expected in said[0] and guard.where[1].endswith(expected)
+    # a finite step after it reads only its own backward's gradients at the logits
+    if origin == "loss":  # (the model's sqrt makes every step's gradients NaN)
+        model(torch.tensor([[4, 5]])).sum().backward()
+        guard.on_pre_optimizer_step(args, state, TrainerControl(), model=model)
+        assert guard.in_a_row == 0 and guard._logit_grad_norms == []
+    guard.on_train_end(args, state, TrainerControl())
+    model(torch.tensor([[1]]))
+    assert guard._logit_grad_norms == []  # the hook is gone with the phase
 
 
 def test_a_non_finite_log_of_a_step_that_was_applied_still_stops_the_phase():

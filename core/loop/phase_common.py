@@ -227,7 +227,39 @@ class FiniteGuard(TrainerCallback):
     def __init__(self, phase: Phase, max_skipped: int = 0, say: Any = print):
         self.phase, self.max_skipped, self.say = phase, max_skipped, say
         self.skipped: list[int] = []  # the steps whose update was not applied
+        self.where: dict[int, str] = {}  # a skipped step: where its non-finite gradients arose, where known
         self.in_a_row = 0
+        self._logit_grad_norms: list[Any] = []  # this step's gradient norms at the logits, one per backward
+        self._hook: Any = None
+
+    # Where a non-finite gradient arises: the gradient at the logits (the output embedding's output) is the loss's
+    # alone. Not finite there: the loss made it (an importance ratio exp(logp - old_logp) that overflows where a
+    # mask then discards it gives 0 * inf); finite there: the model's own backward did (attention, a recomputed
+    # checkpoint). Its norm is taken on the device, no copy, and read only when a step's gradients are bad.
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        head = getattr(model, "get_output_embeddings", lambda: None)() if model is not None else None
+        if head is not None and self._hook is None:
+            self._hook = head.register_forward_hook(self._watch_logits)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _watch_logits(self, module, inputs, output):
+        import torch
+
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(lambda grad: self._logit_grad_norms.append(torch.linalg.vector_norm(grad.detach())))
+
+    def _origin(self, norms: list[Any]) -> str:
+        import torch
+
+        if not norms:
+            return ""
+        if bool(torch.isfinite(torch.stack([n.float() for n in norms])).all()):
+            return "the gradient at the logits was finite: they arose inside the model's backward"
+        return "the gradient at the logits was already not finite: the loss made them"
 
     def _stop(self, what: str, step: int) -> None:
         raise TrainingError(
@@ -239,20 +271,27 @@ class FiniteGuard(TrainerCallback):
         import torch
 
         named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None] if model else []
+        norms, self._logit_grad_norms = self._logit_grad_norms, []
         # one device sync for the whole model, not one per tensor
-        if not named or bool(torch.stack([torch.isfinite(g).all() for _, g in named]).all()):
+        finite = torch.stack([torch.isfinite(g).all() for _, g in named]) if named else None
+        if finite is None or bool(finite.all()):
             self.in_a_row = 0
             return
         step = state.global_step + 1  # the step this update would complete
-        bad = next(name for name, g in named if not bool(torch.isfinite(g).all()))
+        flags = finite.tolist()
+        names = [name for (name, _), ok in zip(named, flags) if not ok]
+        origin = self._origin(norms)
+        what = (f"{len(names)} of {len(named)} tensors, first {names[0]}, last {names[-1]}"
+                + (f"; {origin}" if origin else ""))
         if self.in_a_row >= self.max_skipped:
-            self._stop(f"the gradients were not finite ({bad}, among others) "
+            self._stop(f"the gradients were not finite ({names[0]}, among others; {what}) "
                        f"{self.in_a_row + 1} step(s) in a row", step)
         for p in model.parameters():
             p.grad = None
         self.skipped.append(step)
+        self.where[step] = what
         self.in_a_row += 1
-        self.say(f"phase {self.phase.name!r} step {step}: gradients not finite ({bad}, among others); update skipped "
+        self.say(f"phase {self.phase.name!r} step {step}: gradients not finite ({what}); update skipped "
                  f"({self.in_a_row} in a row of at most {self.max_skipped}, {len(self.skipped)} in the phase)")
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -276,6 +315,9 @@ def report_skipped(training: Any, phase: Phase, guard: FiniteGuard) -> None:
     """A finished phase's skipped updates, on the console and in the run's progress (train_state.json)."""
     if guard.skipped:
         training.progress.setdefault("skipped_updates", {})[phase.name] = list(guard.skipped)
+        if guard.where:
+            training.progress.setdefault("skipped_updates_where", {})[phase.name] = {
+                str(step): what for step, what in guard.where.items()}
         training.console.print(f"{phase.name}: {len(guard.skipped)} update(s) skipped for gradients that were not "
                                f"finite (steps {', '.join(map(str, guard.skipped))})")
 
