@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -130,6 +131,29 @@ def test_lora_wraps_the_model(tmp_path):
     trainable = sum(p.numel() for p in c.hf_model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in c.hf_model.parameters())
     assert 0 < trainable < total
+
+
+def test_the_attention_kernels_are_a_config_key(tmp_path):
+    # coder.attn_implementation: transformers' default (sdpa) unless set; a run whose GRPO gradients go non-finite
+    # inside the model's backward (H100, 2026-12-06) can retry with eager attention without code changes
+    import torch
+
+    from plugins.coders.llm import LLMCoder
+
+    corpus = [render_completion(SOLUTION)] * 4
+    default = LLMCoder(embedded=TINY, cache_dir=str(tmp_path)).load(corpus).hf_model
+    eager = LLMCoder(embedded=TINY, cache_dir=str(tmp_path), attn_implementation="eager").load(corpus).hf_model
+    assert default.config._attn_implementation == "sdpa" and eager.config._attn_implementation == "eager"
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():  # the same weights, the same function
+        torch.testing.assert_close(default(ids).logits, eager(ids).logits, rtol=1e-4, atol=1e-5)
+    from hydra import compose, initialize_config_dir
+
+    from core.config import build
+
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parent.parent / "conf"), version_base=None):
+        cfg = compose("config", overrides=["coder=llm", "coder.attn_implementation=eager"])
+    assert build("coder", cfg.coder).attn_implementation == "eager"
 
 
 def test_candidate_source_parses_when_completion_is_code(coder):

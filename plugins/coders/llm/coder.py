@@ -55,6 +55,8 @@ class LLMCoder:
     lora: dict[str, Any] | None = None
     adapter: str | None = None
     dtype: str = "float32"
+    # transformers' attention kernels (``sdpa``, ``eager``, ``flash_attention_2``...); None: its default (sdpa)
+    attn_implementation: str | None = None
     device: str = "auto"
     seed: int = 0
     name: str = "llm"
@@ -94,7 +96,8 @@ class LLMCoder:
             tok.pad_token = tok.eos_token
         tok.padding_side = "left"
         dtype = getattr(torch, self.dtype)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        extra = {"attn_implementation": self.attn_implementation} if self.attn_implementation else {}
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **extra)
         if self.adapter:
             from peft import PeftModel
 
