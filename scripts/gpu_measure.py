@@ -657,13 +657,15 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "1..3 from verdict feedback, before and after SFT on feedback pairs", _refinement, refinement_figure,
          results=(("refinement/refinement.json", "refinement.json"), ("refinement/refinement.png", "refinement.png")),
          tail=12, chain=True),
-    Step("hub_grpo", 480, "2026-12-06, one H100: build and load 40 s, teacher verdicts + SFT + saves ~150 s, then "
-         "105 s per round of 4 GRPO steps (HF generate 77 s): 20 steps need ~12 min, so the limit cuts it after "
-         "8-12; its breakdown is still read from metrics.jsonl (benchmarks.step_time)",
+    Step("hub_grpo", 480, "2026-12-06, two H100 runs: build and load 40 s, teacher verdicts + SFT ~150-200 s, then "
+         "75-130 s per round of 4 GRPO steps: 20 steps need ~12 min, over one call: run it detached "
+         "(scripts/gpu_detached.py, --limit hub_grpo=1100); a cut run's breakdown is read from metrics.jsonl",
          "experiment=hub_grpo with Qwen2.5-Coder-1.5B's architecture at random init: a brief SFT warm start on 64 "
          "teacher pairs, then 20 GRPO steps of 8 tasks x 8 samples x <= 512 tokens; tokens/s, verdicts/s, the step "
          "time breakdown and peak GPU memory", _hub_grpo, hub_grpo_figure,
-         results=(("hub_grpo/run/metrics.jsonl", "hub_grpo_metrics.jsonl"), ("hub_grpo/run/result.json", "hub_grpo_result.json")),
+         results=(("hub_grpo/run/metrics.jsonl", "hub_grpo_metrics.jsonl"), ("hub_grpo/run/result.json", "hub_grpo_result.json"),
+                  ("hub_grpo/run/correctness_loss.jsonl", "hub_grpo_loss.jsonl"),
+                  ("hub_grpo/run/train_state.json", "hub_grpo_train_state.json")),
          tail=12),
     Step("phase2", 3 * 3600, "not yet run; estimated 2-3 GPU hours: not for a 600 s device call",
          "phase 2 (performance GRPO) on fused 2-3 op tasks: geomean speedup vs eager of the coder's accepted "
