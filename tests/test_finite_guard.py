@@ -213,3 +213,29 @@ def test_the_loss_log_holds_every_logged_loss_once_in_order_a_resumed_history_in
         log.on_log(args, state, TrainerControl(), logs=row)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(r["step"], r["loss"]) for r in rows] == [(1, 0.9), (2, 0.8), (4, 0.7)]
+
+
+def test_a_skipped_step_names_its_loss_inputs_over_its_micro_batches():
+    import torch
+
+    from core.loop.phase_common import loss_input_summary
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    said = []
+    guard = FiniteGuard(Phase(name="correctness", kind="grpo", steps=4), max_skipped=1, say=said.append)
+    args, state = TrainingArguments(output_dir="/tmp/unused", use_cpu=True), TrainerState()
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    old = torch.tensor([[-2.0, -math.inf, -math.inf], [math.nan, -1.0, -1.0]])  # -inf masked out at [0, 2]
+    guard.note_inputs(loss_input_summary({"completion_mask": mask, "advantages": torch.tensor([0.5, -1.5]),
+                                          "old_per_token_logps": old}))
+    guard.note_inputs(loss_input_summary({"completion_mask": torch.ones(1, 3, dtype=torch.long),
+                                          "advantages": torch.tensor([0.25])}))  # no old log-probs kept
+    for p in model.parameters():
+        p.grad = torch.full_like(p, math.nan)
+    guard.on_pre_optimizer_step(args, state, TrainerControl(), model=model)
+    assert ("loss inputs: longest completion (tokens) 3, rows without a completion token 1, largest |advantage| 1.5, "
+            "lowest old log-prob -inf, non-finite old log-probs 1") in said[0]
+    for p in model.parameters():  # the next step's own inputs only
+        p.grad = torch.ones_like(p)
+    guard.on_pre_optimizer_step(args, state, TrainerControl(), model=model)
+    assert guard._inputs == [] and guard.in_a_row == 0

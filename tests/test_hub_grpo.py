@@ -91,16 +91,37 @@ def run_preset(out: Path, overlap: bool):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose("config", overrides=[f"out_dir={out}", f"coder.cache_dir={out.parent / 'cache'}",
                                            *tiny_overrides(out.parent), f"trainer.overlap_verification={overlap}"])
+    from core.loop.phase_common import FiniteGuard
+
     log, verifier, screen = VerdictLog(), ParityVerifier(), io.StringIO()
-    old = plugins._pm
+    old, note_inputs, loss_inputs = plugins._pm, FiniteGuard.note_inputs, []
+
+    def noted(guard, summary):  # what the guard is told of each micro-batch's loss inputs
+        loss_inputs.append({k: float(v) for k, v in summary.items()})
+        note_inputs(guard, summary)
+
     try:
         install_fakes(log)
+        FiniteGuard.note_inputs = noted
         summary = Training(cfg, verifier, console=Console(file=screen, width=200)).run()
     finally:
         plugins.set_plugin_manager(old)
+        FiniteGuard.note_inputs = note_inputs
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return {"rows": rows, "summary": summary, "verdicts": log.seen, "batches": verifier.batches,
-            "screen": screen.getvalue(), "out": out}
+            "screen": screen.getvalue(), "out": out, "loss_inputs": loss_inputs}
+
+
+def test_the_finite_guard_hears_each_training_micro_batchs_loss_inputs(runs):
+    # FiniteGuard names them for a step whose gradients are not finite (H100, 2026-12-06: finite loss, NaN
+    # gradients); through TRL's own _compute_loss, so the hook breaks loudly if TRL renames it
+    for run in runs.values():
+        seen = run["loss_inputs"]
+        assert len(seen) >= STEPS  # one per micro-batch of each optimisation step
+        for summary in seen:
+            assert set(summary) == {"longest", "empty_rows", "advantage", "old_logp_min", "old_logp_bad"}
+            assert 1 <= summary["longest"] <= 16 and summary["empty_rows"] == 0  # coder.max_new_tokens=16
+            assert summary["old_logp_min"] <= 0 and summary["old_logp_bad"] == 0 and summary["advantage"] >= 0
 
 
 @pytest.fixture(scope="module")

@@ -89,9 +89,10 @@ def run_grpo(training: Any, phase: Phase, exclude: set[str]) -> None:
     trainer_class = grpo_trainer_class(phase.negative_advantage_scale, replay, phase.replay_weight,
                                        phase.replay_batch, seed=training.seed,
                                        accepted=shared.last_accepted if phase.self_imitation else None)
-    trainer_class = timed_trainer_class(trainer_class, clock, on_batch=shared.submit if shared.overlap else None,
-                                        on_rows=shared.submit_early if shared.overlap else None)
     guard = FiniteGuard(phase, s.max_skipped_updates, say=training.console.print)
+    trainer_class = timed_trainer_class(trainer_class, clock, on_batch=shared.submit if shared.overlap else None,
+                                        on_rows=shared.submit_early if shared.overlap else None,
+                                        on_loss_inputs=guard.note_inputs)
     trainer = trainer_class(model=coder.hf_model, reward_funcs=(env or shared).reward_functions(), args=args,
                           train_dataset=stream.dataset(), processing_class=coder.hf_tokenizer,
                           callbacks=[LossLog(training.out / f"{phase.name}_loss.jsonl"), guard,

@@ -94,10 +94,12 @@ def merge_generations(parts: Sequence[tuple]) -> tuple:
 
 
 def timed_trainer_class(base: type, clock: Any, on_batch: OnBatch | None = None,
-                        on_rows: OnBatch | None = None) -> type:
+                        on_rows: OnBatch | None = None,
+                        on_loss_inputs: Callable[[dict[str, Any]], None] | None = None) -> type:
     """``base`` (TRL's ``GRPOTrainer`` or a subclass) generating per step's batch, telling ``clock`` the step's
     parts, handing each generated batch to ``on_batch`` and each completion as it ends to ``on_rows`` (see the
-    module docstring)."""
+    module docstring), and each training micro-batch's loss inputs, summarised, to ``on_loss_inputs``
+    (:func:`core.loop.phase_common.loss_input_summary`: what ``FiniteGuard`` reports for a non-finite step)."""
 
     class TimedGRPOTrainer(base):
         _kz_task_ids: list[Any] | None = None
@@ -107,6 +109,13 @@ def timed_trainer_class(base: type, clock: Any, on_batch: OnBatch | None = None,
             if self.model.training:
                 clock.batch_ready()
             return inputs
+
+        def _compute_loss(self, model, inputs):
+            if on_loss_inputs is not None and model.training:
+                from core.loop.phase_common import loss_input_summary
+
+                on_loss_inputs(loss_input_summary(inputs))
+            return super()._compute_loss(model, inputs)
 
         def _generate_and_score_completions(self, inputs):
             self._kz_task_ids = [row.get("task_id") for row in inputs]

@@ -207,6 +207,39 @@ class StateCallback(TrainerCallback):
         tmp.replace(ckpt / STATE_FILE)
 
 
+def loss_input_summary(inputs: dict[str, Any]) -> dict[str, Any]:
+    """What a GRPO micro-batch's loss is computed from, reduced on the device without a sync (TRL's ``inputs``:
+    completion mask, advantages, the old policy's per-token log-probabilities where TRL keeps them): the values
+    that turn an importance ratio or a normalisation non-finite."""
+    import torch
+
+    mask = inputs.get("completion_mask")
+    if mask is None:
+        return {}
+    on = mask.bool()
+    lengths = on.sum(-1)
+    summary = {"longest": lengths.max(), "empty_rows": (lengths == 0).sum()}
+    advantages = inputs.get("advantages")
+    if advantages is not None:
+        summary["advantage"] = advantages.detach().abs().max()
+    old = inputs.get("old_per_token_logps")
+    if old is not None:
+        old = old.detach()
+        summary["old_logp_min"] = torch.where(on, old, torch.zeros((), dtype=old.dtype, device=old.device)).min()
+        summary["old_logp_bad"] = (on & ~torch.isfinite(old)).sum()
+    return summary
+
+
+# how FiniteGuard combines each summary over a step's micro-batches, and names it
+LOSS_INPUT_KEYS: dict[str, tuple[Any, str]] = {
+    "longest": (lambda t: t.max(), "longest completion (tokens)"),
+    "empty_rows": (lambda t: t.sum(), "rows without a completion token"),
+    "advantage": (lambda t: t.max(), "largest |advantage|"),
+    "old_logp_min": (lambda t: t.min(), "lowest old log-prob"),
+    "old_logp_bad": (lambda t: t.sum(), "non-finite old log-probs"),
+}
+
+
 class FiniteGuard(TrainerCallback):
     """Keeps a phase's weights finite: a step whose gradients are not finite is skipped, and the phase stops
     once ``max_skipped`` steps in a row were, or at the first step that leaves the weights, its loss or its
@@ -230,7 +263,26 @@ class FiniteGuard(TrainerCallback):
         self.where: dict[int, str] = {}  # a skipped step: where its non-finite gradients arose, where known
         self.in_a_row = 0
         self._logit_grad_norms: list[Any] = []  # this step's gradient norms at the logits, one per backward
+        self._inputs: list[dict[str, Any]] = []  # this step's loss inputs, summarised (loss_input_summary)
         self._hook: Any = None
+
+    def note_inputs(self, summary: dict[str, Any]) -> None:
+        """A micro-batch's loss inputs, summarised on the device (:func:`loss_input_summary`); read only when the
+        step's gradients are not finite."""
+        self._inputs.append(summary)
+
+    def _inputs_line(self, summaries: list[dict[str, Any]]) -> str:
+        import torch
+
+        if not summaries:
+            return ""
+        parts = []
+        for key, (combine, label) in LOSS_INPUT_KEYS.items():
+            values = [s[key] for s in summaries if key in s]
+            if values:
+                value = combine(torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in values])).item()
+                parts.append(f"{label} {value:.4g}")
+        return "loss inputs: " + ", ".join(parts) if parts else ""
 
     # Where a non-finite gradient arises: the gradient at the logits (the output embedding's output) is the loss's
     # alone. Not finite there: the loss made it (an importance ratio exp(logp - old_logp) that overflows where a
@@ -272,6 +324,7 @@ class FiniteGuard(TrainerCallback):
 
         named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None] if model else []
         norms, self._logit_grad_norms = self._logit_grad_norms, []
+        summaries, self._inputs = self._inputs, []
         # one device sync for the whole model, not one per tensor
         finite = torch.stack([torch.isfinite(g).all() for _, g in named]) if named else None
         if finite is None or bool(finite.all()):
@@ -280,9 +333,9 @@ class FiniteGuard(TrainerCallback):
         step = state.global_step + 1  # the step this update would complete
         flags = finite.tolist()
         names = [name for (name, _), ok in zip(named, flags) if not ok]
-        origin = self._origin(norms)
+        origin, inputs = self._origin(norms), self._inputs_line(summaries)
         what = (f"{len(names)} of {len(named)} tensors, first {names[0]}, last {names[-1]}"
-                + (f"; {origin}" if origin else ""))
+                + (f"; {origin}" if origin else "") + (f"; {inputs}" if inputs else ""))
         if self.in_a_row >= self.max_skipped:
             self._stop(f"the gradients were not finite ({names[0]}, among others; {what}) "
                        f"{self.in_a_row + 1} step(s) in a row", step)
