@@ -160,6 +160,18 @@ def judge_kernels(tasks: list[dict]) -> list[str]:
     return ["large outputs compared by: " + "; ".join(f"{k} ({n})" for k, n in used.most_common())] if used else []
 
 
+def memory_retries(tasks: list[dict]) -> list[str]:
+    """The verdicts judged again after running out of GPU memory: alone, then lean (the keeper holding the
+    candidate's outputs in host memory), with their outcome."""
+    out = []
+    for mode in ("alone", "lean"):
+        hit = [t for t in tasks if f"retried_{mode}_after" in (t.get("gpu_memory") or {})]
+        if hit:
+            out.append(f"judged again {mode} after running out of GPU memory: {len(hit)} ("
+                       + ", ".join(f"{t['name']} {t['status']}" for t in hit) + ")")
+    return out
+
+
 def cut_run(run: Path) -> list[str]:
     """What a run that never wrote results.json reached: its landed verdicts by status, the last one's
     time, the rejections and errors with their reasons, and where the time went."""
@@ -173,7 +185,7 @@ def cut_run(run: Path) -> list[str]:
     out = [f"cut run: {len(landed)} verdicts landed by {last:.1f} s: "
            + ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))]
     out += [f"  {t['name']}: {t['status']} - {(t.get('reason') or '')[:300]}" for t in landed if not t["accepted"]]
-    return out + time_spent(landed) + judge_kernels(landed)
+    return out + time_spent(landed) + judge_kernels(landed) + memory_retries(landed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         payload = json.loads((run / "results.json").read_text())
         names = ", ".join(f"{t['name']}{'' if t['accepted'] else ' (' + t['status'] + ')'}" for t in payload["tasks"])
         print(f"\n{run.name}: {names}")
-        for line in time_spent(payload["tasks"]) + judge_kernels(payload["tasks"]):
+        for line in time_spent(payload["tasks"]) + judge_kernels(payload["tasks"]) + memory_retries(payload["tasks"]):
             print(f"{run.name}: {line}")
     return 0
 

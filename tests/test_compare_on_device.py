@@ -304,3 +304,25 @@ def test_the_outputs_dropped_are_those_no_check_still_to_be_evaluated_reads(pend
     assert set(keeper.released) == {"c0.0", "c1.0", "c2.0", "c3.0"} - kept
     release_unread(verification)  # each output is dropped once
     assert len(keeper.released) == len(set(keeper.released))
+
+
+@settings(max_examples=20, deadline=None)
+@given(values=st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1, max_size=40),
+       offload=st.booleans())
+def test_an_offloaded_output_comes_back_bit_for_bit_and_costs_the_device_nothing_held(values, offload):
+    # a lean verification (out of GPU memory with the device to itself) keeps the candidate's outputs as host
+    # copies between the requests that read them; every comparison then sees the same bits on their device
+    value = torch.tensor(values, dtype=torch.float32)
+    vault = Vault(None, None, "cpu", None, [1], [1.0], None, 1)
+    vault.keep_reference(0, [value.clone()])
+    (described,) = vault.adopt([{"inline": value}], expect=0, allowed_dir=None, offload=offload)
+    assert described["held"] == "c0.0" and described["finite"] == bool(torch.isfinite(value).all())
+    assert ("c0.0" in vault.offloaded) == offload and vault.offload_count == int(offload)
+    if offload:  # a copy of its own, not the adopted tensor
+        assert vault.tensors["c0.0"].data_ptr() != value.data_ptr()
+    (back,) = vault.resolve([{"held": "c0.0"}])
+    assert bitwise_equal(back, value) and back.device == value.device
+    freed = vault.release([{"held": "c0.0"}])
+    assert freed == (0 if offload else value.numel() * 4) and "c0.0" not in vault.offloaded
+    with pytest.raises(TransportError, match="released"):
+        vault.resolve([{"held": "c0.0"}])

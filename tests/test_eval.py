@@ -367,3 +367,24 @@ def test_the_table_says_which_verdicts_compared_large_outputs_with_lent_kernels_
     assert judge_kernels(rows) == ["large outputs compared by: TritonJudgeKernels (2); "
                                    "torch (the lent kernels failed: X) (1)"]
     assert judge_kernels([row(None)]) == []
+
+
+def test_the_table_names_the_verdicts_judged_again_alone_and_lean():
+    from dataclasses import asdict
+
+    from benchmarks.kb_table import memory_retries
+    from core.evaluation.report import TaskResult
+
+    def row(name, status, memory):
+        verdict = Verdict(status=status, accepted=status == "accepted")
+        verdict.gpu_memory = memory
+        task = Task(source="", name=name)  # a row of results.json or verdicts.jsonl, gpu_memory kept
+        return {"name": name, **asdict(TaskResult.of(task, "level1", Candidate(source="", task_id=task.id), verdict))}
+
+    rows = [row("a", "accepted", {"alone": False}),
+            row("b", "accepted", {"retried_alone_after": "oom"}),
+            row("c", "accepted", {"retried_alone_after": "oom", "retried_lean_after": "oom", "lean": "5 ..."}),
+            row("d", "error", {"retried_lean_after": "oom"})]
+    assert memory_retries(rows) == ["judged again alone after running out of GPU memory: 2 (b accepted, c accepted)",
+                                    "judged again lean after running out of GPU memory: 2 (c accepted, d error)"]
+    assert memory_retries(rows[:1]) == []

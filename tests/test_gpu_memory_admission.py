@@ -302,7 +302,8 @@ def _task(forward: str = "return a + b", inputs: str = "return [torch.randn(3001
 def _assert_does_not_fit(verdict):
     assert verdict.status == "error" and not verdict.accepted, (verdict.status, verdict.reason)
     assert "does not fit the device" in verdict.reason and "estimated footprint" in verdict.reason, verdict.reason
-    assert "retried_alone_after" in (verdict.gpu_memory or {}), verdict.gpu_memory
+    # judged again alone, then lean, before the task is said not to fit
+    assert {"retried_alone_after", "retried_lean_after"} <= set(verdict.gpu_memory or {}), verdict.gpu_memory
 
 
 def test_out_of_memory_in_the_reference_is_an_error_of_the_task_not_a_rejection(verifier):
@@ -334,6 +335,48 @@ def test_out_of_memory_beside_others_is_judged_again_alone(verifier, tmp_path):
     assert verdict.accepted, verdict.reason
     assert verdict.gpu_memory["alone"] and "retried_alone_after" in verdict.gpu_memory
     assert [r["alone"] for r in admission.journal] == [False, True]
+
+
+def _runs_out(times: int, flag) -> str:
+    """A forward that runs out of GPU memory the first ``times`` times it runs on real tensors (once per attempt:
+    each attempt's reference runs it first)."""
+    return f"""n = int(open({str(flag)!r}).read()) if os.path.exists({str(flag)!r}) else 0
+                if not a.is_meta and n < {times}:
+                    open({str(flag)!r}, "w").write(str(n + 1))
+                    {OOM_FORWARD}
+                return a + b"""
+
+
+def test_out_of_memory_alone_is_judged_again_lean_with_the_candidates_outputs_in_host_memory(verifier, tmp_path):
+    # H100, 2026-12-06: 37_FrobeniusNorm_'s keeper held five trials' outputs (35 GiB) beside the reference's and
+    # ran out of memory with the device to itself; a lean attempt keeps the adopted outputs on the host
+    admission = _budget(verifier, 1 << 40)
+    verdict = verifier.verify(_task(forward=_runs_out(2, tmp_path / "count")), HONEST)
+    assert verdict.accepted, verdict.reason
+    memory = verdict.gpu_memory
+    assert {"retried_alone_after", "retried_lean_after"} <= set(memory) and memory["alone"], memory
+    held = int(memory["lean"].split()[0])
+    assert held >= verifier.trials and "held in host memory" in memory["lean"]  # every trial's output, at least
+    assert [r["alone"] for r in admission.journal] == [False, True, True]
+
+
+def test_a_task_over_the_device_that_runs_out_alone_goes_straight_to_lean(verifier, tmp_path):
+    fp = verifier.footprint(_task())
+    admission = _budget(verifier, fp.bytes // 2)  # alone from the first attempt
+    verdict = verifier.verify(_task(forward=_runs_out(1, tmp_path / "count")), HONEST)
+    assert verdict.accepted, verdict.reason
+    assert "retried_lean_after" in verdict.gpu_memory and "retried_alone_after" not in verdict.gpu_memory
+    assert [r["alone"] for r in admission.journal] == [True, True]
+
+
+def test_a_lean_verdict_still_rejects_a_wrong_kernel(verifier, tmp_path):
+    # the outputs travel to the host and back: a wrong value must still be seen as wrong
+    _budget(verifier, 1 << 40)
+    source = HONEST.source.replace("a + b", "a - b")
+    assert source != HONEST.source
+    verdict = verifier.verify(_task(forward=_runs_out(2, tmp_path / "count")),
+                              Candidate(source=source, backend=HONEST.backend))
+    assert verdict.status == "rejected" and "lean" in verdict.gpu_memory, (verdict.status, verdict.reason)
 
 
 def test_error_verdicts_are_counted_as_not_judged_in_the_report():

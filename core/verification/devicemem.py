@@ -298,6 +298,10 @@ class Vault:
         self.noises: dict[int, list[float | None] | None] = {}  # per run: rounding noise of each output
         self.truth_trusted: bool | None = None  # None: not vetted yet
         self.adopted = 0
+        # adopted outputs kept in host memory (a lean verification: it ran out of GPU memory with the device to
+        # itself), each back on its device only for the request that reads it
+        self.offloaded: dict[str, Any] = {}
+        self.offload_count = 0  # outputs ever kept so
 
     def describe(self, key: str, value: Any) -> dict[str, Any]:
         import torch
@@ -348,9 +352,11 @@ class Vault:
             for i in range(len(self._layout[run])):
                 self.tensors.pop(f"r{run}.{i}", None)
 
-    def adopt(self, entries: list[dict[str, Any]], expect: int, allowed_dir: str | None) -> list[dict[str, Any]]:
+    def adopt(self, entries: list[dict[str, Any]], expect: int, allowed_dir: str | None,
+              offload: bool = False) -> list[dict[str, Any]]:
         """Import one run's exported outputs. Outputs whose count, shape or dtype differ from reference
-        run ``expect`` are described, not copied: the comparison fails on those facts alone."""
+        run ``expect`` are described, not copied: the comparison fails on those facts alone. ``offload``: each
+        is kept as a host copy between the requests that read it (:meth:`resolve` brings it back)."""
         import torch
 
         want = self._layout[expect] if 0 <= expect < len(self._layout) else []
@@ -380,7 +386,13 @@ class Vault:
                 continue
             value = entry["inline"] if "inline" in entry else import_tensor(desc, self.device, allowed_dir)
             # beside the reference's output (a task may return a host tensor from a GPU model)
-            out.append(self.describe(f"c{n}.{i}", value.to(e[2])))
+            key = f"c{n}.{i}"
+            out.append(self.describe(key, value.to(e[2])))
+            if offload:  # described (its finiteness) on its device; then only a host copy stays
+                self.tensors[key] = self.tensors[key].to("cpu", copy=True)
+                self.offloaded[key] = e[2]
+                self.offload_count += 1
+                del value
         return out
 
     def release(self, items: list[Any]) -> int:
@@ -390,7 +402,8 @@ class Vault:
         for item in items:
             key = item.get("held") if isinstance(item, dict) else None
             if isinstance(key, str) and key.startswith("c") and key in self.tensors:
-                freed += _nbytes([self.tensors.pop(key)])
+                freed += 0 if self.offloaded.pop(key, None) is not None else _nbytes([self.tensors[key]])
+                del self.tensors[key]
                 self.released.add(key)
         return freed
 
@@ -409,7 +422,8 @@ class Vault:
                                          f"(Check.reads)")
                 if key not in self.tensors:
                     raise TransportError(f"nothing is held as {key!r}")
-                resolved.append(self.tensors[key])
+                value = self.tensors[key]
+                resolved.append(value.to(self.offloaded[key]) if key in self.offloaded else value)
             else:
                 resolved.append(item.get("value") if isinstance(item, dict) else item)
         return resolved

@@ -365,8 +365,10 @@ class Verifier(GpuSharing):
         """The verdict for one pair. ``timeout_s`` overrides the verifier's wall-clock limit.
 
         A stage that runs out of GPU memory is not the candidate's fault: the whole verification is
-        judged again with the device alone (its memory and every turn), and if it still does not fit,
-        the verdict's status is ``error`` and its reason says so, with the estimate and the device's memory."""
+        judged again with the device alone (its memory and every turn); if that runs out too, once more
+        *lean* (the candidate's outputs in the keeper's host memory between the comparisons that read them:
+        every check as before, slower); if it still does not fit, the verdict's status is ``error`` and its
+        reason says so, with the estimate and the device's memory."""
         start = time.perf_counter()
         limit = self.timeout_s if timeout_s is None else float(timeout_s)
 
@@ -375,17 +377,21 @@ class Verifier(GpuSharing):
 
         verdict = fresh()
         try:
-            first = Verification(self, task, candidate, verdict, limit)
-            try:
-                first.run()
-            except GpuOutOfMemory as exc:
-                if first.ran_alone:
-                    raise
-                waited = verdict.gpu_wait_s
-                verdict = fresh()
-                verdict.gpu_wait_s = waited
-                verdict.gpu_memory = {"retried_alone_after": f"{exc}"[:300]}
-                Verification(self, task, candidate, verdict, limit, alone=True).run()
+            attempt = Verification(self, task, candidate, verdict, limit)
+            while True:
+                try:
+                    attempt.run()
+                    break
+                except GpuOutOfMemory as exc:
+                    if attempt.lean or not self.compare_on_device:  # nothing leaner to try
+                        raise
+                    mode = "lean" if attempt.ran_alone else "alone"
+                    retried = {k: v for k, v in (verdict.gpu_memory or {}).items() if k.startswith("retried_")}
+                    waited = verdict.gpu_wait_s
+                    verdict = fresh()
+                    verdict.gpu_wait_s = waited
+                    verdict.gpu_memory = {**retried, f"retried_{mode}_after": f"{exc}"[:300]}
+                    attempt = Verification(self, task, candidate, verdict, limit, alone=True, lean=mode == "lean")
         except GpuOutOfMemory as exc:
             verdict.accepted, verdict.status = False, "error"
             peaks = self.peaks_line(verdict)

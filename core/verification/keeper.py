@@ -23,9 +23,11 @@ if TYPE_CHECKING:
 class Keeper:
     """One verification's keeper: the reference worker it holds from the reference to the verdict."""
 
-    def __init__(self, verifier: "Verifier", worker: Any, budget: Budget, evidence: Evidence):
+    def __init__(self, verifier: "Verifier", worker: Any, budget: Budget, evidence: Evidence, lean: bool = False):
         self.verifier, self.worker, self.budget, self.evidence = verifier, worker, budget, evidence
         self.token = secrets.token_hex(8)
+        self.lean = lean  # the candidate's adopted outputs wait in the keeper's host memory, not the device's
+        self.offloaded = 0  # how many it kept so
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         # GPU work (copies, comparisons): under the shared lock, so never inside another's timed stage
@@ -58,7 +60,9 @@ class Keeper:
         exported = [(o, ref) for o, ref in zip(observations, refs) if o.get("output") is not None]
         if exported:
             answer = self._ask(request(Op.ADOPT, allowed_dir=str(Path(candidate_worker.scratch) / "exports"),
-                                       runs=[{"outputs": o["output"], "expect": ref} for o, ref in exported]))
+                                       runs=[{"outputs": o["output"], "expect": ref} for o, ref in exported],
+                                       offload=self.lean))
+            self.offloaded = int(answer.get("offloaded") or 0)
             exported = [o for o, _ in exported]
             short = next((r["error"] for r in answer["runs"] if r.get("error") and not r.get("forged")
                           and is_out_of_memory(r["error"])), None)

@@ -103,7 +103,7 @@ def start_baselines(v: "Verification", whole_only: bool = False) -> dict[str, Ea
     baseline, measured whole; its timed stage (at most :data:`EARLY_BASELINE_MAX_BYTES`) is then held beside
     the reference and trials too, within the admission's margin."""
     footprint = getattr(v.verifier, "footprints", {}).get(v.task.id)
-    if footprint is None or not footprint.parts.get("early_baseline"):
+    if footprint is None or not footprint.parts.get("early_baseline") or getattr(v, "lean", False):
         return {}
     admission = getattr(v.verifier, "memory_admission", None)
     if admission is not None and footprint.bytes > admission.capacity:

@@ -170,14 +170,15 @@ class ReferenceRole:
         runs = []
         for run in req["runs"]:
             try:
-                adopted = vault.adopt(run["outputs"], int(run["expect"]), req.get("allowed_dir"))
+                adopted = vault.adopt(run["outputs"], int(run["expect"]), req.get("allowed_dir"),
+                                      offload=bool(req.get("offload")))
                 runs.append({"outputs": adopted})
             except TransportError as exc:  # a descriptor the candidate's process forged
                 runs.append({"error": describe(exc), "forged": True})
             except (RuntimeError, ValueError, TypeError, KeyError) as exc:
                 runs.append({"error": describe(exc)})  # that run's outputs cannot be judged
         synchronize(self.device)
-        return {"ok": True, "runs": runs}
+        return {"ok": True, "runs": runs, "offloaded": vault.offload_count}
 
     def equal(self, vault: Vault, req: dict[str, Any]) -> dict[str, Any]:
         a, b = vault.resolve(req["a"]), vault.resolve(req["b"])
