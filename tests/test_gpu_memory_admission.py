@@ -379,6 +379,17 @@ def test_a_lean_verdict_still_rejects_a_wrong_kernel(verifier, tmp_path):
     assert verdict.status == "rejected" and "lean" in verdict.gpu_memory, (verdict.status, verdict.reason)
 
 
+def test_without_a_keeper_out_of_memory_is_judged_again_alone_only(tmp_path):
+    # lean holds the candidate's outputs in the keeper: outputs compared in the judge have nothing to hold leaner
+    admission = MemoryAdmission("cuda-fake-no-keeper", 1 << 40, tmp_path, poll_s=0.005)
+    with Verifier(backend="triton", device="cpu", workers=1, reference_workers=1, timeout_s=120,
+                  checks=["correctness"], compare_on_device=False, isolate=False, memory_admission=admission) as v:
+        verdict = v.verify(_task(forward=OOM_FORWARD), HONEST)
+    assert verdict.status == "error" and "does not fit the device" in verdict.reason, verdict.reason
+    assert "retried_alone_after" in verdict.gpu_memory and "retried_lean_after" not in verdict.gpu_memory
+    assert [r["alone"] for r in admission.journal] == [False, True]
+
+
 def test_error_verdicts_are_counted_as_not_judged_in_the_report():
     from core.verdict import Verdict
 

@@ -214,7 +214,7 @@ def loss_input_summary(inputs: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     mask = inputs.get("completion_mask")
-    if mask is None:
+    if mask is None or not mask.numel():
         return {}
     on = mask.bool()
     lengths = on.sum(-1)

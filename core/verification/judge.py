@@ -383,9 +383,9 @@ class Verifier(GpuSharing):
                     attempt.run()
                     break
                 except GpuOutOfMemory as exc:
-                    if attempt.lean or not self.compare_on_device:  # nothing leaner to try
-                        raise
                     mode = "lean" if attempt.ran_alone else "alone"
+                    if attempt.lean or (mode == "lean" and not self.compare_on_device):  # nothing leaner to try
+                        raise  # (lean needs a keeper: outputs compared on the device)
                     retried = {k: v for k, v in (verdict.gpu_memory or {}).items() if k.startswith("retried_")}
                     waited = verdict.gpu_wait_s
                     verdict = fresh()
