@@ -8,7 +8,8 @@ a copy of the repository (and of the KernelBench checkout its ``--kb`` names) un
 working tree is not swapped from under it:
 
     python3 scripts/gpu_detached.py start /tmp/kzrun -- --limit hub_grpo=1100 hub_grpo    # returns at once
-    python3 scripts/gpu_detached.py attach /tmp/kzrun --wait-s 540 --out $OUT           # this and each next call
+    python3 scripts/gpu_detached.py attach /tmp/kzrun --wait-s 540 --out $OUT           # the rest of this call
+    python3 /tmp/kzrun/repo/scripts/gpu_detached.py attach /tmp/kzrun --wait-s 560      # each next call
 
 ``attach`` prints the run's console as it grows; once the run has ended it copies its results (the files
 gpu_measure wrote to its ``--out``: measure.log, steps.tgz, the steps' results) to ``--out``. Its exit status is
