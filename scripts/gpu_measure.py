@@ -91,6 +91,7 @@ class Context:
     kb_configs: str
     listing: bool = False
     kb_names: str = ""  # kbeval: only these problems (comma-separated names), e.g. to check a fix in one call
+    overrides: tuple[tuple[str, str], ...] = ()  # (step, Hydra override) added to that step's core.run commands
 
     @property
     def gpus_text(self) -> str:
@@ -782,6 +783,22 @@ def run_command(cmd: Command, env: dict[str, str], log, deadline: float) -> int 
     return proc if isinstance(proc, int) else wait_command(proc, log, deadline)
 
 
+def commands_of(step: Step, ctx: Context) -> list[Command]:
+    """``step``'s commands, each ``core.run`` given the step's ``--override``s (one replaces the same key's
+    value the step sets: Hydra refuses a key given twice)."""
+    extra = [o for name, o in ctx.overrides if name == step.name]
+    if not extra:
+        return step.commands(ctx)
+    keys = {o.split("=", 1)[0].lstrip("+~") for o in extra}
+    out = []
+    for cmd in step.commands(ctx):
+        if "core.run" in cmd.argv:
+            kept = tuple(a for a in cmd.argv if a.split("=", 1)[0].lstrip("+~") not in keys or "=" not in a)
+            cmd = replace(cmd, argv=(*kept, *extra))
+        out.append(cmd)
+    return out
+
+
 def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: Callable[[str], None]) -> Outcome:
     reason = step.why_skipped(ctx)
     if reason:
@@ -802,7 +819,7 @@ def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: C
                       f"{ctx.gpus} GPU(s); {tools}\n")
         background: list[subprocess.Popen | int] = []
         try:
-            for cmd in step.commands(ctx):
+            for cmd in commands_of(step, ctx):
                 if status == "timeout":
                     if not cmd.after_timeout:
                         continue
@@ -871,6 +888,13 @@ def _listing(limits: dict[str, int]) -> str:
     return "\n".join(text)
 
 
+def _parse_override(value: str) -> tuple[str, str]:
+    name, sep, override = value.partition(":")
+    if not sep or "=" not in override:
+        raise argparse.ArgumentTypeError(f"expected STEP:KEY=VALUE (a Hydra override for that step), got {value!r}")
+    return name, override
+
+
 def _parse_limit(value: str) -> tuple[str, int]:
     name, sep, seconds = value.partition("=")
     if not sep or not seconds.isdigit() or int(seconds) < 1:
@@ -898,6 +922,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
     parser.add_argument("--kb-configs", default="kb_scope,memcheck", help="our check sets in kernelbench")
     parser.add_argument("--kb-names", default="", metavar="NAMES",
                         help="kbeval: only these problems, comma-separated (e.g. 26_GELU_,level2/45_Gemm_Sigmoid_LogSumExp)")
+    parser.add_argument("--override", action="append", type=_parse_override, default=[], metavar="STEP:KEY=VALUE",
+                        help="a Hydra override added to STEP's core.run commands, replacing the step's own value "
+                             "of KEY (repeatable), e.g. hub_grpo:coder.attn_implementation=eager")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to assume (default: counted by nvidia-smi -L)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter the steps run (default: this one)")
     return parser, parser.parse_args(argv)
@@ -923,6 +950,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print(_listing(limits))
         return 0
+    unknown_override = [name for name, _ in args.override if name not in STEPS]
+    if unknown_override:
+        parser.error(f"--override names an unknown step {unknown_override[0]!r}; known steps: {', '.join(STEPS)}")
     unknown = [s for s in args.steps if s not in STEPS]
     if unknown:
         parser.error(f"unknown step(s) {', '.join(map(repr, unknown))}; known steps: {', '.join(STEPS)}")
@@ -934,7 +964,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = f"limits add up to {planned} s" + (
         f": more than one {CALL_S} s device call if every step used its limit" if planned > CALL_S else "")
     if args.dry_run:
-        ctx = Context(args.python, Path("$WORK"), gpus, args.kb, args.kb_configs, kb_names=args.kb_names)
+        ctx = Context(args.python, Path("$WORK"), gpus, args.kb, args.kb_configs, kb_names=args.kb_names,
+                      overrides=tuple(args.override))
         env = steps_env()
         where = f"{args.work} (kept)" if args.work is not None else "a fresh temporary folder"
         print(f"# WORK: {where}, packed into {args.out}/steps.tgz; {gpus} GPU(s); {budget}")
@@ -948,14 +979,15 @@ def main(argv: list[str] | None = None) -> int:
             if note and not reason:
                 print(f"# {note}")
             if not reason:
-                print("\n".join(f"$ {c.shell()}" + (" &" if c.background else "") for c in step.commands(ctx)))
+                print("\n".join(f"$ {c.shell()}" + (" &" if c.background else "") for c in commands_of(step, ctx)))
         return 0
 
     args.out.mkdir(parents=True, exist_ok=True)
     if args.work is not None:
         args.work.mkdir(parents=True, exist_ok=True)
     work = args.work.resolve() if args.work is not None else Path(tempfile.mkdtemp(prefix="kz-steps."))
-    ctx = Context(args.python, work, gpus, args.kb, args.kb_configs, kb_names=args.kb_names)
+    ctx = Context(args.python, work, gpus, args.kb, args.kb_configs, kb_names=args.kb_names,
+                  overrides=tuple(args.override))
     env = steps_env()
     with open(args.out / "measure.log", "w") as mlog:
         def say(line: str) -> None:

@@ -299,3 +299,22 @@ def test_kbeval_runs_kb_scope_and_only_the_named_problems_when_asked():
     everything = [str(a) for a in gm._kbeval(gm.Context("python3", Path("/w"), 1, Path(".kb"), "kb_scope"))[0].argv]
     assert not any(a.startswith("names=") for a in everything)
     assert set(gm._kb_scope_checks().split(",")) >= {"interp_races", "stability", "correctness"}
+
+
+def test_an_override_reaches_the_steps_core_run_and_replaces_the_steps_own_value():
+    # the next GPU run can change a training step's config without a commit, e.g. eager attention for hub_grpo
+    gm = _module()
+    ctx = gm.Context("python3", Path("/w"), 1, Path(".kb"), "kb_scope",
+                     overrides=(("hub_grpo", "coder.attn_implementation=eager"),
+                                ("hub_grpo", "trainer.phases.correctness.steps=12"), ("kbeval", "budget_s=9")))
+    hub, summary = gm.commands_of(gm.STEPS["hub_grpo"], ctx)
+    argv = list(hub.argv)
+    assert argv[-2:] == ["coder.attn_implementation=eager", "trainer.phases.correctness.steps=12"]
+    assert "trainer.phases.correctness.steps=20" not in argv  # Hydra refuses a key given twice
+    assert "budget_s=9" not in argv and "core.run" not in summary.argv  # another step's; a non-run command
+    plain = gm.commands_of(gm.STEPS["hub_grpo"], gm.Context("python3", Path("/w"), 1, Path(".kb"), "kb_scope"))
+    assert "trainer.phases.correctness.steps=20" in plain[0].argv
+    bad = _run("--dry-run", "--override", "nostep:a=b", "hub_grpo")
+    assert bad.returncode == 2 and "unknown step 'nostep'" in bad.stderr
+    malformed = _run("--dry-run", "--override", "hub_grpo=eager", "hub_grpo")
+    assert malformed.returncode == 2 and "STEP:KEY=VALUE" in malformed.stderr
