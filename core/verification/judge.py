@@ -381,6 +381,9 @@ class Verifier(GpuSharing):
             while True:
                 try:
                     attempt.run()
+                    if attempt.lean and attempt.keeper is not None:
+                        verdict.gpu_memory = {**(verdict.gpu_memory or {}), "lean": (
+                            f"{attempt.keeper.offloaded} candidate output(s) held in host memory between comparisons")}
                     break
                 except GpuOutOfMemory as exc:
                     mode = "lean" if attempt.ran_alone else "alone"

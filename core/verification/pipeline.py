@@ -92,11 +92,8 @@ class Verification:
                  alone: bool = False, lean: bool = False):
         self.verifier, self.task, self.candidate, self.verdict = verifier, task, candidate, verdict
         self.timeout_s = timeout_s
-        # retried after running out of GPU memory: the device's memory and every GPU turn to itself
-        self.alone = alone or lean
-        # retried after running out of it alone: the candidate's outputs wait in host memory between the
-        # comparisons that read them (core.verification.devicemem.Vault), and no baseline is set up beside it
-        self.lean = lean
+        self.alone = alone or lean  # retried after running out of GPU memory: the device and every turn to itself
+        self.lean = lean  # ...and out of it alone: outputs in the keeper's host memory (Vault.adopt), no baseline
         self.ran_alone = alone  # set by the memory reservation (a footprint over the device's share)
         self.output_bytes = 0  # one run's outputs, as the memory reservation measured them (0: unknown)
         self.released: set[str] = set()  # the candidate's outputs the keeper dropped (release_unread)
@@ -168,15 +165,11 @@ class Verification:
         if not verifier.compare_on_device:
             self.executed()
             return
-        keeper = self.keeper = Keeper(verifier, verifier.reference_pool.acquire(), self.budget, self.evidence,
-                                      lean=self.lean)
+        self.keeper = Keeper(verifier, verifier.reference_pool.acquire(), self.budget, self.evidence, self.lean)
         try:
             self.executed()
         finally:
-            if self.lean:
-                self.verdict.gpu_memory = {**(self.verdict.gpu_memory or {}), "lean": (
-                    f"{keeper.offloaded} candidate output(s) held in host memory between comparisons")}
-            verifier.reference_pool.release(keeper.worker, discard=not keeper.forget())
+            verifier.reference_pool.release(self.keeper.worker, discard=not self.keeper.forget())
 
     def executed(self) -> None:
         """The reference, then the candidate in a candidate worker held until its verdict."""
