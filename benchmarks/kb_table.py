@@ -160,6 +160,17 @@ def judge_kernels(tasks: list[dict]) -> list[str]:
     return ["large outputs compared by: " + "; ".join(f"{k} ({n})" for k, n in used.most_common())] if used else []
 
 
+def device_alone(tasks: list[dict]) -> list[str]:
+    """The verdicts whose memory reservation held the whole device (an estimate over half the admitted memory
+    waits for the others to leave, one over all of it runs alone): no other verification ran beside them, so
+    their wall time is a serial part of the run."""
+    alone = [t for t in tasks if (t.get("gpu_memory") or {}).get("alone") and t.get("elapsed_s") is not None]
+    if not alone:
+        return []
+    spent = sum(float(t["elapsed_s"]) for t in alone)
+    return [f"held the device alone: {len(alone)} of {len(tasks)} verdicts, {spent:.1f} s of wall time"]
+
+
 def memory_retries(tasks: list[dict]) -> list[str]:
     """The verdicts judged again after running out of GPU memory: alone, then lean (the keeper holding the
     candidate's outputs in host memory), with their outcome."""
@@ -185,7 +196,7 @@ def cut_run(run: Path) -> list[str]:
     out = [f"cut run: {len(landed)} verdicts landed by {last:.1f} s: "
            + ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))]
     out += [f"  {t['name']}: {t['status']} - {(t.get('reason') or '')[:300]}" for t in landed if not t["accepted"]]
-    return out + time_spent(landed) + judge_kernels(landed) + memory_retries(landed)
+    return out + time_spent(landed) + judge_kernels(landed) + device_alone(landed) + memory_retries(landed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         payload = json.loads((run / "results.json").read_text())
         names = ", ".join(f"{t['name']}{'' if t['accepted'] else ' (' + t['status'] + ')'}" for t in payload["tasks"])
         print(f"\n{run.name}: {names}")
-        for line in time_spent(payload["tasks"]) + judge_kernels(payload["tasks"]) + memory_retries(payload["tasks"]):
+        tasks = payload["tasks"]
+        for line in time_spent(tasks) + judge_kernels(tasks) + device_alone(tasks) + memory_retries(tasks):
             print(f"{run.name}: {line}")
     return 0
 

@@ -388,3 +388,15 @@ def test_the_table_names_the_verdicts_judged_again_alone_and_lean():
     assert memory_retries(rows) == ["judged again alone after running out of GPU memory: 2 (b accepted, c accepted)",
                                     "judged again lean after running out of GPU memory: 2 (c accepted, d error)"]
     assert memory_retries(rows[:1]) == []
+
+
+def test_the_table_sums_the_wall_time_of_the_verdicts_that_held_the_device_alone():
+    # H100, 2026-12-06: 22 of 62 level-1 verdicts held the device alone, about half the run's wall time
+    from benchmarks.kb_table import device_alone
+
+    rows = [{"name": "a", "elapsed_s": 10.5, "gpu_memory": {"alone": True}},
+            {"name": "b", "elapsed_s": 4.0, "gpu_memory": {"alone": False}},
+            {"name": "c", "elapsed_s": 2.0, "gpu_memory": {"alone": True}},
+            {"name": "d", "elapsed_s": None, "gpu_memory": {"alone": True}}, {"name": "e", "elapsed_s": 1.0}]
+    assert device_alone(rows) == ["held the device alone: 2 of 5 verdicts, 12.5 s of wall time"]
+    assert device_alone(rows[1:2]) == []
