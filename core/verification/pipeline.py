@@ -94,7 +94,7 @@ class Verification:
         self.timeout_s = timeout_s
         self.alone = alone or lean  # retried after running out of GPU memory: the device and every turn to itself
         self.lean = lean  # ...and out of it alone: outputs in the keeper's host memory (Vault.adopt), no baseline
-        self.ran_alone = alone  # set by the memory reservation (a footprint over the device's share)
+        self.ran_alone = self.alone  # set by the memory reservation (a footprint over the device's share)
         self.output_bytes = 0  # one run's outputs, as the memory reservation measured them (0: unknown)
         self.released: set[str] = set()  # the candidate's outputs the keeper dropped (release_unread)
         self.evidence = Evidence(task=task, candidate=candidate, backend=verifier.backend_name,
