@@ -425,7 +425,9 @@ class Executor(Protocol):
     """Spreads verification over workers, GPUs or machines; registered through ``register_executors``.
 
     Exactly what the training loop, self-play and the CLIs call (``core.verification.executor``
-    holds the shared base). Used as a context manager: leaving it stops every shard.
+    holds the shared base). Used as a context manager: leaving it stops every shard. Optional:
+    ``verify_stream(feed, on_verdicts)``, pairs put into a ``PairFeed`` from other threads verified as
+    they come (``BaseExecutor`` has it; GRPO's overlapped verification uses it where present).
 
     :ivar workers: candidates verified at once over all shards (0 once closed).
     """

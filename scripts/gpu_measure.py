@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
 CALL_S = 600  # one device call
 # Subsets whose limits, install's included, fit one device call; together they cover every 1-GPU step.
-ONE_CALL = ("suites timing", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor", "refinement",
+ONE_CALL = ("suites timing", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor",
             "oneshot quantiles compare", "kbeval", "training_sft", "hub_grpo")
 MIN_STEP_S = 15  # with --call-s, a step is skipped rather than started with less than this left
 SUMMARY_S = 30  # what a summary command (Command.after_timeout) gets after its step's limit
@@ -495,7 +495,8 @@ def _refinement(ctx: Context) -> list[Command]:
     return [
         # verifier=kb_scope: no compute-sanitizer process per verdict (conf/verifier/kb_scope.yaml); the benchmark
         # judges with the run's verifier
-        ctx.py("-m", "core.run", "device=cuda", "verifier=kb_scope", "trainer.torch_threads=null",
+        ctx.py("-m", "core.run", "device=cuda", "verifier=kb_scope", "executor=local_small_tasks",
+               "trainer.torch_threads=null",
                "trainer.phases.correctness.steps=0", "trainer.phases.more_sft.steps=0",
                f"hydra.run.dir={root / 'run'}", env=cache),
         ctx.py("-m", "benchmarks.refinement", "--run", root / "run", "--turns", "3", "--feedback-sft", "300",
@@ -653,13 +654,14 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "seed 0 warm start, 3 seeds per arm, 12 steps each", _training_experiments, experiments_figure,
          results=(("training/experiments/summary.md", "training_experiments.md"),
                   ("training/experiments/experiments.png", "training_experiments.png")), tail=40),
-    Step("refinement", 480, "not yet run; estimated 5-8 min (on CPU the run took 11 min, the benchmark 7 min)",
+    Step("refinement", 1000, "2026-12-06, one H100: the run 505 s (128 teacher verdicts 353 s on 3 workers, since "
+         "8: executor=local_small_tasks), the benchmark cut at the 560 s limit: run it detached (gpu_detached.py)",
          "the embedded default distilled on the GPU, then benchmarks/refinement.py: held-out pass@1 after turn "
          "1..3 from verdict feedback, before and after SFT on feedback pairs", _refinement, refinement_figure,
          results=(("refinement/refinement.json", "refinement.json"), ("refinement/refinement.png", "refinement.png")),
          tail=12, chain=True),
-    Step("hub_grpo", 480, "2026-12-06, two H100 runs: build and load 40 s, teacher verdicts + SFT ~150-200 s, then "
-         "75-130 s per round of 4 GRPO steps: 20 steps need ~12 min, over one call: run it detached "
+    Step("hub_grpo", 480, "2026-12-06, H100: build and load 40 s, teacher verdicts + SFT ~195 s, then 54-102 s "
+         "per round of 4 GRPO steps: the 20 steps took 753 s, over one call: run it detached "
          "(scripts/gpu_detached.py, --limit hub_grpo=1100); a cut run's breakdown is read from metrics.jsonl",
          "experiment=hub_grpo with Qwen2.5-Coder-1.5B's architecture at random init: a brief SFT warm start on 64 "
          "teacher pairs, then 20 GRPO steps of 8 tasks x 8 samples x <= 512 tokens; tokens/s, verdicts/s, the step "

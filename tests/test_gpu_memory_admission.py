@@ -457,14 +457,23 @@ def test_killing_the_judge_leaves_no_worker_behind(sig):
 
 
 @settings(max_examples=40, deadline=None)
-@given(gib=st.one_of(st.none(), st.integers(1, 200)), cores=st.integers(1, 256), gpus=st.integers(1, 8))
-def test_auto_workers_per_gpu_fit_the_memory_and_the_cores(gib, cores, gpus):
+@given(gib=st.one_of(st.none(), st.integers(1, 200)), cores=st.integers(1, 256), gpus=st.integers(1, 8),
+       per_worker=st.sampled_from([None, 1, 4, 20, 33.5]))
+def test_auto_workers_per_gpu_fit_the_memory_and_the_cores(gib, cores, gpus, per_worker):
     from plugins.executors.local import AUTO_GIB_PER_WORKER, AUTO_MAX_WORKERS, auto_workers_per_gpu
 
-    n = auto_workers_per_gpu(None if gib is None else gib * 2**30, cores, gpus)
+    memory = None if gib is None else gib * 2**30
+    n = auto_workers_per_gpu(memory, cores, gpus, *([per_worker] if per_worker else []))
     assert 1 <= n <= AUTO_MAX_WORKERS
     assert n == 1 or 2 * n * gpus <= cores  # a candidate worker and a keeper per verification
-    assert n == 1 or gib is None or n * AUTO_GIB_PER_WORKER <= gib
+    assert n == 1 or gib is None or n * (per_worker or AUTO_GIB_PER_WORKER) <= gib
+
+
+def test_auto_workers_refuse_a_share_of_no_memory():
+    from plugins.executors.local import auto_workers_per_gpu
+
+    with pytest.raises(Exception, match="gib_per_worker must be > 0"):
+        auto_workers_per_gpu(80 * 2**30, 16, 1, 0)
 
 
 def test_each_request_s_peak_memory_is_kept_per_role_and_request_beside_the_estimate():

@@ -372,6 +372,23 @@ def test_the_preset_stops_at_once_without_a_model_named():
         build("coder", cfg.coder).load()
 
 
+def test_the_preset_trains_with_eager_attention_and_more_verifications_beside_the_trainer():
+    from hydra import compose, initialize_config_dir
+
+    from plugins.executors.local import auto_workers_per_gpu
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=["experiment=hub_grpo", "coder.model=x"])
+        ray = compose("config", overrides=["experiment=hub_grpo", "coder.model=x", "executor=ray"])
+    # sdpa's backward gave NaN gradients on the H100 (2026-12-06); eager trained 20 steps finite
+    assert cfg.coder.attn_implementation == "eager"
+    assert cfg.executor.name == "local" and cfg.executor.workers_per_gpu == "auto"
+    h100 = 79.2 * 2**30  # 16 cores: 8 verifications at the preset's 4 GiB each, 3 at KernelBench's 20
+    assert auto_workers_per_gpu(int(h100), 16, 1, cfg.executor.gib_per_worker) == 8
+    assert auto_workers_per_gpu(int(h100), 16, 1) == 3
+    assert ray.executor.name == "ray" and "gib_per_worker" not in ray.executor  # another executor replaces it whole
+
+
 def test_the_breakdown_is_read_back_from_what_a_run_wrote_even_cut_short(runs, tmp_path, capsys):
     from benchmarks import step_time
 

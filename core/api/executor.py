@@ -15,5 +15,5 @@ from core.api._forward import forwarding
 __all__, __getattr__ = forwarding(__name__, {
     "core.verification.executor": (
         "DEFAULT_VERIFIER", "REPO_ROOT", "BaseExecutor", "ExecutorError", "InProcessShard", "ProcessShard", "Shard",
-        "ShardLost", "ShardSet", "load_object", "verify_encoded"),
+        "ShardLost", "ShardSet", "PairFeed", "load_object", "verify_encoded"),
 })

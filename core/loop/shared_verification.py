@@ -7,9 +7,10 @@ verifies the batch on the first call and lets the others read the same verdicts.
 With ``overlap=True`` the completions can be handed over as soon as they are generated
 (:meth:`SharedVerification.submit`, called by :mod:`core.loop.overlap` after each step's share of a
 generation round), and each one even as soon as it ends, while the rest of its batch is still generated
-(:meth:`SharedVerification.submit_early`): one background thread runs the verifier's ``verify_many`` on
-whatever is queued, all of it at once (the work itself happens in the verifier's pools), while the
-trainer generates. The reward call then only waits for what is still in flight. Which pairs are
+(:meth:`SharedVerification.submit_early`): one background thread hands them to the verifier's
+``verify_stream`` (an executor's one continuous queue: each pair starts as soon as a worker is free), or, for a
+verifier without one, runs its ``verify_many`` on whatever is queued, all of it at once (each such call waits
+for its slowest verdict), while the trainer generates. The reward call then only waits for what is still in flight. Which pairs are
 verified, and so every verdict and reward, is the same as without the overlap: a pair already verified
 or in flight is not verified again; an early pair counts only once its batch's :meth:`submit` names it
 (one it never names is dropped); and the verdicts are filed, and ``on_verdict`` heard, on the trainer's
@@ -111,7 +112,18 @@ class SharedVerification:
         self._adopted: dict[Key, tuple[Task, Candidate]] = {}
         self._known: set[Key] = set()
         self._closing = False
-        self._thread = threading.Thread(target=self._verify_queued, name="kz-verify", daemon=True) if overlap else None
+        # with a verifier that streams (core.verification.executor.BaseExecutor.verify_stream): the feed, its pairs
+        # in order (a verdict's index -> its key), the pairs not yet judged and since when any were (verify seconds)
+        self._feed: Any = None
+        self._fed: list[Key] = []
+        self._in_flight, self._busy_since = 0, 0.0
+        self._stream_error: BaseException | None = None
+        target = self._verify_queued
+        if overlap and callable(getattr(verifier, "verify_stream", None)):
+            from core.verification.scheduling import PairFeed
+
+            self._feed, target = PairFeed(), self._stream
+        self._thread = threading.Thread(target=target, name="kz-verify", daemon=True) if overlap else None
         if self._thread is not None:
             self._thread.start()
 
@@ -146,6 +158,39 @@ class SharedVerification:
                 self._results.update((key, v) for (key, _, _), v in zip(batch, verdicts))
                 self._cv.notify_all()
 
+    def _stream(self) -> None:
+        """The background thread with a streaming verifier: one ``verify_stream`` for the trainer's whole life."""
+        try:
+            self.verifier.verify_stream(self._feed, self._landed)
+        except BaseException as exc:  # filed as the pending pairs' result (and any later one's): the reward call raises
+            with self._cv:
+                self._stream_error = exc
+                self._results.update((key, exc) for key in self._fed if key not in self._results)
+                self._cv.notify_all()
+
+    def _landed(self, indices: Sequence[int], verdicts: Sequence[Verdict]) -> None:
+        with self._cv:
+            for i, verdict in zip(indices, verdicts):
+                self._results[self._fed[i]] = verdict
+            self._in_flight -= len(indices)
+            if self._in_flight <= 0:
+                self._in_flight = 0
+                self._tell("verify", time.perf_counter() - self._busy_since)
+            self._cv.notify_all()
+
+    def _enqueue(self, items: list[tuple[Key, Task, Candidate]]) -> None:
+        """Hand pairs to the background thread (with ``self._cv`` held)."""
+        if self._feed is None:
+            self._queue.extend(items)
+        elif self._stream_error is not None:
+            self._results.update((key, self._stream_error) for key, _, _ in items)
+        elif items:
+            if self._in_flight == 0:
+                self._busy_since = time.perf_counter()
+            self._in_flight += len(items)
+            self._fed.extend(key for key, _, _ in items)
+            self._feed.put([(task, cand) for _, task, cand in items])
+
     def _candidates(self, task_ids: Sequence[str], completions: Sequence[Any]) -> dict[Key, tuple[Task, Candidate]]:
         """The not declined, not yet verified pairs of these rows, first occurrence of each, in order."""
         pairs: dict[Key, tuple[Task, Candidate]] = {}
@@ -170,7 +215,7 @@ class SharedVerification:
                 self._adopted[key] = (task, cand)
                 if key not in self._known:
                     self._known.add(key)
-                    self._queue.append((key, task, cand))
+                    self._enqueue([(key, task, cand)])
                     sent += 1
             self._cv.notify_all()
         return sent
@@ -184,7 +229,7 @@ class SharedVerification:
             fresh = [(key, t, c) for key, (t, c) in self._candidates(task_ids, completions).items()
                      if key not in self._known]
             self._known.update(key for key, _, _ in fresh)
-            self._queue.extend(fresh)
+            self._enqueue(fresh)
             self._cv.notify_all()
         return len(fresh)
 
@@ -228,6 +273,8 @@ class SharedVerification:
                 self._closing = True
                 self._queue.clear()  # what has not started is not needed any more
                 self._cv.notify_all()
+            if self._feed is not None:
+                self._feed.close(cancel=True)
             self._thread.join()
 
     def score(self, completions: Sequence[Any], task_ids: Sequence[str], log_metric: Callable | None = None) -> ScoredBatch:

@@ -108,6 +108,10 @@ class DispatchQueue:
         self.running_bytes[id(shard)] = max(0, self.running_bytes[id(shard)] -
                                             sum(self._weight(shard, i) for i in chunk))
 
+    def add(self, pairs: Sequence[int]) -> None:
+        """Pairs that arrived after the queue was made (a fed schedule), behind those waiting."""
+        self.order.extend(pairs)
+
     def put_back(self, chunk: Sequence[int]) -> None:
         """Pairs to run next (their shard was lost)."""
         self.order.extendleft(reversed(list(chunk)))

@@ -295,6 +295,35 @@ def _dims(b: GraphBuilder, x: Ref, dim: Any) -> list[int]:
     return sorted({d % rank for d in dims}) if rank else []
 
 
+# A reduction to fewer rows than SPLIT_PROGRAMS, each of at least SPLIT_MIN_ROW elements, runs in two stages: each
+# row cut into about SPLIT_PROGRAMS // rows equal chunks reduced in parallel, then the chunks' results. One program
+# per row would read a whole row alone (37_FrobeniusNorm_, 1.9e9 elements: one SM) and add its ~10^6 block sums
+# one after another in float32, off by ~1e-3 of the sum (H100, 2026-12-06: rejected beyond the 1e-4 tolerance).
+SPLIT_OPS = ("sum", "mean", "amax", "amin", "logsumexp")  # associative over equal chunks (mean: of the means)
+SPLIT_PROGRAMS = 2048
+SPLIT_MIN_ROW = 1 << 20
+
+
+def split_chunks(op: str, rows: int, length: int) -> int | None:
+    """How many equal chunks each of ``rows`` rows of ``length`` elements is reduced in first (a divisor of
+    ``length`` near ``SPLIT_PROGRAMS // rows``), or None: one stage."""
+    if op not in SPLIT_OPS or rows * 2 > SPLIT_PROGRAMS or length < SPLIT_MIN_ROW:
+        return None
+    target = SPLIT_PROGRAMS // rows
+    near = sorted(range(max(2, target // 2), 2 * target + 1), key=lambda k: abs(k - target))
+    return next((k for k in near if length % k == 0), None)
+
+
+def row_reduce(b: GraphBuilder, op: str, rows: Ref) -> Ref:
+    """Row op ``op`` over the last dim of ``rows``, dropping it; in two stages where :func:`split_chunks` says."""
+    shape = b.shape(rows)
+    chunks = split_chunks(op, numel(shape[:-1]), shape[-1])
+    if chunks is None:
+        return b.op(op, [rows], {"keepdim": False})
+    parts = b.op(op, [b.reshape(rows, tuple(shape[:-1]) + (chunks, shape[-1] // chunks))], {"keepdim": False})
+    return b.op(op, [parts], {"keepdim": False})
+
+
 def reduce(b: GraphBuilder, op: str, x: Ref, dims: list[int], keepdim: bool) -> Ref:
     """Row op ``op`` over ``dims`` of ``x``: the dims moved last and merged, reduced, reshaped back."""
     shape = b.shape(x)
@@ -302,13 +331,13 @@ def reduce(b: GraphBuilder, op: str, x: Ref, dims: list[int], keepdim: bool) -> 
     if rank == 0:
         x = b.reshape(x, (1,))
         shape, rank, dims = (1,), 1, [0]
-    if dims == [rank - 1]:  # the row op's own keepdim: the reduced value stays one row group's scalar
-        return b.op(op, [x], {"keepdim": keepdim})
+    if dims == [rank - 1] and split_chunks(op, numel(shape[:-1]), shape[-1]) is None:
+        return b.op(op, [x], {"keepdim": keepdim})  # the row op's own keepdim: one row group's scalar
     kept = [d for d in range(rank) if d not in dims]
     moved = b.permute(x, kept + dims)
     kept_shape = tuple(shape[d] for d in kept)
     rows = b.reshape(moved, kept_shape + (numel([shape[d] for d in dims]),))
-    out = b.op(op, [rows], {"keepdim": False})
+    out = row_reduce(b, op, rows)
     if keepdim:
         return b.reshape(out, tuple(1 if d in dims else shape[d] for d in range(rank)))
     return out

@@ -42,17 +42,21 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-# ``workers_per_gpu: auto``: one verification per this much GPU memory (the admission of
+# ``workers_per_gpu: auto``: one verification per ``gib_per_worker`` of GPU memory (the admission of
 # core.verification.gpumemory still lets a large task run alone), and per two cores (its candidate
-# worker and its keeper), at most AUTO_MAX_WORKERS.
+# worker and its keeper), at most AUTO_MAX_WORKERS. KernelBench at its real sizes needs the default's
+# 20 GiB; a training run's tasks (proposer sizes) a few (experiment=hub_grpo: 4).
 AUTO_GIB_PER_WORKER = 20
 AUTO_MAX_WORKERS = 8
 
 
-def auto_workers_per_gpu(gpu_total_bytes: int | None, cores: int, gpus: int) -> int:
+def auto_workers_per_gpu(gpu_total_bytes: int | None, cores: int, gpus: int,
+                         gib_per_worker: float = AUTO_GIB_PER_WORKER) -> int:
     """Verifications per GPU sized to its memory and to this host's cores shared by ``gpus`` shards."""
+    if gib_per_worker <= 0:
+        raise ExecutorError(f"executor.gib_per_worker must be > 0, got {gib_per_worker}")
     by_cores = max(1, cores // max(1, gpus) // 2)
-    by_memory = max(1, int((gpu_total_bytes or 0) / 2**30 // AUTO_GIB_PER_WORKER)) if gpu_total_bytes else by_cores
+    by_memory = max(1, int((gpu_total_bytes or 0) / 2**30 // gib_per_worker)) if gpu_total_bytes else by_cores
     return max(1, min(by_cores, by_memory, AUTO_MAX_WORKERS))
 
 
@@ -69,7 +73,7 @@ class LocalExecutor(BaseExecutor):
     """Shards on this machine: one host process per GPU, or one in-process pool on CPU.
 
     :param workers_per_gpu: sandbox workers in each GPU's pool; ``"auto"``: sized to the GPU's memory
-        and the host's cores (:func:`auto_workers_per_gpu`).
+        (one per ``gib_per_worker``) and the host's cores (:func:`auto_workers_per_gpu`).
     :param cpu_workers: interpreter workers per CPU shard (``null``: one per core, shared among shards).
     :param cpu_shards: CPU shards (host processes when more than one).
     :param gpus: GPU indices to use (``null``: every visible GPU).
@@ -85,7 +89,8 @@ class LocalExecutor(BaseExecutor):
     def __init__(self, backend: str, device: str, verifier: Mapping[str, Any] | None = None, *,
                  workers_per_gpu: int | str = "auto", cpu_workers: int | None = None, cpu_shards: int = 1,
                  gpus: Sequence[int] | None = None, processes: bool = False, cpu_stage: Mapping[str, Any] | None = None, max_attempts: int = 3,
-                 verifier_path: str = DEFAULT_VERIFIER, extra_in_flight: int = 1, dispatch: str = "memory"):
+                 verifier_path: str = DEFAULT_VERIFIER, extra_in_flight: int = 1, dispatch: str = "memory",
+                 gib_per_worker: float = AUTO_GIB_PER_WORKER):
         super().__init__(backend, device, verifier, cpu_stage, max_attempts, verifier_path, dispatch)
         gpu_ids = _visible_gpus(device, gpus)
         self._serial = 0
@@ -94,7 +99,7 @@ class LocalExecutor(BaseExecutor):
                 workers_per_gpu = int(workers_per_gpu)
             else:
                 smallest = min((_gpu_total_bytes(g) or 0 for g in gpu_ids), default=0) or None
-                workers_per_gpu = auto_workers_per_gpu(smallest, _cores(), len(gpu_ids) or 1)
+                workers_per_gpu = auto_workers_per_gpu(smallest, _cores(), len(gpu_ids) or 1, gib_per_worker)
         if gpu_ids:
             env: dict[str, str] = {}
             if "OMP_NUM_THREADS" not in os.environ:  # the host's cores shared by every shard's workers
