@@ -125,3 +125,40 @@ def test_a_local_executor_streams_the_trainers_completions():
         shared.close()
     assert all(v.accepted for v in scored.verdicts) and shared.verified_in_reward_call == 0
     assert [v.candidate_id for v in scored.verdicts] == [c.id for c in scored.candidates]
+
+
+class StagedParity(StreamingParity):
+    """Verdicts that say where their time went, as the real verifier's do (``stage_s``, ``gpu_wait_s``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shard.judge = self
+
+    def verify_many(self, pairs):
+        verdicts = ParityVerifier.verify_many(self, pairs)
+        for v in verdicts:
+            v.stage_s, v.gpu_wait_s = {"trials": 0.5, "load": 0.1}, 0.25
+        return verdicts
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_steps_breakdown_says_where_a_verdicts_time_went(overlap):
+    from core.loop.step_clock import breakdown, breakdown_line
+
+    ParityVerifier.delay = 0.0
+    completions = _completions(4) + _completions(2)  # two repeated: verified once, counted once
+    verifier, clock = StagedParity(), StepClock()
+    shared, tasks = _shared(verifier, overlap, clock)
+    task_ids = [tasks[i % 2].id for i in range(6)]
+    task_ids[4:] = task_ids[:2]
+    shared.submit(task_ids, completions)
+    shared.score(completions, task_ids)
+    row = clock.step_end()
+    assert row["throughput/verdicts"] == 4
+    assert row["verify_stage/trials_s"] == pytest.approx(2.0) and row["verify_stage/gpu_wait_s"] == pytest.approx(1.0)
+    summary = breakdown([row])
+    assert summary["per_verdict/trials"] == pytest.approx(0.5) and summary["per_verdict/load"] == pytest.approx(0.1)
+    assert breakdown_line("correctness step time", summary).endswith(
+        "a verdict's slowest stages: trials 0.50 s, gpu_wait 0.25 s, load 0.10 s")
+    shared.close()
+    verifier.shard.close()

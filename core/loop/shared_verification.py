@@ -265,6 +265,16 @@ class SharedVerification:
             notify("on_verdict", task=task, candidate=cand, verdict=verdict)
         self.verifications += len(adopted)
         self._tell("verdicts", len(adopted))
+        self._tell_stages(results[key] for key in adopted)
+
+    def _tell_stages(self, verdicts: Any) -> None:
+        """The fresh verdicts' own stage seconds (and GPU waits), for the step's breakdown (``verify_stage/``)."""
+        from core.loop.step_clock import STAGE
+
+        for verdict in verdicts:
+            for stage, seconds in (getattr(verdict, "stage_s", None) or {}).items():
+                self._tell(STAGE + stage, seconds)
+            self._tell(STAGE + "gpu_wait", getattr(verdict, "gpu_wait_s", 0.0) or 0.0)
 
     def close(self) -> None:
         """Stop the background thread (after the ``verify_many`` it runs, if any)."""
@@ -299,12 +309,16 @@ class SharedVerification:
     def _verify(self, tasks: list[Task], candidates: list[Candidate]) -> list[Verdict]:
         self._collect()
         t0 = time.perf_counter()
+        before = set(self._verdicts)
         verdicts, fresh = verify_once(self.verifier, tasks, candidates, known=self._verdicts, keep=self.keep)
         if fresh:  # verified here, on the trainer's thread: all of it was waited for
             seconds = time.perf_counter() - t0
             self._tell("verify", seconds)
             self._tell("wait", seconds)
             self._tell("verdicts", fresh)
+            firsts = {(t.id, c.id): v for t, c, v in zip(tasks, candidates, verdicts)
+                      if not c.declined and (t.id, c.id) not in before}
+            self._tell_stages(firsts.values())
         self.verifications += fresh
         self.verified_in_reward_call += fresh
         return verdicts

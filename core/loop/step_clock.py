@@ -11,7 +11,9 @@ previous step's end, so the steps of a phase add up to the phase):
 
 ``time/verify_s`` is the verifier's own wall time on the step's completions (its pools' ``verify_many`` calls). It
 overlaps generation when the overlap is on, so it is not one of the parts: ``verify - wait`` is what was hidden.
-``throughput/completion_tokens`` and ``throughput/verdicts`` count what the step generated and verified.
+``throughput/completion_tokens`` and ``throughput/verdicts`` count what the step generated and verified;
+``verify_stage/<stage>_s`` add up the verifier's own stage seconds of those verdicts (``Verdict.stage_s``, and
+``gpu_wait`` for its waits for a GPU turn): where a verdict's time goes.
 ``memory/peak_rss_gib`` is the process's peak resident set; on a GPU ``memory/peak_gpu_gib`` is
 ``torch.cuda.max_memory_allocated``. Both are peaks since the process started.
 """
@@ -26,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 PARTS = ("generate", "wait", "optimize", "other")
+STAGE = "stage/"  # StepClock keys of the verdicts' stage seconds (core.loop.shared_verification)
 GIB = float(1 << 30)
 
 
@@ -94,6 +97,7 @@ class StepClock:
                "time/other_s": max(0.0, wall - generate - wait - optimize), "time/verify_s": acc.get("verify", 0.0),
                "throughput/completion_tokens": acc.get("completion_tokens", 0.0),
                "throughput/verdicts": acc.get("verdicts", 0.0)}
+        row.update({f"verify_stage/{key[len(STAGE):]}_s": value for key, value in acc.items() if key.startswith(STAGE)})
         row.update(peak_memory(self.device))
         self._last_end, self._prepared_at = now, None
         self.rows.append(row)
@@ -122,6 +126,10 @@ def breakdown(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         values = [float(r[key]) for r in rows if r.get(key) is not None]
         if values:
             out[key.split("/")[1]] = max(values)
+    verdicts = total("throughput/verdicts")
+    stages = sorted({k for r in rows for k in r if k.startswith("verify_stage/")})
+    for key in stages if verdicts > 0 else ():
+        out[f"per_verdict/{key[len('verify_stage/'):-2]}"] = total(key) / verdicts  # mean seconds per verdict
     return out
 
 
@@ -129,7 +137,9 @@ def breakdown_line(name: str, b: Mapping[str, float]) -> str:
     """One printed line of :func:`breakdown` (the run's summary and the GPU measurement read it)."""
     parts = ", ".join(f"{p} {b[f'{p}_s']:.2f} s ({100 * b[f'{p}_share']:.0f}%)" for p in PARTS)
     memory = f"peak GPU memory {b['peak_gpu_gib']:.1f} GiB, " if "peak_gpu_gib" in b else ""
+    stages = sorted(((k.split("/", 1)[1], v) for k, v in b.items() if k.startswith("per_verdict/")), key=lambda kv: -kv[1])
+    slowest = ("; a verdict's slowest stages: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages[:4])) if stages else ""
     return (f"{name}: {int(b['steps'])} steps, mean step {b['step_s']:.2f} s = {parts}; verify {b['verify_s']:.2f} s a step "
             f"({100 * b['verify_share']:.0f}% of step time, {100 * b['wait_share']:.0f}% waited for); "
             f"{b['tokens_per_s']:.0f} tokens/s generating, {b['verdicts_per_s']:.1f} verdicts/s verifying; "
-            f"{memory}peak RSS {b.get('peak_rss_gib', 0.0):.1f} GiB")
+            f"{memory}peak RSS {b.get('peak_rss_gib', 0.0):.1f} GiB{slowest}")
