@@ -104,3 +104,15 @@ def test_putting_into_a_closed_feed_is_refused():
     feed.close()
     with pytest.raises(ExecutorError, match="closed"):
         feed.put(pairs_of(1))
+
+
+def test_waiting_for_the_last_verdicts_of_a_closed_feed_burns_no_cpu():
+    shard = TimedShard({0: 0.8}, capacity=1)
+    feed = PairFeed()
+    feed.put(pairs_of(1))
+    feed.close()
+    cpu = time.process_time()
+    verdicts = schedule(ShardSet([shard], replace=None, extra_in_flight=0), [], feed=feed)
+    assert verdicts[0].accepted
+    assert time.process_time() - cpu < 0.3  # 0.8 s of waiting, not of polling
+    shard.close()

@@ -187,7 +187,8 @@ def schedule(shard_set: ShardSet, pairs: Sequence[Pair], max_attempts: int = 3,
     dispatch()
     try:
         while running or (feed is not None and not feed.done):
-            wake = [released.wake] + ([feed.wake] if feed is not None else [])
+            # a closed feed's wake stays set: waited on, it would turn this loop into a spin until the last verdict
+            wake = [released.wake] + ([feed.wake] if feed is not None and not feed.done else [])
             done, _ = cf.wait([*running, *wake], return_when=cf.FIRST_COMPLETED)
             take_fed()
             released.apply(running, queue, pairs)
