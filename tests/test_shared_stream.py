@@ -162,3 +162,14 @@ def test_a_steps_breakdown_says_where_a_verdicts_time_went(overlap):
         "a verdict's slowest stages: trials 0.50 s, gpu_wait 0.25 s, load 0.10 s")
     shared.close()
     verifier.shard.close()
+
+
+def test_stages_that_took_no_time_are_not_named():
+    from core.loop.step_clock import breakdown_line
+
+    summary = {"steps": 1.0, "step_s": 1.0, "verify_s": 0.1, "verify_share": 0.1, "tokens_per_s": 10.0,
+               "verdicts_per_s": 5.0, "per_verdict/static": 0.001, "per_verdict/gpu_wait": 0.0,
+               **{f"{p}_{k}": 0.25 for p in ("generate", "wait", "optimize", "other") for k in ("s", "share")}}
+    assert "slowest stages" not in breakdown_line("x", summary)
+    summary["per_verdict/trials"] = 1.5
+    assert breakdown_line("x", summary).endswith("a verdict's slowest stages: trials 1.50 s")

@@ -137,7 +137,8 @@ def breakdown_line(name: str, b: Mapping[str, float]) -> str:
     """One printed line of :func:`breakdown` (the run's summary and the GPU measurement read it)."""
     parts = ", ".join(f"{p} {b[f'{p}_s']:.2f} s ({100 * b[f'{p}_share']:.0f}%)" for p in PARTS)
     memory = f"peak GPU memory {b['peak_gpu_gib']:.1f} GiB, " if "peak_gpu_gib" in b else ""
-    stages = sorted(((k.split("/", 1)[1], v) for k, v in b.items() if k.startswith("per_verdict/")), key=lambda kv: -kv[1])
+    stages = sorted(((k.split("/", 1)[1], v) for k, v in b.items() if k.startswith("per_verdict/") and v >= 0.005),
+                    key=lambda kv: -kv[1])  # what rounds to 0.00 s says nothing
     slowest = ("; a verdict's slowest stages: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages[:4])) if stages else ""
     return (f"{name}: {int(b['steps'])} steps, mean step {b['step_s']:.2f} s = {parts}; verify {b['verify_s']:.2f} s a step "
             f"({100 * b['verify_share']:.0f}% of step time, {100 * b['wait_share']:.0f}% waited for); "
