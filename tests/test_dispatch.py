@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import itertools
 import os
+import re
 import time
 
 import pytest
@@ -182,7 +183,8 @@ def test_a_process_shard_plans_memory_through_its_host(dispatch):
         note = ex.dispatch_note
     (b0, e0), (b1, _), (b2, _), _ = spans(verdicts)
     if dispatch == "memory":
-        assert note == "memory-aware dispatch: cpu0: 0.0 GiB admitted, 2 of 4 verifications estimated over half of it"
+        assert re.fullmatch(r"memory-aware dispatch \(planned in \d+\.\d s\): cpu0: 0.0 GiB admitted, 2 of 4 "
+                            r"verifications estimated over half of it", note), note
         assert b2 < e0 <= b1 + 0.01  # a small one beside the first large one; the second large one after it
     else:
         assert note == "" and b1 < e0  # in order: the two large ones side by side

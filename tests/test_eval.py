@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -254,6 +255,7 @@ def test_core_eval_contract_on_cpu_then_a_rerun_verifies_nothing(generated_suite
     first = run_eval(*common, f"hydra.run.dir={tmp_path}/run1", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "fast_p" in first.stdout and "no timing on cpu" in first.stdout
+    assert re.search(r"coder expert: 3 candidates written in \d+\.\d s", first.stdout)  # the run's start-up, told
     payload = json.loads((tmp_path / "run1" / "results.json").read_text())
     overall = payload["summary"][-1]
     assert overall["level"] == "overall" and overall["tasks"] == 3

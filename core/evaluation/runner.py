@@ -68,8 +68,10 @@ def candidates_for(cfg: DictConfig, tasks: list[Task], backend: str, console: Co
     if cfg.get("solutions"):
         return load_solutions(cfg.solutions, tasks, backend), f"solutions:{cfg.solutions}"
     coder = build("coder", cfg.coder)
+    began = time.perf_counter()
     with console.status(f"coder {coder.name}: writing {len(tasks)} candidates"):
         samples = coder.generate(tasks, backend, 1)
+    console.print(f"coder {coder.name}: {len(tasks)} candidates written in {time.perf_counter() - began:.1f} s")
     out = []
     for task, cands in zip(tasks, samples, strict=True):
         if not cands:

@@ -40,6 +40,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -431,7 +432,9 @@ class BaseExecutor:
         """The main shards' memory plan for ``pairs`` (``dispatch: memory``), noted in :attr:`dispatch_note`."""
         if self.dispatch != "memory" or self.main is None or not pairs:
             return None
+        asked = time.perf_counter()
         plans = plan_memory(self.main.shards, pairs)
+        planned_s = time.perf_counter() - asked  # before the first verification starts: a run's start-up
         notes = []
         for shard in self.main.shards:
             plan, capacity = plans.get(id(shard)), getattr(shard, "memory_bytes", None)
@@ -439,7 +442,7 @@ class BaseExecutor:
                 over = sum(1 for b in plan if b and 2 * b > capacity)
                 notes.append(f"{shard.name}: {capacity / 2**30:.1f} GiB admitted, {over} of {len(plan)} verifications "
                              "estimated over half of it")
-        self.dispatch_note = ("memory-aware dispatch: " + "; ".join(notes)) if notes else ""
+        self.dispatch_note = (f"memory-aware dispatch (planned in {planned_s:.1f} s): " + "; ".join(notes)) if notes else ""
         return plans or None
 
     def describe(self) -> str:
