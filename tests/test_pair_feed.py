@@ -116,3 +116,22 @@ def test_waiting_for_the_last_verdicts_of_a_closed_feed_burns_no_cpu():
     assert verdicts[0].accepted
     assert time.process_time() - cpu < 0.3  # 0.8 s of waiting, not of polling
     shard.close()
+
+
+def test_schedules_on_several_threads_share_a_host_process_without_mixing_requests():
+    # a training stream, the reward call's own verify_many and a held-out evaluation can use one executor at once:
+    # their requests cross the same pipe to the host process
+    with LocalExecutor("triton", "cpu", {"delay_s": 0.0}, cpu_workers=2, processes=True, verifier_path=FAKE) as ex:
+        batches = [pairs_of(60) for _ in range(4)]
+        results: dict[int, list] = {}
+
+        def run(k):
+            results[k] = ex.verify_many(batches[k])
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for k, batch in enumerate(batches):
+        assert [v.task_id for v in results[k]] == [t.id for t, _ in batch] and all(v.accepted for v in results[k])

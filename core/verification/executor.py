@@ -167,6 +167,7 @@ class ProcessShard:
         self._out = os.fdopen(to_host_w, "w", buffering=1)
         self._in = os.fdopen(from_host_r, "r")
         self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
         self._pending: dict[int, cf.Future] = {}
         self._next_id = 0
         self._lost: str | None = None
@@ -188,8 +189,10 @@ class ProcessShard:
         return self.process.pid
 
     def _send(self, message: dict[str, Any]) -> None:
-        self._out.write(json.dumps(message) + "\n")
-        self._out.flush()
+        line = json.dumps(message) + "\n"
+        with self._send_lock:  # schedules on other threads (a training stream, a reward call) share the pipe
+            self._out.write(line)
+            self._out.flush()
 
     def _read_loop(self) -> None:
         try:
