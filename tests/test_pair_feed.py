@@ -135,3 +135,14 @@ def test_schedules_on_several_threads_share_a_host_process_without_mixing_reques
             t.join()
     for k, batch in enumerate(batches):
         assert [v.task_id for v in results[k]] == [t.id for t, _ in batch] and all(v.accepted for v in results[k])
+
+
+def test_an_executor_with_a_cpu_stage_streams_what_was_put_meanwhile_through_both_stages():
+    pairs = pairs_of(7)
+    with LocalExecutor("triton", "cpu", {"delay_s": 0.05}, cpu_workers=2, verifier_path=FAKE,
+                       cpu_stage={"checks": ["static"], "workers": 1}) as ex:
+        feed, heard = PairFeed(), Counter()
+        thread = _feed_from_thread(feed, [pairs[:3], pairs[3:4], pairs[4:]], 0.1)
+        ex.verify_stream(feed, lambda idx, vs: heard.update(i for i, v in zip(idx, vs) if v.accepted))
+        thread.join()
+    assert heard == Counter(range(7))
