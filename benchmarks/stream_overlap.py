@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             results["verify_many per arrival batch"].append(by_batches(executor, pairs, args.gap_s))
             results["verify_stream"].append(streamed(executor, pairs, args.gap_s))
     print(f"{len(pairs)} pairs ({args.copies} x {len(PAIRS)} red-team pairs), one every {args.gap_s} s, "
-          f"{args.workers} CPU workers, {args.repeats} runs each, medians:")
+          f"{args.workers} CPU worker(s), {args.repeats} run(s) each, medians:")
     medians = {}
     for mode, runs in results.items():
         total, after = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
