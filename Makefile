@@ -13,7 +13,7 @@ run: install  ## the main job on its embedded default: tiny local model, SFT fro
 selfplay: install  ## self-play rounds with the expert teacher, no learning (seconds)
 	.venv/bin/python -m core.run experiment=selfplay
 
-test: install  ## the default test run, in-process (no red team, end-to-end, slow or GPU tests: ~5 min on 2 cores)
+test: install  ## the default test run, in-process (no red team, end-to-end, slow or GPU tests: ~8 min on 2 cores)
 	.venv/bin/python -m pytest -q -m "not slow and not gpu and not e2e" -n 2 --durations=20
 
 test-e2e: install  ## the red team, the verifier suites of real workers and the CLIs in subprocesses (CI runs it too)
