@@ -292,10 +292,8 @@ class RefinementEnv:
         t0 = time.perf_counter()
         verdicts, fresh = verify_once(self.verifier, tasks, candidates)  # within a batch only: no cache across steps
         if self.clock is not None and fresh:  # each turn's verdicts decide the next turn: all of it is waited for
-            seconds = time.perf_counter() - t0
-            for key, amount in (("verify", seconds), ("wait", seconds), ("verdicts", fresh)):
-                self.clock.add(key, amount)
-        self.verifications += fresh
+            self.clock.add_verified(time.perf_counter() - t0, fresh)
+        self.verifications += len(fresh)
         return verdicts
 
     def _record(self, episodes: list[Episode], num_generations: int) -> None:

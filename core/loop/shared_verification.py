@@ -48,11 +48,12 @@ class ScoredBatch:
 
 
 def verify_once(verifier: Any, tasks: Sequence[Task], candidates: Sequence[Candidate],
-                known: "OrderedDict[tuple[str, str], Verdict] | None" = None, keep: int = 0) -> tuple[list[Verdict], int]:
-    """The verdicts of a batch, in order, and how many were fresh: each distinct (task id, candidate id)
-    pair is verified once, all in one ``verifier.verify_many``; a declined candidate never reaches the
-    verifier; ``on_verdict`` hears of every fresh verdict. ``known``: verdicts of earlier batches, read
-    and filled, the oldest dropped beyond ``keep``."""
+                known: "OrderedDict[tuple[str, str], Verdict] | None" = None, keep: int = 0
+                ) -> tuple[list[Verdict], list[Verdict]]:
+    """The verdicts of a batch, in order, and the fresh ones (one per pair verified now): each distinct
+    (task id, candidate id) pair is verified once, all in one ``verifier.verify_many``; a declined candidate
+    never reaches the verifier; ``on_verdict`` hears of every fresh verdict. ``known``: verdicts of earlier
+    batches, read and filled, the oldest dropped beyond ``keep``."""
     verdicts: list[Verdict | None] = [None] * len(candidates)
     todo: dict[tuple[str, str], list[int]] = {}
     for i, (task, cand) in enumerate(zip(tasks, candidates)):
@@ -64,9 +65,10 @@ def verify_once(verifier: Any, tasks: Sequence[Task], candidates: Sequence[Candi
             verdicts[i] = known[k]
         else:
             todo.setdefault(k, []).append(i)
+    fresh: list[Verdict] = []
     if todo:
         firsts = [idx[0] for idx in todo.values()]
-        fresh = verifier.verify_many([(tasks[i], candidates[i]) for i in firsts])
+        fresh = list(verifier.verify_many([(tasks[i], candidates[i]) for i in firsts]))
         for (k, idx), verdict in zip(todo.items(), fresh):
             if known is not None:
                 known[k] = verdict
@@ -75,7 +77,7 @@ def verify_once(verifier: Any, tasks: Sequence[Task], candidates: Sequence[Candi
                 verdicts[i] = verdict
     while known is not None and len(known) > keep:  # also when every verdict was known (filed by an overlap)
         known.popitem(last=False)
-    return [v for v in verdicts if v is not None], len(todo)
+    return [v for v in verdicts if v is not None], fresh
 
 
 class SharedVerification:
@@ -265,16 +267,8 @@ class SharedVerification:
             notify("on_verdict", task=task, candidate=cand, verdict=verdict)
         self.verifications += len(adopted)
         self._tell("verdicts", len(adopted))
-        self._tell_stages(results[key] for key in adopted)
-
-    def _tell_stages(self, verdicts: Any) -> None:
-        """The fresh verdicts' own stage seconds (and GPU waits), for the step's breakdown (``verify_stage/``)."""
-        from core.loop.step_clock import STAGE
-
-        for verdict in verdicts:
-            for stage, seconds in (getattr(verdict, "stage_s", None) or {}).items():
-                self._tell(STAGE + stage, seconds)
-            self._tell(STAGE + "gpu_wait", getattr(verdict, "gpu_wait_s", 0.0) or 0.0)
+        if self.clock is not None:
+            self.clock.add_stages(results[key] for key in adopted)
 
     def close(self) -> None:
         """Stop the background thread (after the ``verify_many`` it runs, if any)."""
@@ -309,18 +303,11 @@ class SharedVerification:
     def _verify(self, tasks: list[Task], candidates: list[Candidate]) -> list[Verdict]:
         self._collect()
         t0 = time.perf_counter()
-        before = set(self._verdicts)
         verdicts, fresh = verify_once(self.verifier, tasks, candidates, known=self._verdicts, keep=self.keep)
-        if fresh:  # verified here, on the trainer's thread: all of it was waited for
-            seconds = time.perf_counter() - t0
-            self._tell("verify", seconds)
-            self._tell("wait", seconds)
-            self._tell("verdicts", fresh)
-            firsts = {(t.id, c.id): v for t, c, v in zip(tasks, candidates, verdicts)
-                      if not c.declined and (t.id, c.id) not in before}
-            self._tell_stages(firsts.values())
-        self.verifications += fresh
-        self.verified_in_reward_call += fresh
+        if fresh and self.clock is not None:  # verified here, on the trainer's thread: all of it was waited for
+            self.clock.add_verified(time.perf_counter() - t0, fresh)
+        self.verifications += len(fresh)
+        self.verified_in_reward_call += len(fresh)
         return verdicts
 
     def _record(self, batch: ScoredBatch) -> None:

@@ -24,11 +24,11 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 PARTS = ("generate", "wait", "optimize", "other")
-STAGE = "stage/"  # StepClock keys of the verdicts' stage seconds (core.loop.shared_verification)
+STAGE = "stage/"  # StepClock keys of the verdicts' stage seconds (StepClock.add_stages)
 GIB = float(1 << 30)
 
 
@@ -68,6 +68,20 @@ class StepClock:
         """Add ``amount`` to ``key`` of the current step (a part's seconds, or a count)."""
         with self._lock:
             self._acc[key] = self._acc.get(key, 0.0) + float(amount)
+
+    def add_stages(self, verdicts: Iterable[Any]) -> None:
+        """Fresh verdicts' own stage seconds and GPU waits (``Verdict.stage_s``, ``gpu_wait_s``): ``verify_stage/``."""
+        for verdict in verdicts:
+            for stage, seconds in (getattr(verdict, "stage_s", None) or {}).items():
+                self.add(STAGE + stage, seconds)
+            self.add(STAGE + "gpu_wait", getattr(verdict, "gpu_wait_s", 0.0) or 0.0)
+
+    def add_verified(self, seconds: float, verdicts: Sequence[Any]) -> None:
+        """Verification the trainer waited for whole (inside the reward call, or a turn of an episode)."""
+        self.add("verify", seconds)
+        self.add("wait", seconds)
+        self.add("verdicts", len(verdicts))
+        self.add_stages(verdicts)
 
     def value(self, key: str) -> float:
         with self._lock:
