@@ -130,13 +130,46 @@ def test_no_backfill_past_a_request_it_would_keep_waiting(tmp_path, waiting, the
     assert not early and got["waiting"] <= got["then"], why
 
 
-def test_no_backfill_past_a_request_that_waited_long_enough(tmp_path, monkeypatch):
+def test_after_the_wait_a_backfill_must_leave_room_for_the_waiting_request(tmp_path, monkeypatch):
+    # Once a request has waited BACKFILL_WAIT_S its bytes are reserved: a later one starts only where it fits
+    # beside it and every reservation granted since. Before, nothing started past it any more, and on the H100
+    # (2026-12-06) level 1's large tasks, each waiting for the one before, let one verification run at a time.
     from core.verification import gpumemory
 
     monkeypatch.setattr(gpumemory, "BACKFILL_WAIT_S", 0.0)
     admission = MemoryAdmission("cuda-fake", 100, tmp_path, poll_s=0.005)
-    early, got = _queue_behind(admission, 60, (60, False), 30)
-    assert not early and got["waiting"] <= got["then"]
+    got, release = {}, {name: threading.Event() for name in ("blocker", "waiting", "first", "second")}
+
+    def ask(name, n):
+        with admission.reserve(n, time.monotonic() + 30, label=name):
+            got[name] = time.monotonic()
+            release[name].wait(10)
+
+    def start(name, n):
+        thread = threading.Thread(target=ask, args=(name, n))
+        thread.start()
+        return thread
+
+    threads = [start("blocker", 20)]
+    _wait_for(lambda: "blocker" in got)
+    threads.append(start("waiting", 90))  # waits for the blocker
+    _wait_for(lambda: any(q["label"] == "waiting" for q in json.loads(admission.path.read_text())["queue"]))
+    threads.append(start("first", 8))  # fits now, and beside the waiting 90: starts
+    _wait_for(lambda: "first" in got)
+    threads.append(start("second", 8))  # fits now (36 held), but 90 + 8 + 8 > 100 would delay the waiting one
+    time.sleep(0.3)
+    assert "second" not in got and "waiting" not in got
+    release["blocker"].set()
+    _wait_for(lambda: "waiting" in got)  # the blocker's end is all it waited for
+    assert "second" not in got
+    for name in ("first", "waiting"):
+        release[name].set()
+    _wait_for(lambda: "second" in got)
+    release["second"].set()
+    for t in threads:
+        t.join(10)
+    assert got["blocker"] < got["first"] < got["waiting"] < got["second"]
+    assert admission.held() == {}
 
 
 def test_a_dead_process_reservation_is_dropped(tmp_path):

@@ -9,10 +9,15 @@ beside each, had not been sent (1193 s of 2131 s of GPU waits in 24 verdicts wer
 
 :class:`DispatchQueue` sends, into a free slot, the first pair in queue order whose estimated footprint
 fits the shard's admitted memory beside the footprints it is already verifying; a shard running nothing
-starts the head whatever its size (it runs alone). A pair passed over for :data:`HOLD_S` stops the
-passing: nothing behind it starts until it has, so a large task waits at most that long plus the
-running verifications' time. Without footprints (a CPU shard, an executor whose shards cannot plan) the
-queue is first come, first served.
+starts the head whatever its size (it runs alone). A pair passed over for :data:`HOLD_S` is *held*: its
+footprint is reserved, and a pair behind it starts only where it fits both beside the running ones now
+and beside the held pair together with the pairs behind it started since the hold (backfill with a
+reservation: those never delay it; it starts once the ones it waits for, those started before the hold and
+those ahead of it in the queue, are done). Before, a held pair stopped every
+start behind it: on the H100 (2026-12-06) level 1's large problems came one after another, each held the
+next, and for 190 of the run's 410 s one verification ran at a time while three slots and the small level-2
+problems waited. Without footprints (a CPU shard, an executor whose shards cannot plan) the queue is first
+come, first served.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-# How long a pair may be passed over by later ones that fit beside the running verifications (the
-# admission's own backfill allows the same: core.verification.gpumemory.BACKFILL_WAIT_S).
+# How long a pair may be passed over by any later one that fits beside the running verifications, before
+# its footprint is reserved (the admission's own backfill does the same: core.verification.gpumemory).
 HOLD_S = 30.0
 # Pairs looked at past the head for one that fits (a queue of thousands is not scanned per slot).
 SCAN = 256
@@ -42,7 +47,8 @@ class DispatchQueue:
         self.order: collections.deque[int] = collections.deque(range(n))
         self.weights = weights
         self.clock = clock
-        self.running_bytes: dict[int, int] = collections.defaultdict(int)  # id(shard) -> bytes being verified
+        # id(shard) -> {pair: (bytes, when it started)} being verified there
+        self.running: dict[int, dict[int, tuple[int, float]]] = collections.defaultdict(dict)
         self.passed_over: dict[int, float] = {}  # pair -> when a later pair first started ahead of it
         self.skips = 0  # pairs started ahead of an earlier one (for the run's report)
 
@@ -63,9 +69,13 @@ class DispatchQueue:
         budget = getattr(shard, "memory_bytes", None)
         return int(budget) if budget else None
 
+    def running_bytes(self, shard: Any) -> int:
+        """The estimated bytes ``shard`` is verifying now."""
+        return sum(w for w, _ in self.running[id(shard)].values())
+
     def take(self, shard: Any, size: int, running: int) -> list[int]:
         """Up to ``size`` pairs for ``shard``, which has ``running`` requests in flight; [] when none should
-        start now (each would wait for memory the running ones hold)."""
+        start now (each would wait for memory the running ones hold, or delay a held pair)."""
         chunk: list[int] = []
         budget = self._budget(shard)
         while self.order and len(chunk) < size:
@@ -76,20 +86,31 @@ class DispatchQueue:
             if i is None:
                 break
             chunk.append(i)
-            self.running_bytes[id(shard)] += self._weight(shard, i)
+            self.running[id(shard)][i] = (self._weight(shard, i), self.clock())
         return chunk
 
     def _fitting(self, shard: Any, budget: int, idle: bool) -> int | None:
         if idle:  # nothing runs here: the head starts, alone if it must
             return self._start(0)
-        used = self.running_bytes[id(shard)]
+        used = self.running_bytes(shard)
         now = self.clock()
+        held: list[tuple[int, int, float]] = []  # the reservations ahead: (pair, bytes, when its hold began)
         for k, i in enumerate(list(self.order)[:SCAN]):
-            if used + self._weight(shard, i) <= budget:
+            w = self._weight(shard, i)
+            if used + w <= budget and all(self._beside_reservation(shard, w, hold, budget) for hold in held):
                 return self._start(k)
-            if now - self.passed_over.get(i, now) >= HOLD_S:
-                return None  # it has waited long enough: nothing behind it goes first
+            first_passed = self.passed_over.get(i)
+            if first_passed is not None and now - first_passed >= HOLD_S:
+                held.append((i, w, first_passed + HOLD_S))
         return None
+
+    def _beside_reservation(self, shard: Any, nbytes: int, hold: tuple[int, int, float], budget: int) -> bool:
+        """Whether a pair of ``nbytes`` fits beside a held pair's reservation and the pairs queued behind that
+        one started on ``shard`` since its hold began (its backfills: they may still run when the pairs it
+        waits for, those started before and those ahead of it in the queue, are done)."""
+        pair, reserved, since = hold
+        backfilled = sum(w for j, (w, t) in self.running[id(shard)].items() if j > pair and t >= since)
+        return nbytes + reserved + backfilled <= budget
 
     def _start(self, k: int) -> int:
         now = self.clock()
@@ -103,10 +124,8 @@ class DispatchQueue:
 
     def finished(self, shard: Any, chunk: Sequence[int]) -> None:
         """``chunk`` ended on ``shard`` (verdicts, or the shard was lost): its memory is free again."""
-        if self._budget(shard) is None:
-            return
-        self.running_bytes[id(shard)] = max(0, self.running_bytes[id(shard)] -
-                                            sum(self._weight(shard, i) for i in chunk))
+        for i in chunk:
+            self.running[id(shard)].pop(i, None)
 
     def add(self, pairs: Sequence[int]) -> None:
         """Pairs that arrived after the queue was made (a fed schedule), behind those waiting."""

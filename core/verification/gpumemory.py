@@ -251,9 +251,10 @@ class MemoryAdmission:
 
     ``with admission.reserve(nbytes, deadline, label) as r: ...`` waits until the reservation fits
     beside those held, then holds it: first come, first served, except that a request that fits now may
-    start before those ahead of it when it could be held beside each of them and none has waited
-    :data:`BACKFILL_WAIT_S` yet (backfill: on KernelBench level 1 a 98-GiB task at the head of the queue held
-    the small ones behind it while it waited for memory; a request for the device alone is never overtaken).
+    start before those ahead of it when it could be held beside each of them (backfill: on KernelBench level 1
+    a 98-GiB task at the head of the queue held the small ones behind it while it waited for memory); once
+    one has waited :data:`BACKFILL_WAIT_S`, only beside it and every reservation granted since, so that
+    nothing started after then delays it. A request for the device alone is never overtaken.
     ``r.alone`` is True when it has the device to itself: asked for
     (``alone=True``) or larger than the capacity. The ledger is a JSON file under a ``flock``; every
     process (shards, ranks) with the same key and directory shares it. ``journal`` records this
@@ -319,8 +320,19 @@ class MemoryAdmission:
                 break
             ahead.append(queued)
         return bool(ahead) and not entry["alone"] and all(
-            not q.get("alone") and int(q["bytes"]) + int(entry["bytes"]) <= self.capacity
-            and now - float(q.get("since") or now) < BACKFILL_WAIT_S for q in ahead)
+            not q.get("alone") and self._beside(state, q, int(entry["bytes"]), now) for q in ahead)
+
+    def _beside(self, state: dict[str, Any], queued: dict[str, Any], nbytes: int, now: float) -> bool:
+        """Whether ``nbytes`` started now would leave room for ``queued`` once the reservations it waits for
+        end: beside it alone while it has waited under :data:`BACKFILL_WAIT_S`; after that, beside it and
+        every reservation asked after it and granted since (its own is then reserved: those never delay it)."""
+        reserved = int(queued["bytes"]) + nbytes
+        asked = float(queued.get("since") or now)
+        if now < asked + BACKFILL_WAIT_S:
+            return reserved <= self.capacity
+        backfilled = sum(int(h["bytes"]) for h in state["held"].values()  # asked after it, granted since its hold
+                         if float(h.get("since") or 0) > asked and float(h.get("got") or 0) >= asked + BACKFILL_WAIT_S)
+        return reserved + backfilled <= self.capacity
 
     def held(self) -> dict[str, Any]:
         """The reservations held now (token -> entry), every process's."""
@@ -346,7 +358,7 @@ class MemoryAdmission:
                     first = head == token or self._may_overtake(state, entry)
                     if first and self._fits(state, nbytes, alone):
                         state["queue"] = [q for q in state["queue"] if q["token"] != token]
-                        state["held"][token] = entry
+                        state["held"][token] = {**entry, "got": time.time()}
                         got = True
                     elif head is None or all(q["token"] != token for q in state["queue"]):
                         state["queue"].append(entry)  # dropped (a reused pid looked dead): queue again
