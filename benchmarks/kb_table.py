@@ -183,6 +183,29 @@ def memory_retries(tasks: list[dict]) -> list[str]:
     return out
 
 
+def in_flight(landed: list[dict]) -> list[str]:
+    """How many verifications ran at once, from the landed rows (each began ``elapsed_s`` before its ``at_s``):
+    when the first began, the mean over the span, and how long one or none ran. On the H100 (2026-12-06) one ran
+    at a time for 125 of 427 s: a loss the per-verdict
+    figures do not show (most of it went to problems over the whole admitted memory, which run alone)."""
+    spans = sorted((float(t["at_s"]) - float(t["elapsed_s"]), float(t["at_s"]))
+                   for t in landed if t.get("at_s") is not None and t.get("elapsed_s") is not None)
+    if not spans:
+        return []
+    events = sorted([(b, 1) for b, _ in spans] + [(e, -1) for _, e in spans])
+    first, last = events[0][0], events[-1][0]
+    running, at, alone, idle, most, busy = 0, first, 0.0, 0.0, 0, 0.0
+    for when, change in events:
+        alone += (when - at) if running == 1 else 0.0
+        idle += (when - at) if running == 0 else 0.0
+        busy += (when - at) * running
+        running += change
+        most, at = max(most, running), when
+    span = max(last - first, 1e-9)
+    return [f"in flight: first verification began at {first:.1f} s; {busy / span:.2f} at once on average over "
+            f"{span:.0f} s (at most {most}); one alone for {alone:.0f} s, none for {idle:.0f} s"]
+
+
 def cut_run(run: Path) -> list[str]:
     """What a run that never wrote results.json reached: its landed verdicts by status, the last one's
     time, the rejections and errors with their reasons, and where the time went."""
@@ -196,7 +219,8 @@ def cut_run(run: Path) -> list[str]:
     out = [f"cut run: {len(landed)} verdicts landed by {last:.1f} s: "
            + ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))]
     out += [f"  {t['name']}: {t['status']} - {(t.get('reason') or '')[:300]}" for t in landed if not t["accepted"]]
-    return out + time_spent(landed) + judge_kernels(landed) + device_alone(landed) + memory_retries(landed)
+    return out + time_spent(landed) + judge_kernels(landed) + device_alone(landed) + memory_retries(landed) + \
+        in_flight(landed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         names = ", ".join(f"{t['name']}{'' if t['accepted'] else ' (' + t['status'] + ')'}" for t in payload["tasks"])
         print(f"\n{run.name}: {names}")
         tasks = payload["tasks"]
-        for line in time_spent(tasks) + judge_kernels(tasks) + device_alone(tasks) + memory_retries(tasks):
+        for line in time_spent(tasks) + judge_kernels(tasks) + device_alone(tasks) + memory_retries(tasks) + \
+                in_flight(landed_rows(run)):
             print(f"{run.name}: {line}")
     return 0
 

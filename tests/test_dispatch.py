@@ -139,8 +139,8 @@ def test_small_pairs_run_beside_a_large_one_instead_of_waiting_behind_the_next_l
 
 def test_small_pairs_keep_running_beside_a_chain_of_large_ones_that_wait_for_each_other():
     # KernelBench level 1 then level 2: large problems, each over half the device, then many small ones. The
-    # second large one is held after HOLD_S; before its reservation, nothing started behind it any more, and
-    # on the H100 (2026-12-06) one verification ran at a time for 190 of the run's 410 s.
+    # second large one is held after HOLD_S; before its reservation, nothing started behind it any more: one
+    # verification at a time, all along the chain.
     large, small = 6, 100
     weights = [60] * large + [5] * small
     durations = [40.0] * large + [2.0] * small

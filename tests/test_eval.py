@@ -402,3 +402,16 @@ def test_the_table_sums_the_wall_time_of_the_verdicts_that_held_the_device_alone
             {"name": "d", "elapsed_s": None, "gpu_memory": {"alone": True}}, {"name": "e", "elapsed_s": 1.0}]
     assert device_alone(rows) == ["held the device alone: 2 of 5 verdicts, 12.5 s of wall time"]
     assert device_alone(rows[1:2]) == []
+
+
+def test_the_table_says_how_many_verifications_ran_at_once_and_how_long_one_ran_alone():
+    # each row began elapsed_s before it landed: a runs 10-20 s, b 12-14, c 25-30 (none in flight 20-25)
+    from benchmarks.kb_table import in_flight
+
+    rows = [{"at_s": 20.0, "elapsed_s": 10.0}, {"at_s": 14.0, "elapsed_s": 2.0}, {"at_s": 30.0, "elapsed_s": 5.0},
+            {"at_s": 31.0, "elapsed_s": None}]
+    (line,) = in_flight(rows)
+    busy = 10.0 + 2.0 + 5.0
+    assert line == (f"in flight: first verification began at 10.0 s; {busy / 20:.2f} at once on average over 20 s "
+                    "(at most 2); one alone for 13 s, none for 5 s")
+    assert in_flight([{"at_s": None, "elapsed_s": 1.0}]) == []

@@ -14,9 +14,9 @@ footprint is reserved, and a pair behind it starts only where it fits both besid
 and beside the held pair together with the pairs behind it started since the hold (backfill with a
 reservation: those never delay it; it starts once the ones it waits for, those started before the hold and
 those ahead of it in the queue, are done). Before, a held pair stopped every
-start behind it: on the H100 (2026-12-06) level 1's large problems came one after another, each held the
-next, and for 190 of the run's 410 s one verification ran at a time while three slots and the small level-2
-problems waited. Without footprints (a CPU shard, an executor whose shards cannot plan) the queue is first
+start behind it, and level 1's large problems, one after another in the queue, each held the next: a chain
+that ran one verification at a time (on the H100, 2026-12-06, for 125 of 427 s, though most of that time went
+to problems over the whole admitted memory, which run alone anyway). Without footprints (a CPU shard, an executor whose shards cannot plan) the queue is first
 come, first served.
 """
 
