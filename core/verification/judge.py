@@ -237,16 +237,31 @@ class Verifier(GpuSharing):
         self.checks = self._build_checks(checks, check_options)
         # A check that could not run fails closed unless named here (True: every check).
         self.accept_unchecked = accept_unchecked if isinstance(accept_unchecked, bool) else frozenset(accept_unchecked)
-        self.compare_on_device = resolve_compare_on_device(compare_on_device, self.device, self.compile_only)
-        if self.compare_on_device:
-            # each verification holds its keeper from the reference to the verdict
-            reference_workers = max(int(reference_workers), self.workers)
+        # The pools start before this process imports torch (resolving compare_on_device does, on CUDA: 2.6 s on
+        # the H100), so a one-shot call's workers start beside the judge's own imports. Only where compare_on_device
+        # could enlarge the reference pool (more candidate workers than reference workers) is it resolved first.
+        resolved = int(reference_workers) < self.workers
+        if resolved:
+            self.compare_on_device = resolve_compare_on_device(compare_on_device, self.device, self.compile_only)
+            if self.compare_on_device:
+                # each verification holds its keeper from the reference to the verdict
+                reference_workers = max(int(reference_workers), self.workers)
         env = worker_env(self.backend, self.device, max(1, int(workers)) + max(1, int(reference_workers)), cuda_on_cpu)
         limits = Limits(memory_mb=memory_mb, isolate=isolate, cpu_s_per_request=cpu_seconds(timeout_s, env))
         self.pool = WorkerPool("candidate", backend, self.device, size=max(1, self.workers), limits=limits,
                                extra_env=env, max_jobs=max_jobs_per_worker)
         self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),
                                          limits=limits, extra_env=env, max_jobs=max_jobs_per_worker)
+        if not resolved:
+            try:
+                self.compare_on_device = resolve_compare_on_device(compare_on_device, self.device, self.compile_only)
+            except VerifierConfigError:
+                self.pool.close()
+                self.reference_pool.close()
+                raise
+        # here, in the thread that builds the judge: torch's first import inside verify_many's threads (the static
+        # policy imports what a candidate names) made the judge crash on exit (SIGSEGV in the interpreter's teardown)
+        import torch  # noqa: F401
         self.device_lock = DeviceLock.for_device("cuda") if self.device == "cuda" and share_gpu_fairly else None
         for opener in filter(None, (optional(c, "Check", "open") for c in self.checks)):
             opener({"tolerances": self.tolerances, "workers": self.workers})  # e.g. interp_races' CPU pool boots beside ours

@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 import types
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 # Largest share of an output that may be NaN or infinite (both runs together). One op off half its
 # domain on randn (sqrt, log, rsqrt) is NaN on about half of it and stays; chains that compound it go.
@@ -33,6 +34,8 @@ def load_module(source: str, name: str = "kernelzero_task") -> types.ModuleType:
 
 def run_reference(source: str | Task, seed: int = 0, module: types.ModuleType | None = None) -> Any:
     """``Model(*get_init_inputs())(*get_inputs())`` on CPU with ``torch.manual_seed(seed)``."""
+    import torch  # here, not at the top: loading the plugin registry must not import torch (core.verify)
+
     if module is None:
         module = load_module(source.source if isinstance(source, Task) else source)
     torch.manual_seed(seed)
@@ -60,6 +63,8 @@ def degeneracy(task: Task, *, near_zero: float = 1e-6, allow_empty: bool = False
     :param max_non_finite: largest share of NaN/Inf output elements; not applied to ``nan_inf``
         adversarial tasks, whose planted NaN and Inf inputs are meant to spread.
     """
+    import torch
+
     try:
         module = load_module(task.source)
         first = run_reference(task, seed=1, module=module)

@@ -1,0 +1,97 @@
+"""A one-shot ``python -m core.verify``: what is off its critical path stays off it (ordering, not timings)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PAIR = ["--reference", str(REPO / "tests/redteam/tasks/vector_add.py"),
+        "--candidate", str(REPO / "tests/redteam/candidates/honest_vector_add.py"), "--backend", "triton"]
+
+
+def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env, text=True, capture_output=True,
+                          timeout=timeout)
+
+
+def test_core_verify_starts_its_workers_before_the_judge_imports_torch():
+    # the workers' start-up (importing torch themselves, 2.6 s on the H100) overlaps the judge's own imports
+    code = """
+import sys
+import core.verification.sandbox as sandbox
+
+class Spawned(Exception):
+    pass
+
+def start(worker):
+    raise Spawned(f"{worker.role} spawned with torch imported: {'torch' in sys.modules}")
+
+sandbox.Worker.start = start
+import core.verify
+try:
+    core.verify.main(sys.argv[1:] + ["--device", "cpu"])
+except Spawned as exc:
+    print(exc)
+"""
+    out = run_python(code, *PAIR)
+    assert "spawned with torch imported: False" in out.stdout, out.stdout + out.stderr
+
+
+class FakePool:
+    made: list[str] = []
+
+    def __init__(self, role, backend, device, size=1, **kwargs):
+        self.role, self.size = role, size
+        FakePool.made.append(f"{role} pool of {size}")
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("workers, reference_workers, pools_first", [(1, 1, True), (2, 2, True), (2, 1, False)])
+def test_the_pools_start_before_compare_on_device_is_resolved_unless_it_sizes_them(
+        monkeypatch, workers, reference_workers, pools_first):
+    from core.verification import judge
+
+    FakePool.made = []
+
+    def resolve(wanted, device, compile_only):
+        FakePool.made.append("compare_on_device resolved")
+        return True  # as on a CUDA host with IPC: each verification holds a keeper
+
+    monkeypatch.setattr(judge, "WorkerPool", FakePool)
+    monkeypatch.setattr(judge, "resolve_compare_on_device", resolve)
+    verifier = judge.Verifier(device="cpu", workers=workers, reference_workers=reference_workers, warm_up=False,
+                              checks=["static"])
+    verifier.close()
+    order = FakePool.made
+    assert (order.index("compare_on_device resolved") > order.index("reference pool of 2" if workers == 2 else
+                                                                    "reference pool of 1")) == pools_first
+    assert f"reference pool of {max(workers, reference_workers)}" in order  # a keeper for every verification
+    assert verifier.compare_on_device
+
+
+def test_a_compare_on_device_that_cannot_be_had_closes_the_pools_it_started(monkeypatch):
+    from core.verification import judge
+
+    closed = []
+
+    class Pool(FakePool):
+        def close(self):
+            closed.append(self.role)
+
+    def refuse(wanted, device, compile_only):
+        raise judge.VerifierConfigError("compare_on_device=True: no CUDA device")
+
+    monkeypatch.setattr(judge, "WorkerPool", Pool)
+    monkeypatch.setattr(judge, "resolve_compare_on_device", refuse)
+    with pytest.raises(judge.VerifierConfigError):
+        judge.Verifier(device="cpu", workers=1, warm_up=False, checks=["static"])
+    assert sorted(closed) == ["candidate", "reference"]
