@@ -95,3 +95,25 @@ def test_a_compare_on_device_that_cannot_be_had_closes_the_pools_it_started(monk
     with pytest.raises(judge.VerifierConfigError):
         judge.Verifier(device="cpu", workers=1, warm_up=False, checks=["static"])
     assert sorted(closed) == ["candidate", "reference"]
+
+
+def test_core_verify_leaves_without_the_interpreters_teardown_but_runs_its_exit_handlers():
+    # the teardown of torch and Triton came after the verdict was out (0.5 s on 2 CPU cores); what atexit holds
+    # (the lifeline that kills the workers' groups) still runs, and the output is complete
+    code = """
+import atexit, runpy, sys
+
+class TornDown:
+    def __del__(self):
+        print("torn down", flush=True)
+
+sys.modules["kz_teardown_probe"] = TornDown()
+atexit.register(lambda: print("exit handlers ran"))
+print("before", end="")
+sys.argv = ["core.verify", *sys.argv[1:]]
+runpy.run_module("core.verify", run_name="__main__")
+"""
+    out = run_python(code, "--reference", "no-such-file.py", "--candidate", "no-such-file.py")
+    assert out.returncode == 2 and "no-such-file.py does not exist" in out.stderr
+    assert out.stdout.startswith("before") and "exit handlers ran" in out.stdout
+    assert "torn down" not in out.stdout
