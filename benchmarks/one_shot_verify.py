@@ -59,9 +59,21 @@ def one_call(kb: Path, reference: Path, candidate: Path, backend: str, device: s
         return {"wall_s": wall, "status": f"exit {proc.returncode}", "reason": (proc.stderr or proc.stdout)[-600:]}
     verdict = json.loads(lines[-1])
     return {"wall_s": wall, "status": verdict["status"], "accepted": verdict["accepted"],
-            "verdict_s": verdict.get("elapsed_s"), "reason": verdict.get("reason"),
-            "warm_up": verdict.get("warm_up"), "start_up": verdict.get("start_up"), "stage_s": verdict.get("stage_s"), "gpu_wait_s": verdict.get("gpu_wait_s"),
+            "verdict_s": verdict.get("elapsed_s"), "verdict_began_s": verdict.get("verdict_began_s"),
+            "reason": verdict.get("reason"), "warm_up": verdict.get("warm_up"), "start_up": verdict.get("start_up"),
+            "stage_s": verdict.get("stage_s"), "gpu_wait_s": verdict.get("gpu_wait_s"),
+            "performance_s": performance_phases(verdict),
             "checks": {k: c["passed"] for k, c in verdict["checks"].items()}}
+
+
+def performance_phases(verdict: dict) -> dict | None:
+    """The performance stage's split, where it ran: the candidate's own phases and its task's baseline's
+    (set-up, torch.compile's build, whether it was shared), so a stage's seconds say what they waited on."""
+    data = ((verdict.get("checks") or {}).get("performance") or {}).get("data") or {}
+    if not data:
+        return None
+    baseline = data.get("baseline") or {}
+    return {"candidate": data.get("phases_s"), "baseline": baseline.get("phases_s"), "shared": baseline.get("shared")}
 
 
 def where_it_went(row: dict) -> str:
@@ -70,10 +82,17 @@ def where_it_went(row: dict) -> str:
     parts = []
     for role, workers in sorted((row.get("start_up") or {}).items()):
         for w in workers:
-            parts.append(f"{role} worker ready {w.get('ready_s')} s (torch {w.get('import_torch')} s, "
+            spawned = f"spawned at {w['spawned_s']} s, " if w.get("spawned_s") is not None else ""
+            parts.append(f"{role} worker {spawned}ready {w.get('ready_s')} s later (torch {w.get('import_torch')} s, "
                          f"warm-up {w.get('warm_up') or '-'})")
+    if row.get("verdict_began_s") is not None:
+        parts.append(f"verdict began at {row['verdict_began_s']} s")
     stages = sorted((row.get("stage_s") or {}).items(), key=lambda kv: -kv[1])[:4]
     parts.append("stages " + ", ".join(f"{k} {v:.2f}" for k, v in stages))
+    if row.get("performance_s"):
+        perf = row["performance_s"]
+        parts.append(f"performance: candidate {perf.get('candidate')}, baseline {perf.get('baseline')}"
+                     f"{' (shared)' if perf.get('shared') else ''}")
     return "; ".join(parts)
 
 

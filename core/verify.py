@@ -14,8 +14,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+STARTED = time.time()  # a one-shot call's timeline counts from here (its workers' spawns, its verdict's start)
 
 from core.task import DEFAULT_BACKEND, Candidate, Task
 from core.verification.judge import MIN_TRIALS, Verifier, VerifierConfigError
@@ -228,13 +231,15 @@ def main(argv: list[str] | None = None) -> int:
         if items is None:
             task = Task.from_file(args.reference)
             candidate = Candidate.from_file(args.candidate, backend=args.backend)
+            verdict_began_s = round(time.time() - STARTED, 3)
             verdict = verifier.verify(task, candidate)
             out = verdict.to_dict()
+            out["verdict_began_s"] = verdict_began_s
             out["sandbox"] = verifier.isolation
             out["warm_up"] = verifier.warm_up_report
             pools = {"candidate": verifier.pool, "reference": verifier.reference_pool,
                      "baseline": verifier.baseline_pool}
-            out["start_up"] = {role: pool.start_ups() for role, pool in pools.items() if pool is not None}
+            out["start_up"] = {role: pool.start_ups(since=STARTED) for role, pool in pools.items() if pool is not None}
             if args.json:
                 print(json.dumps(out, sort_keys=True, default=str))
             else:

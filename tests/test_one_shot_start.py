@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -18,7 +18,7 @@ PAIR = ["--reference", str(REPO / "tests/redteam/tasks/vector_add.py"),
 def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
     return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env, text=True, capture_output=True,
-                          timeout=timeout)
+                          timeout=timeout, check=False)
 
 
 def test_core_verify_starts_its_workers_before_the_judge_imports_torch():
@@ -45,7 +45,7 @@ except Spawned as exc:
 
 
 class FakePool:
-    made: list[str] = []
+    made: ClassVar[list[str]] = []
 
     def __init__(self, role, backend, device, size=1, **kwargs):
         self.role, self.size = role, size
@@ -117,3 +117,31 @@ runpy.run_module("core.verify", run_name="__main__")
     assert out.returncode == 2 and "no-such-file.py does not exist" in out.stderr
     assert out.stdout.startswith("before") and "exit handlers ran" in out.stdout
     assert "torn down" not in out.stdout
+
+
+def test_a_one_shot_verdict_tells_when_its_workers_were_spawned_and_when_it_began():
+    import json
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+    proc = subprocess.run([sys.executable, "-m", "core.verify", *PAIR, "--device", "cpu", "--json"], cwd=REPO,
+                          env=env, text=True, capture_output=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
+    assert out["accepted"], out["reason"]
+    workers = [w for role in ("candidate", "reference") for w in out["start_up"][role]]
+    assert workers and all(0 <= w["spawned_s"] < out["verdict_began_s"] for w in workers)
+
+
+def test_the_benchmark_splits_the_performance_stage_into_the_candidates_and_the_baselines_phases():
+    from benchmarks.one_shot_verify import performance_phases, where_it_went
+
+    verdict = {"checks": {"performance": {"passed": True, "data": {
+        "phases_s": {"prepare": 0.2, "candidate": 0.5},
+        "baseline": {"shared": False, "phases_s": {"prepare": 0.4, "compile_build": 4.0}}}}}}
+    phases = performance_phases(verdict)
+    assert phases == {"candidate": {"prepare": 0.2, "candidate": 0.5},
+                      "baseline": {"prepare": 0.4, "compile_build": 4.0}, "shared": False}
+    assert performance_phases({"checks": {"static": {"passed": True}}}) is None
+    line = where_it_went({"start_up": {"candidate": [{"spawned_s": 0.4, "ready_s": 3.0, "import_torch": 1.1}]},
+                          "verdict_began_s": 2.5, "stage_s": {"performance": 6.2}, "performance_s": phases})
+    assert "spawned at 0.4 s" in line and "verdict began at 2.5 s" in line and "compile_build" in line

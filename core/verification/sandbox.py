@@ -489,13 +489,14 @@ class WorkerPool:
                 discard = True
         self.release(worker, discard=discard)
 
-    def start_ups(self) -> list[dict[str, Any]]:
+    def start_ups(self, since: float | None = None) -> list[dict[str, Any]]:
         """Where each started worker's start-up went (without waiting for those still starting): the
         seconds from its spawn to its hello, and the worker's own split (importing torch, the backend,
-        in all) and warm-up report."""
+        in all) and warm-up report; with ``since`` (a ``time.time()``), also when it was spawned after that."""
         with self._lock:
             workers = list(self._all)
         return [{"ready_s": w.hello.get("ready_s"), **(w.hello.get("start_up_s") or {}),
+                 **({"spawned_s": round(w.spawned_at - since, 3)} if since is not None else {}),
                  "warm_up": w.hello.get("gpu_warm_up")} for w in workers if w.hello]
 
     def wait_ready(self) -> list[str]:
