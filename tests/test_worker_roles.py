@@ -187,3 +187,46 @@ def test_the_worker_warms_the_checks_that_apply_to_its_backend_and_device(regist
     on_gpu = {c.name: c for c in applicable_checks("triton", "cuda")}
     assert "performance" in on_gpu and callable(on_gpu["performance"].warm_up)  # the timer's part lives there
     assert "performance" not in [c.name for c in applicable_checks("triton", "cpu")]
+
+
+def test_only_a_baseline_worker_warms_torch_compile_up_and_a_failure_is_reported(monkeypatch):
+    # A one-shot verdict waited ~5 s for the baseline's first, cold torch.compile build (H100, 2026-12-06) while
+    # the baseline worker had idled since its hello; the warm-up pays torch.compile's one-time costs there.
+    from core.verification.worker import warmup
+
+    built = []
+    import torch
+
+    monkeypatch.setattr(warmup, "warm_gpu", lambda: None)  # no CUDA here: the generic part is not under test
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(warmup, "warm_compile", lambda: built.append(True))
+    monkeypatch.delenv(warmup.WARM_COMPILE_ENV, raising=False)
+    assert "torch.compile" not in (warm_up("cuda", [], role="reference") or "") and built == []
+    monkeypatch.setenv(warmup.WARM_COMPILE_ENV, "1")
+    assert warm_up("cpu", [], role="reference") is None and built == []  # the CPU has no compile baseline
+    assert re.search(r" s \(torch\.compile \d+\.\d\d s; checks: timer \d+\.\d\d s\)$",
+                     warm_up("cuda", [_Check("timer")], role="reference")) and built == [True]
+
+    def broken() -> None:
+        raise RuntimeError("no Triton")
+
+    monkeypatch.setattr(warmup, "warm_compile", broken)
+    report = warm_up("cuda", [], role="reference")
+    assert report.startswith("failed after ") and report.endswith("torch.compile: RuntimeError: no Triton"), report
+
+
+def test_the_baseline_pool_and_only_it_starts_its_workers_with_the_compile_warm_up(monkeypatch):
+    import threading
+
+    from core.verification import gpusharing
+    from core.verification.worker.warmup import WARM_COMPILE_ENV
+    from core.verify import Verifier
+
+    started = []
+    monkeypatch.setattr(gpusharing, "WorkerPool", lambda role, *a, extra_env=None, **k: started.append(extra_env))
+    judge = Verifier.__new__(Verifier)  # the judge's state only: no worker processes
+    judge.device, judge.compile_only, judge.checks, judge.backend_name, judge.workers = "cpu", None, [], "triton", 2
+    env = {"OMP_NUM_THREADS": "1"}
+    judge._init_baselines(Limits(), env, 8)
+    judge._baseline_workers()
+    assert started == [{**env, WARM_COMPILE_ENV: "1"}] and WARM_COMPILE_ENV not in env

@@ -31,6 +31,7 @@ from core.verification.gpumemory import (
 from core.verification.observations import fresh_seed
 from core.verification.protocol import Op, request
 from core.verification.sandbox import Limits, WorkerFailure, WorkerPool
+from core.verification.worker.warmup import WARM_COMPILE_ENV
 
 if TYPE_CHECKING:
     from core.verification.parties import VerificationView as Verification
@@ -248,7 +249,8 @@ class GpuSharing:
         baseline check the pool starts now, beside the others; otherwise on its first use."""
         self.baselines = BaselineCache()  # per-task reference timings, shared by that task's candidates
         self.baseline_pool: WorkerPool | None = None
-        self._baseline_pool_args = (limits, env, min(max_jobs, 2 * BASELINES_PER_WORKER))
+        # the baseline workers warm torch.compile up before their hello (core.verification.worker.warmup)
+        self._baseline_pool_args = (limits, {**env, WARM_COMPILE_ENV: "1"}, min(max_jobs, 2 * BASELINES_PER_WORKER))
         self._baseline_pool_lock = threading.Lock()
         self._baselines_closed = False
         if self.device == "cuda" and self.compile_only is None and \
