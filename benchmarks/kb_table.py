@@ -186,8 +186,8 @@ def memory_retries(tasks: list[dict]) -> list[str]:
 def in_flight(landed: list[dict]) -> list[str]:
     """How many verifications ran at once, from the landed rows (each began ``elapsed_s`` before its ``at_s``):
     when the first began, the mean over the span, and how long one or none ran. On the H100 (2026-12-06) one ran
-    at a time for 125 of 427 s: a loss the per-verdict
-    figures do not show (most of it went to problems over the whole admitted memory, which run alone)."""
+    at a time for 125 of 427 s: a loss the per-verdict figures do not show (most of it went to problems over the
+    whole admitted memory, which run alone)."""
     spans = sorted((float(t["at_s"]) - float(t["elapsed_s"]), float(t["at_s"]))
                    for t in landed if t.get("at_s") is not None and t.get("elapsed_s") is not None)
     if not spans:
@@ -202,8 +202,9 @@ def in_flight(landed: list[dict]) -> list[str]:
         running += change
         most, at = max(most, running), when
     span = max(last - first, 1e-9)
-    return [f"in flight: first verification began at {first:.1f} s; {busy / span:.2f} at once on average over "
-            f"{span:.0f} s (at most {most}); one alone for {alone:.0f} s, none for {idle:.0f} s"]
+    line = (f"in flight: first verification began at {first:.1f} s; {busy / span:.2f} at once on average over "
+            f"{span:.0f} s (at most {most}); one alone for {alone:.0f} s, none for {idle:.0f} s")
+    return [line]
 
 
 def cut_run(run: Path) -> list[str]:

@@ -216,8 +216,6 @@ def test_only_a_baseline_worker_warms_torch_compile_up_and_a_failure_is_reported
 
 
 def test_the_baseline_pool_and_only_it_starts_its_workers_with_the_compile_warm_up(monkeypatch):
-    import threading
-
     from core.verification import gpusharing
     from core.verification.worker.warmup import WARM_COMPILE_ENV
     from core.verify import Verifier

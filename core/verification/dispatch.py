@@ -13,11 +13,11 @@ starts the head whatever its size (it runs alone). A pair passed over for :data:
 footprint is reserved, and a pair behind it starts only where it fits both beside the running ones now
 and beside the held pair together with the pairs behind it started since the hold (backfill with a
 reservation: those never delay it; it starts once the ones it waits for, those started before the hold and
-those ahead of it in the queue, are done). Before, a held pair stopped every
-start behind it, and level 1's large problems, one after another in the queue, each held the next: a chain
-that ran one verification at a time (on the H100, 2026-12-06, for 125 of 427 s, though most of that time went
-to problems over the whole admitted memory, which run alone anyway). Without footprints (a CPU shard, an executor whose shards cannot plan) the queue is first
-come, first served.
+those ahead of it in the queue, are done). Before, a held pair stopped every start behind it, and level 1's
+large problems, one after another in the queue, each held the next: a chain that ran one verification at a
+time (on the H100, 2026-12-06, for 125 of 427 s, though most of that time went to problems over the whole
+admitted memory, which run alone anyway). Without footprints (a CPU shard, an executor whose shards cannot
+plan) the queue is first come, first served.
 """
 
 from __future__ import annotations

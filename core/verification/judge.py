@@ -240,8 +240,8 @@ class Verifier(GpuSharing):
         # The pools start before this process imports torch (resolving compare_on_device does, on CUDA: 2.6 s on
         # the H100), so a one-shot call's workers start beside the judge's own imports. Only where compare_on_device
         # could enlarge the reference pool (more candidate workers than reference workers) is it resolved first.
-        resolved = int(reference_workers) < self.workers
-        if resolved:
+        sizes_reference_pool = int(reference_workers) < self.workers
+        if sizes_reference_pool:
             self.compare_on_device = resolve_compare_on_device(compare_on_device, self.device, self.compile_only)
             if self.compare_on_device:
                 # each verification holds its keeper from the reference to the verdict
@@ -252,7 +252,7 @@ class Verifier(GpuSharing):
                                extra_env=env, max_jobs=max_jobs_per_worker)
         self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),
                                          limits=limits, extra_env=env, max_jobs=max_jobs_per_worker)
-        if not resolved:
+        if not sizes_reference_pool:
             try:
                 self.compare_on_device = resolve_compare_on_device(compare_on_device, self.device, self.compile_only)
             except VerifierConfigError:

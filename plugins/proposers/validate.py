@@ -12,10 +12,7 @@ from __future__ import annotations
 import math
 import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
-
-if TYPE_CHECKING:
-    import torch
+from typing import Any, Mapping
 
 # Largest share of an output that may be NaN or infinite (both runs together). One op off half its
 # domain on randn (sqrt, log, rsqrt) is NaN on about half of it and stays; chains that compound it go.

@@ -91,7 +91,7 @@ def warm_up(device: str, checks: Iterable[Any], role: str | None = None) -> str 
         try:
             warm_compile()
             compiled = f"torch.compile {time.perf_counter() - began:.2f} s"
-        except Exception as exc:  # the worker still serves: its first build pays what is left
+        except Exception as exc:  # noqa: BLE001  (the worker still serves: its first build pays what is left)
             failures.append(f"torch.compile: {type(exc).__name__}: {exc}")
     for check in checks:
         hook = optional(check, "Check", "warm_up")
@@ -116,5 +116,7 @@ def warm_up(device: str, checks: Iterable[Any], role: str | None = None) -> str 
         return f"failed after {seconds:.2f} s: {'; '.join(failures)}"[:MAX_REPORT_CHARS]
     if not gpu and not warmed:
         return None
-    parts = [compiled] * bool(compiled) + [f"checks: {', '.join(warmed)}"] * bool(warmed)
+    parts = [compiled] if compiled else []
+    if warmed:
+        parts.append(f"checks: {', '.join(warmed)}")
     return f"{seconds:.2f} s" + (f" ({'; '.join(parts)})" if parts else "")
