@@ -47,9 +47,9 @@ def resolve_device(device: str) -> str:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda; got {device!r}")
         return device
-    import torch
+    from core.api.devices import cuda_visible  # without importing torch: a one-shot verify's workers start first
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if cuda_visible() else "cpu"
 
 
 _configs_registered = False

@@ -262,6 +262,12 @@ class Verifier(GpuSharing):
         # here, in the thread that builds the judge: torch's first import inside verify_many's threads (the static
         # policy imports what a candidate names) made the judge crash on exit (SIGSEGV in the interpreter's teardown)
         import torch  # noqa: F401
+        # the backend was asked before torch's import (core.api.devices.cuda_visible): ask again through torch,
+        # which alone sees a driver too old for its CUDA
+        if self.compile_only is None and (unsupported := self.backend.supports(self.device)):
+            self.pool.close()
+            self.reference_pool.close()
+            raise VerifierConfigError(unsupported)
         self.device_lock = DeviceLock.for_device("cuda") if self.device == "cuda" and share_gpu_fairly else None
         for opener in filter(None, (optional(c, "Check", "open") for c in self.checks)):
             opener({"tolerances": self.tolerances, "workers": self.workers})  # e.g. interp_races' CPU pool boots beside ours

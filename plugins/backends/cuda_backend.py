@@ -310,13 +310,10 @@ class CudaBackend:
         if missing:
             return missing
         if device.startswith("cuda"):
-            try:
-                import torch
+            from core.api.devices import cuda_visible  # torch's import waits: the workers spawn first
 
-                if torch.cuda.is_available():
-                    return None
-            except ImportError:
-                pass
+            if cuda_visible():
+                return None
             return "backend 'cuda' was asked to run on a GPU, but no CUDA device is visible"
         return NEEDS_GPU
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import importlib.util
 import os
 import types
 from dataclasses import dataclass, field
@@ -166,13 +167,12 @@ class LoadInlineBackend:
             if missing:
                 return f"{NEEDS_GPU} (and this machine lacks {missing[0]}, so not even the compile-only check runs)"
             return NEEDS_GPU
-        try:
-            import torch
+        from core.api.devices import cuda_visible  # torch's import waits: the workers spawn first
 
-            if not torch.cuda.is_available():
-                return "backend 'cuda_inline' was asked to run on a GPU, but no CUDA device is visible"
-        except ImportError:
+        if importlib.util.find_spec("torch") is None:
             return "backend 'cuda_inline' needs torch"
+        if not cuda_visible():
+            return "backend 'cuda_inline' was asked to run on a GPU, but no CUDA device is visible"
         missing = build.missing_tools(device)
         if missing:
             return f"backend 'cuda_inline' builds extensions with load_inline and needs {', '.join(missing)}"

@@ -132,9 +132,9 @@ class TritonBackend:
         if device == "cpu":
             return None
         if device == "cuda":
-            import torch
+            from core.api.devices import cuda_visible  # torch's import waits: the workers spawn first
 
-            if torch.cuda.is_available():
+            if cuda_visible():
                 return None
             return ("backend 'triton' on device 'cuda' needs a GPU; none is visible. Use device=cpu "
                     "(kernels run in the Triton interpreter) or run on a machine with CUDA")
