@@ -149,6 +149,13 @@ def pytest_summary(log: str) -> str:
     return ""
 
 
+def pytest_summaries(log: str) -> str:
+    """Every pytest run's summary line in the step, in order ("6 passed; 93 passed"): a step of several runs."""
+    found = [re.sub(r"\s+in [\d.]+s.*$", "", line.strip(" =")) for line in _lines(log)
+             if re.search(r"\b\d+ (passed|failed|errors?|skipped|deselected)\b", line) and not line.startswith("$ ")]
+    return "; ".join(found)
+
+
 def timing_figure(log: str) -> str:
     verdicts = re.findall(r"\s(PASS|FAIL)$", log, re.MULTILINE)
     rep = f"repeatability {verdicts.count('PASS')}/{len(verdicts)} within 1%" if verdicts else ""
@@ -231,11 +238,12 @@ def _suites(ctx: Context) -> list[Command]:
 
 
 def _redteam(ctx: Context) -> list[Command]:
-    # The red team on the GPU: the races the interpreter finds there, the GPU-only hacks, then one verdict
-    # per red-team candidate, with the timer tests beside them.
-    return [ctx.py(*PYTEST, "-n", "6", "tests/redteam_gpu/test_interp_races_gpu.py",
-                   "tests/redteam_gpu/test_gpu_hacks.py", "tests/gpu/test_timing_gpu.py",
-                   "tests/redteam_gpu/test_redteam_on_gpu.py", env=ctx.one_gpu())]
+    # The red team on the GPU: the timer tests first, with the GPU to themselves (their repeatability bound failed
+    # beside five other test processes on an H100, 2026-12-07; 3 s alone), then the races the interpreter finds
+    # there, the GPU-only hacks and one verdict per red-team candidate, six at a time.
+    return [ctx.py(*PYTEST, "tests/gpu/test_timing_gpu.py", env=ctx.one_gpu()),
+            ctx.py(*PYTEST, "-n", "6", "tests/redteam_gpu/test_interp_races_gpu.py",
+                   "tests/redteam_gpu/test_gpu_hacks.py", "tests/redteam_gpu/test_redteam_on_gpu.py", env=ctx.one_gpu())]
 
 
 def _timing(ctx: Context) -> list[Command]:
@@ -586,8 +594,8 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "and two CUDA tests unfinished)", "the GPU test suites and the GPU activity audit, with the timer tests "
          "beside them (pytest -n 6)", _suites, pytest_summary, tail=40),
     Step("redteam", 420, "not timed apart before 2026-12-01 (the 79 red-team candidates were part of `suites`)",
-         "interp_races and the GPU-only hacks, then one verdict per red-team candidate, beside the timer tests "
-         "(pytest -n 6)", _redteam, pytest_summary, tail=40),
+         "the timer tests alone, then interp_races, the GPU-only hacks and one verdict per red-team candidate "
+         "(pytest -n 6)", _redteam, pytest_summaries, tail=40),
     Step("timing", 120, "timer tests 6 s (2026-11-30 d); repeatability not timed apart (its old limit: 120 s)",
          "the timer's GPU tests alone, then benchmarks/timing_repeatability.py (default vs previous policy)",
          _timing, timing_figure, results=(("repeatability.json", "repeatability.json"),), tail=10),

@@ -193,6 +193,9 @@ _GEOMEANS = """│ all   │    64 │    0 │     0.98 │    0.95 │     0 �
     ("expert_figure", _EXPERT, "fusion 2.84/1.03, softmax 2.54/1.42 (x eager/x compile)"),
     ("pytest_summary", "PASSED tests/gpu/test_cuda_gpu.py::test_x\n33 passed, 1 warning in 275.61s (0:04:35)",
      "33 passed, 1 warning"),
+    ("pytest_summaries", ("$ python -m pytest tests/gpu/test_timing_gpu.py\n6 passed in 3.40s\n$ python -m pytest -n 6 "
+                          "tests/redteam_gpu\nPASSED tests/redteam_gpu/test_gpu_hacks.py::test_x\n1 failed, 92 passed "
+                          "in 381.02s (0:06:21)"), "6 passed; 1 failed, 92 passed"),
 ])
 def test_key_figures_read_from_step_logs(figure_of, log, figure):
     assert getattr(_module(), figure_of)(log) == figure
