@@ -333,8 +333,9 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         # verdict_fields(result) -> dict: the Verdict fields this check's recorded result fills ("accuracy",
         # "correct": the correctness check's; "timing", "roofline": the performance check's). None: none.
         "verdict_fields": None,
-        # warm_up(device) -> None: done once in an idle worker before its first verdict (compile
-        # the check's own kernels, load its libraries), so no verdict pays for it.
+        # warm_up(device) -> None, or a short split of its seconds for the worker's hello: done once in an
+        # idle worker before its first verdict (compile the check's own kernels, load its libraries), so no
+        # verdict pays for it.
         "warm_up": None,
         # warm_up_roles: the worker roles ("candidate", "reference") whose warm-up runs the hook; None: every role
         "warm_up_roles": None,

@@ -100,8 +100,9 @@ def warm_up(device: str, checks: Iterable[Any], role: str | None = None) -> str 
             continue
         began = time.perf_counter()
         try:
-            hook(device)
-            warmed.append(f"{check.name} {time.perf_counter() - began:.2f} s")
+            split = hook(device)  # None, or where the hook's seconds went
+            detail = f" ({split})" if isinstance(split, str) and split else ""
+            warmed.append(f"{check.name} {time.perf_counter() - began:.2f} s{detail}")
         except Exception as exc:
             failures.append(f"{check.name}: {type(exc).__name__}: {exc}")
     if gpu and not failures:
