@@ -230,25 +230,6 @@ def test_the_baseline_pool_and_only_it_starts_its_workers_with_the_compile_warm_
     assert started == [{**env, WARM_COMPILE_ENV: "1"}] and WARM_COMPILE_ENV not in env
 
 
-def test_one_verdicts_baseline_worker_starts_its_tasks_build_without_the_warm_up_first(monkeypatch):
-    # core.verify's one-shot (baselines_early="start") asks for its task's build at once: a warm-up before it only
-    # delayed the build (H100, 2026-12-07: the worker ready 14.8 s after its spawn, 8.2 s of it the warm-up)
-    from core.verification import gpusharing
-    from core.verification.worker.warmup import WARM_COMPILE_ENV
-    from core.verify import Verifier
-
-    started = []
-    monkeypatch.setattr(gpusharing, "WorkerPool", lambda role, *a, extra_env=None, **k: started.append(extra_env))
-    for early, warmed in (("start", False), ("trials", True)):
-        started.clear()
-        judge = Verifier.__new__(Verifier)
-        judge.device, judge.compile_only, judge.checks, judge.backend_name, judge.workers = "cpu", None, [], "triton", 1
-        judge.baselines_early = early
-        judge._init_baselines(Limits(), {}, 8)
-        judge._baseline_workers()
-        assert (WARM_COMPILE_ENV in started[0]) is warmed, early
-
-
 def test_a_hook_that_says_where_its_seconds_went_has_it_in_the_report():
     # gpu_activity's CUPTI warm-up was the candidate worker's longest start-up part on the H100 (3.8-5.3 s):
     # its hook says how much was the import, the profiler's start and its stop

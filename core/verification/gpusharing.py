@@ -249,12 +249,11 @@ class GpuSharing:
         baseline check the pool starts now, beside the others; otherwise on its first use."""
         self.baselines = BaselineCache()  # per-task reference timings, shared by that task's candidates
         self.baseline_pool: WorkerPool | None = None
-        # the baseline workers warm torch.compile up before their hello (core.verification.worker.warmup), except
-        # for one verdict's wall time (baselines_early="start"): its task's own build is asked for at once and pays
-        # the same one-time costs, so a warm-up first only delays it (H100, 2026-12-07: the baseline worker ready
-        # 14.8 s after its spawn, 8.2 s of it the warm-up, and the one-shot's verdict waited for it)
-        warm = {WARM_COMPILE_ENV: "1"} if getattr(self, "baselines_early", "trials") == "trials" else {}
-        self._baseline_pool_args = (limits, {**env, **warm}, min(max_jobs, 2 * BASELINES_PER_WORKER))
+        # the baseline workers warm torch.compile up before their hello (core.verification.worker.warmup). A
+        # one-shot's small task asks for its build at once, and pays the same one-time costs with or without it
+        # (H100, 2026-12-07: the warm-up 8.2-9.2 s, then the task's build 0.2-0.3 s); a large one's build comes
+        # after its trials, and the warm-up has run while the worker waited
+        self._baseline_pool_args = (limits, {**env, WARM_COMPILE_ENV: "1"}, min(max_jobs, 2 * BASELINES_PER_WORKER))
         self._baseline_pool_lock = threading.Lock()
         self._baselines_closed = False
         if self.device == "cuda" and self.compile_only is None and \
