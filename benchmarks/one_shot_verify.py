@@ -62,8 +62,17 @@ def one_call(kb: Path, reference: Path, candidate: Path, backend: str, device: s
             "verdict_s": verdict.get("elapsed_s"), "verdict_began_s": verdict.get("verdict_began_s"),
             "reason": verdict.get("reason"), "warm_up": verdict.get("warm_up"), "start_up": verdict.get("start_up"),
             "stage_s": verdict.get("stage_s"), "gpu_wait_s": verdict.get("gpu_wait_s"),
-            "performance_s": performance_phases(verdict),
+            "performance_s": performance_phases(verdict), "interp_races": race_analysis(verdict),
             "checks": {k: c["passed"] for k, c in verdict["checks"].items()}}
+
+
+def race_analysis(verdict: dict) -> dict | None:
+    """``interp_races``' own seconds in its CPU worker and its memory class: the first served call of a
+    task waited 5.9-7.2 s for it on the H100 (2026-12-06/07) where later calls did not wait at all."""
+    data = ((verdict.get("checks") or {}).get("interp_races") or {}).get("data") or {}
+    if not data:
+        return None
+    return {k: data.get(k) for k in ("seconds", "memory_mb", "task_mib", "calls") if k in data}
 
 
 def performance_phases(verdict: dict) -> dict | None:
@@ -89,6 +98,8 @@ def where_it_went(row: dict) -> str:
         parts.append(f"verdict began at {row['verdict_began_s']} s")
     stages = sorted((row.get("stage_s") or {}).items(), key=lambda kv: -kv[1])[:4]
     parts.append("stages " + ", ".join(f"{k} {v:.2f}" for k, v in stages))
+    if row.get("interp_races"):
+        parts.append(f"interp_races in its CPU worker {row['interp_races']}")
     if row.get("performance_s"):
         perf = row["performance_s"]
         parts.append(f"performance: candidate {perf.get('candidate')}, baseline {perf.get('baseline')}"

@@ -145,3 +145,17 @@ def test_the_benchmark_splits_the_performance_stage_into_the_candidates_and_the_
     line = where_it_went({"start_up": {"candidate": [{"spawned_s": 0.4, "ready_s": 3.0, "import_torch": 1.1}]},
                           "verdict_began_s": 2.5, "stage_s": {"performance": 6.2}, "performance_s": phases})
     assert "spawned at 0.4 s" in line and "verdict began at 2.5 s" in line and "compile_build" in line
+
+
+def test_the_benchmark_says_what_the_race_analysis_took_in_its_cpu_worker():
+    # the first served call of a task waited 5.9-7.2 s for interp_races on the H100; its own seconds say
+    # whether that was the analysis or a wait before it
+    from benchmarks.one_shot_verify import race_analysis, where_it_went
+
+    verdict = {"checks": {"interp_races": {"passed": True, "data": {
+        "seconds": 0.4, "memory_mb": 8192, "task_mib": 0.1, "calls": 1, "findings": []}}}}
+    got = race_analysis(verdict)
+    assert got == {"seconds": 0.4, "memory_mb": 8192, "task_mib": 0.1, "calls": 1}
+    assert race_analysis({"checks": {"static": {"passed": True}}}) is None
+    line = where_it_went({"stage_s": {"interp_races": 7.2}, "interp_races": got})
+    assert "interp_races in its CPU worker" in line and "'seconds': 0.4" in line

@@ -78,14 +78,14 @@ class GpuActivityCheck:
 
         activities = profiler_activities(True)
         imported = time.perf_counter()
-        session = profile(activities=activities)
-        session.__enter__()
+        recorder = profile(activities=activities)
+        recorder.__enter__()
         entered = time.perf_counter()
         try:
             torch.ones(16, device="cuda").add_(1)
             torch.cuda.synchronize()
         finally:
-            session.__exit__(None, None, None)
+            recorder.__exit__(None, None, None)
         return (f"import {imported - began:.2f} s, start {entered - imported:.2f} s, "
                 f"stop {time.perf_counter() - entered:.2f} s")
 
