@@ -8,7 +8,8 @@ the data model :mod:`core.task`, :mod:`core.verdict`, :mod:`core.program`, and :
 - :mod:`core.api.session`   the session a worker-side check's ``prepare``/``collect`` receives
 - :mod:`core.api.policy`    the static policy a backend declares (``StaticPolicy``)
 - :mod:`core.api.numerics`  inputs drawn by seed, output comparison and tolerances, the float64 truth
-- :mod:`core.api.devices`   GPU facts from the device registry: the reference GPU, the visible one, SMs, arch
+- :mod:`core.api.devices`   GPU facts from the device registry: the reference GPU, the visible one, SMs, arch;
+                            whether torch could run on a GPU here, asked without importing torch
 - :mod:`core.api.sandbox`   what a backend declares the sandbox needs of its toolchain (`SandboxNeeds`)
 - :mod:`core.api.tasks`     a task's memory footprint (for a check that sizes workers of its own)
 - :mod:`core.api.workers`   sandboxed workers and the GPU lock, for a check that runs work of its own
