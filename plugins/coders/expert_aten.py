@@ -320,7 +320,8 @@ def row_reduce(b: GraphBuilder, op: str, rows: Ref) -> Ref:
     chunks = split_chunks(op, numel(shape[:-1]), shape[-1])
     if chunks is None:
         return b.op(op, [rows], {"keepdim": False})
-    parts = b.op(op, [b.reshape(rows, tuple(shape[:-1]) + (chunks, shape[-1] // chunks))], {"keepdim": False})
+    parts = b.op(op, [b.reshape_for_rows(rows, tuple(shape[:-1]) + (chunks, shape[-1] // chunks))],
+                 {"keepdim": False})
     return b.op(op, [parts], {"keepdim": False})
 
 
@@ -336,7 +337,7 @@ def reduce(b: GraphBuilder, op: str, x: Ref, dims: list[int], keepdim: bool) -> 
     kept = [d for d in range(rank) if d not in dims]
     moved = b.permute(x, kept + dims)
     kept_shape = tuple(shape[d] for d in kept)
-    rows = b.reshape(moved, kept_shape + (numel([shape[d] for d in dims]),))
+    rows = b.reshape_for_rows(moved, kept_shape + (numel([shape[d] for d in dims]),))
     out = row_reduce(b, op, rows)
     if keepdim:
         return b.reshape(out, tuple(1 if d in dims else shape[d] for d in range(rank)))
