@@ -141,19 +141,21 @@ def _lines(log: str) -> list[str]:
     return [line.rstrip() for line in log.splitlines() if line.strip()]
 
 
+def _pytest_summary_lines(log: str) -> list[str]:
+    """Every pytest run's summary line ("33 passed, 1 warning"), in order, without its duration."""
+    return [re.sub(r"\s+in [\d.]+s.*$", "", line.strip(" =")) for line in _lines(log)
+            if re.search(r"\b\d+ (passed|failed|errors?|skipped|deselected)\b", line) and not line.startswith("$ ")]
+
+
 def pytest_summary(log: str) -> str:
     """pytest's last summary line ("33 passed, 1 warning"), without its duration."""
-    for line in reversed(_lines(log)):
-        if re.search(r"\b\d+ (passed|failed|errors?|skipped|deselected)\b", line) and not line.startswith("$ "):
-            return re.sub(r"\s+in [\d.]+s.*$", "", line.strip(" ="))
-    return ""
+    found = _pytest_summary_lines(log)
+    return found[-1] if found else ""
 
 
 def pytest_summaries(log: str) -> str:
     """Every pytest run's summary line in the step, in order ("6 passed; 93 passed"): a step of several runs."""
-    found = [re.sub(r"\s+in [\d.]+s.*$", "", line.strip(" =")) for line in _lines(log)
-             if re.search(r"\b\d+ (passed|failed|errors?|skipped|deselected)\b", line) and not line.startswith("$ ")]
-    return "; ".join(found)
+    return "; ".join(_pytest_summary_lines(log))
 
 
 def timing_figure(log: str) -> str:
@@ -233,7 +235,7 @@ def _no_wheels(ctx: Context) -> str | None:
 
 def _suites(ctx: Context) -> list[Command]:
     # The timer tests run here beside the other GPU tests under -n 6 (issue 18: the time charged must hold
-    # when neighbours share the GPU), and again beside the red-team and alone in `timing`.
+    # when neighbours share the GPU), and alone in `redteam` and `timing`.
     return [ctx.py(*PYTEST, "-n", "6", "tests/gpu", "tests/redteam_gpu/test_gpu_activity_gpu.py", env=ctx.one_gpu())]
 
 
@@ -243,7 +245,8 @@ def _redteam(ctx: Context) -> list[Command]:
     # there, the GPU-only hacks and one verdict per red-team candidate, six at a time.
     return [ctx.py(*PYTEST, "tests/gpu/test_timing_gpu.py", env=ctx.one_gpu()),
             ctx.py(*PYTEST, "-n", "6", "tests/redteam_gpu/test_interp_races_gpu.py",
-                   "tests/redteam_gpu/test_gpu_hacks.py", "tests/redteam_gpu/test_redteam_on_gpu.py", env=ctx.one_gpu())]
+                   "tests/redteam_gpu/test_gpu_hacks.py", "tests/redteam_gpu/test_redteam_on_gpu.py",
+                   env=ctx.one_gpu())]
 
 
 def _timing(ctx: Context) -> list[Command]:
@@ -591,8 +594,8 @@ INSTALL = Step("install", 90, "not timed apart in the history (31 MB of wheels, 
 STEPS: dict[str, Step] = {s.name: s for s in (
     INSTALL,
     Step("suites", 450, "28 tests in 300 s on a 16-core 1-GPU host (2026-12-01, third session; load_inline's "
-         "and two CUDA tests unfinished at the 300 s limit then: each extension build takes about a minute)", "the GPU test suites and the GPU activity audit, with the timer tests "
-         "beside them (pytest -n 6)", _suites, pytest_summary, tail=40),
+         "and two CUDA tests unfinished at the 300 s limit then: each extension build takes about a minute)",
+         "the GPU test suites and the GPU activity audit, with the timer tests beside them (pytest -n 6)", _suites, pytest_summary, tail=40),
     Step("redteam", 420, "not timed apart before 2026-12-01 (the 79 red-team candidates were part of `suites`)",
          "the timer tests alone, then interp_races, the GPU-only hacks and one verdict per red-team candidate "
          "(pytest -n 6)", _redteam, pytest_summaries, tail=40),

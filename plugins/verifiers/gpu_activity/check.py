@@ -78,16 +78,13 @@ class GpuActivityCheck:
 
         activities = profiler_activities(True)
         imported = time.perf_counter()
-        recorder = profile(activities=activities)
-        recorder.__enter__()
-        entered = time.perf_counter()
-        try:
+        with profile(activities=activities):
+            started = time.perf_counter()
             torch.ones(16, device="cuda").add_(1)
             torch.cuda.synchronize()
-        finally:
-            recorder.__exit__(None, None, None)
-        return (f"import {imported - began:.2f} s, start {entered - imported:.2f} s, "
-                f"stop {time.perf_counter() - entered:.2f} s")
+            ran = time.perf_counter()
+        return (f"import {imported - began:.2f} s, start {started - imported:.2f} s, "
+                f"stop {time.perf_counter() - ran:.2f} s")
 
     def collect(self, session: Any) -> dict[str, Any]:
         import torch
