@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from plugins.verifiers.performance.check import PerformanceCheck
 from plugins.verifiers.performance.timing import MAX_FILLER_US, GpuTimer, TimingPolicy, relative_spread, time_gpu
 
 pytestmark = [pytest.mark.gpu,
@@ -20,7 +21,11 @@ def test_a_copy_runs_near_the_measured_bandwidth(big):
     r = time_gpu(lambda a: a * 2.0, [big])
     bandwidth = 2 * big.numel() * 4 / (r.median_ms / 1e3)
     assert 1.0e12 < bandwidth < 5.0e12, bandwidth
-    assert r.side_stream_ms < 0.02
+    # The check's own bound on work left on other streams: an honest copy is never flagged. Beside five other test
+    # processes on one H100 (2026-12-07) its gap reached 0.050 ms, over the 0.02 ms once asserted here; the
+    # verifier times with the GPU to itself (the device lock's exclusive turn).
+    rule = PerformanceCheck()
+    assert r.side_stream_ms <= max(rule.side_stream_ms, rule.side_stream_fraction * r.median_ms)
     assert r.stats.runs >= 10 and r.fresh_inputs
 
 
