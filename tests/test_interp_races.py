@@ -151,6 +151,22 @@ def test_open_starts_the_cpu_verifier_that_evaluate_then_uses():
         check.close()
 
 
+def test_a_task_that_moves_its_inputs_to_cuda_is_judged_by_the_pool_open_started():
+    # KernelBench's example (.cuda() in get_inputs) was not measurable on the meta device, so its memory class was
+    # the largest this host holds: a pool spawned on its first use, 8.5 s of the first served call on the H100
+    check = InterpreterRaceCheck(workers=1)
+    try:
+        check.open({"tolerances": {}})
+        started = dict(check._pools)
+        task = Task(source=CUDA_ONLY_TASK, name="vector_add_cuda_only")
+        plan = check._plan(task)
+        assert plan["mib"] is not None and plan["memory_mb"] == check.memory_mb, plan
+        assert check.evaluate(gpu_evidence(task, CUDA_ONLY_CANDIDATE)).passed
+        assert check._pools == started
+    finally:
+        check.close()
+
+
 def test_a_cpu_verifier_that_cannot_open_fails_closed_at_evaluate_not_at_start(monkeypatch):
     check = InterpreterRaceCheck(workers=1)
 

@@ -44,6 +44,44 @@ except Spawned as exc:
     assert "spawned with torch imported: False" in out.stdout, out.stdout + out.stderr
 
 
+def test_on_cuda_the_baseline_pool_starts_beside_the_others_and_closes_when_torch_disagrees():
+    # the baseline workers spawned after the judge imported torch, 3 s after the others on the H100, and their
+    # torch.compile warm-up was the one-shot's critical path; torch still has the last word on the device
+    code = """
+import os, sys
+import core.api.devices as devices
+import core.verification.sandbox as sandbox
+
+os.environ["KERNELZERO_COMPILE_CACHE"] = "off"  # no store in this user's home
+devices.cuda_visible = lambda: "torch" not in sys.modules  # the driver sees a GPU, torch (too new for it) does not
+events = []
+
+def role(worker):
+    return "baseline" if worker.extra_env.get("KERNELZERO_WARM_COMPILE") == "1" else worker.role
+
+def start(worker):
+    events.append(f"{role(worker)} {worker.device} spawned, torch imported: {'torch' in sys.modules}")
+    return worker
+
+def close(worker, grace_s=2.0):
+    events.append(f"{role(worker)} closed")
+
+sandbox.Worker.start, sandbox.Worker.close = start, close
+from core.verification.judge import Verifier, VerifierConfigError
+try:
+    Verifier(device="cuda", workers=1, warm_up=False, checks=["static", "performance"])
+except VerifierConfigError as exc:
+    events.append(f"refused: {exc}")
+print("\\n".join(events))
+"""
+    out = run_python(code)
+    lines = out.stdout.splitlines()
+    spawned = {f"{role} cuda spawned, torch imported: False" for role in ("candidate", "reference", "baseline")}
+    assert spawned <= set(lines), out.stdout + out.stderr
+    assert {"candidate closed", "reference closed", "baseline closed"} <= set(lines)
+    assert lines[-1].startswith("refused: backend 'triton' on device 'cuda' needs a GPU")
+
+
 class FakePool:
     made: ClassVar[list[str]] = []
 

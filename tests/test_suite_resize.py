@@ -142,3 +142,24 @@ def test_the_flop_budget_shrinks_compute_heavy_problems_that_fit_in_memory():
     assert by_memory.gflop > 0.05
     _, by_flops = fit_source(source, mib=64, gflop=0.05)
     assert by_flops.fitted and by_flops.gflop <= 0.05 and by_flops.factor < by_memory.factor
+
+
+def test_a_task_whose_inputs_are_moved_to_cuda_is_probed_on_meta_and_torch_is_left_as_it_was():
+    # KernelBench's own example (`.cuda()` in get_inputs) raised here: interp_races then sized its CPU worker for
+    # the largest class this host holds, a pool of its own started on the first verdict of that task
+    import threading
+
+    import torch
+
+    real = torch.Tensor.cuda, torch.Tensor.to
+    source = ("import torch, torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, a, b):\n"
+              "        return a + b\ndef get_inputs():\n    return [torch.randn(1, 128).cuda(), torch.randn(1, 128)"
+              ".to('cuda')]\ndef get_init_inputs():\n    return []\n")
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(probe(source))) for _ in range(4)]  # the judge's threads
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 4 and all(p.input_shapes == [(1, 128), (1, 128)] and p.mib > 0 for p in got)
+    assert (torch.Tensor.cuda, torch.Tensor.to) == real

@@ -41,7 +41,10 @@ import math
 import re
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -207,8 +210,47 @@ def _written_bytes():
     return Written
 
 
+# Tasks probed at once (the judge's threads) and the methods they patched: the first patches, the last restores.
+_on_meta_lock = threading.Lock()
+_on_meta_users: list[tuple[Any, Any]] = []
+
+
+@contextmanager
+def cuda_stays_on_meta() -> Iterator[None]:
+    """While active, ``.cuda()`` and ``.to("cuda")`` of a meta tensor return it on meta (KernelBench's own
+    ``get_inputs`` move their inputs so); every other tensor moves as ever. Process-wide, as torch's methods are."""
+    import torch
+
+    with _on_meta_lock:
+        if not _on_meta_users:
+            real_cuda, real_to = torch.Tensor.cuda, torch.Tensor.to
+
+            def stay_cuda(self, *args, **kwargs):
+                return self if self.is_meta else real_cuda(self, *args, **kwargs)
+
+            def stay_to(self, *args, **kwargs):
+                if self.is_meta:
+                    args = tuple(a for a in args if not isinstance(a, (str, torch.device)))
+                    kwargs.pop("device", None)
+                    return real_to(self, *args, **kwargs) if (args or kwargs) else self
+                return real_to(self, *args, **kwargs)
+
+            torch.Tensor.cuda, torch.Tensor.to = stay_cuda, stay_to
+            _on_meta_users.append((real_cuda, real_to))
+        else:
+            _on_meta_users.append(_on_meta_users[0])
+    try:
+        yield
+    finally:
+        with _on_meta_lock:
+            real_cuda, real_to = _on_meta_users.pop()
+            if not _on_meta_users:
+                torch.Tensor.cuda, torch.Tensor.to = real_cuda, real_to
+
+
 def probe(source: str, run_forward: bool = True) -> Probe:
     """Build the task on the meta device (and run its forward there); raises if it does not build.
+    ``.cuda()`` in its ``get_inputs`` stays on meta (:func:`cuda_stays_on_meta`).
 
     The footprint counts every intermediate too: the Triton interpreter's time, what a CPU run
     waits on, grows with all the data the kernels write, not just the final output."""
@@ -217,7 +259,7 @@ def probe(source: str, run_forward: bool = True) -> Probe:
 
     module = _load(source)
     flops = 0
-    with torch.device("meta"):
+    with cuda_stays_on_meta(), torch.device("meta"):
         model = module.Model(*module.get_init_inputs())
         inputs = list(module.get_inputs())
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
@@ -244,30 +286,14 @@ def measure(module: Any) -> dict[str, int]:
     ``get_inputs`` (KernelBench's own files) stay on meta while measuring."""
     import torch
 
-    real_cuda, real_to = torch.Tensor.cuda, torch.Tensor.to
-
-    def stay_cuda(self, *args, **kwargs):
-        return self if self.is_meta else real_cuda(self, *args, **kwargs)
-
-    def stay_to(self, *args, **kwargs):
-        if self.is_meta:
-            args = tuple(a for a in args if not isinstance(a, (str, torch.device)))
-            kwargs.pop("device", None)
-            return real_to(self, *args, **kwargs) if (args or kwargs) else self
-        return real_to(self, *args, **kwargs)
-
-    torch.Tensor.cuda, torch.Tensor.to = stay_cuda, stay_to
-    try:
-        with torch.device("meta"):
-            model = module.Model(*module.get_init_inputs())
-            given = list(module.get_inputs())  # plain values (a scale, a dim) are passed on as they are
-            inputs = [x for x in given if isinstance(x, torch.Tensor)]
-            weights = list(model.parameters()) + list(model.buffers())
-            written = _written_bytes()
-            with torch.no_grad(), written():
-                out = model.eval()(*given)
-    finally:
-        torch.Tensor.cuda, torch.Tensor.to = real_cuda, real_to
+    with cuda_stays_on_meta(), torch.device("meta"):
+        model = module.Model(*module.get_init_inputs())
+        given = list(module.get_inputs())  # plain values (a scale, a dim) are passed on as they are
+        inputs = [x for x in given if isinstance(x, torch.Tensor)]
+        weights = list(model.parameters()) + list(model.buffers())
+        written = _written_bytes()
+        with torch.no_grad(), written():
+            out = model.eval()(*given)
     outs = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
 
     def size(ts: list[Any]) -> int:

@@ -252,12 +252,14 @@ class Verifier(GpuSharing):
                                extra_env=env, max_jobs=max_jobs_per_worker)
         self.reference_pool = WorkerPool("reference", backend, self.device, size=max(1, reference_workers),
                                          limits=limits, extra_env=env, max_jobs=max_jobs_per_worker)
+        # on CUDA the baseline pool starts here too: after torch's import it spawned 3 s after the others on the
+        # H100, and its torch.compile warm-up (8 s) was the one-shot's critical path
+        self._init_baselines(limits, env, max_jobs_per_worker)
         if not sizes_reference_pool:
             try:
                 self.compare_on_device = resolve_compare_on_device(compare_on_device, self.device, self.compile_only)
             except VerifierConfigError:
-                self.pool.close()
-                self.reference_pool.close()
+                self._close_pools()
                 raise
         # here, in the thread that builds the judge: torch's first import inside verify_many's threads (the static
         # policy imports what a candidate names) made the judge crash on exit (SIGSEGV in the interpreter's teardown)
@@ -265,8 +267,7 @@ class Verifier(GpuSharing):
         # the backend was asked before torch's import (core.api.devices.cuda_visible): ask again through torch,
         # which alone sees a driver too old for its CUDA
         if self.compile_only is None and (unsupported := self.backend.supports(self.device)):
-            self.pool.close()
-            self.reference_pool.close()
+            self._close_pools()
             raise VerifierConfigError(unsupported)
         self.device_lock = DeviceLock.for_device("cuda") if self.device == "cuda" and share_gpu_fairly else None
         for opener in filter(None, (optional(c, "Check", "open") for c in self.checks)):
@@ -279,7 +280,6 @@ class Verifier(GpuSharing):
         # every turn this judge took on the GPU lock, newest last: core.verification.devicelock.summarise_turns says
         # where the time went (held alone, shared, idle)
         self.gpu_turns: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
-        self._init_baselines(limits, env, max_jobs_per_worker)
         self._init_gpu_memory(gpu_memory_gb, gpu_memory_fraction, memory_admission,
                               wanted=self.device == "cuda" and share_gpu_fairly and self.compile_only is None)
         self._closed = False
@@ -306,6 +306,12 @@ class Verifier(GpuSharing):
         built = [reg.create(name, **cfg) for name, cfg in configs.items()]
         applicable = [c for c in built if c.applies(self.backend_name, self.device)]
         return sorted(applicable, key=lambda c: (c.stage, c.name))
+
+    def _close_pools(self) -> None:
+        """Close the pools started so far (a configuration error found after they started)."""
+        self.pool.close()
+        self.reference_pool.close()
+        self._close_baselines()
 
     @property
     def isolation(self) -> str:
