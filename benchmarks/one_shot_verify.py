@@ -7,9 +7,7 @@ checks, timing), as a KernelBench user pays it. Issue 19's target is 10 s or les
 
 Each pair runs twice (``first``, ``second``: the host's page cache warm for the second). Both calls
 compile afresh: the verifier's workers keep Triton's and torch-extension caches in their own scratch
-directories, which go with them, so a caller's cache settings never reach them. One exception: the baseline
-workers' torch.compile warm-up (the engine's own function, no task's) is kept in a per-user store
-(core/verification/compilecache.py), cold only in the first call on a host. The pairs are KernelBench's own
+directories, which go with them, so a caller's cache settings never reach them. The pairs are KernelBench's own
 example solutions, unchanged: the Triton one and the ``load_inline`` CUDA one, each against
 KernelBench's example reference. The table prints last; the JSON has every verdict.
 

@@ -17,7 +17,6 @@ from core.contracts import optional
 from core.task import Task
 from core.verification.baselines import BaselineCache
 from core.verification.budget import Budget, GpuBusy, GpuTurn, record_peak, record_turn
-from core.verification.compilecache import WarmCompileStore
 from core.verification.devicelock import DeviceLockTimeout
 from core.verification.gpumemory import (
     Footprint,
@@ -255,8 +254,6 @@ class GpuSharing:
         # (H100, 2026-12-07: the warm-up 8.2-9.2 s, then the task's build 0.2-0.3 s); a large one's build comes
         # after its trials, and the warm-up has run while the worker waited
         self._baseline_pool_args = (limits, {**env, WARM_COMPILE_ENV: "1"}, min(max_jobs, 2 * BASELINES_PER_WORKER))
-        # that warm-up kept between processes (core.verification.compilecache); its compiles are a GPU's only
-        self._compile_store = WarmCompileStore.for_this_user() if self.device == "cuda" else None
         self._baseline_pool_lock = threading.Lock()
         self._baselines_closed = False
         if self.device == "cuda" and self.compile_only is None and \
@@ -272,8 +269,7 @@ class GpuSharing:
                 # half as many as verifications in flight: a task's baseline is measured once, for all its candidates
                 size = max(1, (self.workers + 1) // 2)
                 self.baseline_pool = WorkerPool("reference", self.backend_name, self.device, size=size,
-                                                limits=limits, extra_env=env, max_jobs=max_jobs,
-                                                compile_store=self._compile_store)
+                                                limits=limits, extra_env=env, max_jobs=max_jobs)
             return self.baseline_pool
 
     def _close_baselines(self) -> None:

@@ -284,9 +284,6 @@ class Worker:
     jobs: int = 0
     _started: bool = False
     spawned_at: float = 0.0
-    # core.verification.compilecache.WarmCompileStore: seeds this worker's caches, keeps them at its hello
-    compile_store: Any = None
-    _cache_folders: dict[str, Path] = field(default_factory=dict)
 
     def start(self) -> "Worker":
         self.spawned_at = time.time()
@@ -304,9 +301,6 @@ class Worker:
                                            *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]),
         })
         env.update({k: v.replace(SCRATCH, scratch) for k, v in self.extra_env.items()})
-        if self.compile_store is not None:
-            self._cache_folders = self.compile_store.folders(env, scratch)
-            self.compile_store.seed(self._cache_folders)
         log = open(self.scratch / "worker.log", "wb")
         cmd = [sys.executable, "-m", "core.verification.worker", "--role", self.role, "--backend", self.backend,
                "--device", self.device, "--scratch", scratch, "--in-fd", str(to_child_r),
@@ -332,9 +326,6 @@ class Worker:
             sent = self.hello.get("sent_at")
             if isinstance(sent, (int, float)) and self.spawned_at:  # spawn to hello, the interpreter's start included
                 self.hello["ready_s"] = round(float(sent) - self.spawned_at, 3)
-            if self.compile_store is not None and not str(self.hello.get("gpu_warm_up") or "").startswith("failed"):
-                # now, before its first request: its caches hold the engine's warm-up alone
-                self.compile_store.keep(self._cache_folders)
         return self.hello
 
     @property
@@ -446,9 +437,8 @@ class WorkerPool:
     """
 
     def __init__(self, role: str, backend: str, device: str, size: int = 2, *, limits: Limits | None = None,
-                 extra_env: dict[str, str] | None = None, max_jobs: int = 200, compile_store: Any = None):
+                 extra_env: dict[str, str] | None = None, max_jobs: int = 200):
         self.role, self.backend, self.device = role, backend, device
-        self.compile_store = compile_store  # the baseline workers' (core.verification.compilecache)
         self.limits = limits or Limits()
         self.extra_env = dict(extra_env or {})
         self.max_jobs = max_jobs
@@ -462,8 +452,7 @@ class WorkerPool:
             self._idle.put(self._spawn())
 
     def _spawn(self) -> Worker:
-        worker = Worker(self.role, self.backend, self.device, self.limits, self.extra_env,
-                        compile_store=self.compile_store).start()
+        worker = Worker(self.role, self.backend, self.device, self.limits, self.extra_env).start()
         with self._lock:
             self._all.add(worker)
         return worker
