@@ -18,13 +18,6 @@ large problems, one after another in the queue, each held the next: a chain that
 time (on the H100, 2026-12-06, for 125 of 427 s, though most of that time went to problems over the whole
 admitted memory, which run alone anyway). Without footprints (a CPU shard, an executor whose shards cannot
 plan) the queue is first come, first served.
-
-A pair over the whole admitted memory runs alone only in its GPU stages: the admission reserves the device for
-them (:mod:`core.verification.gpusharing`). Its load, compile, static checks and race analysis run off the GPU.
-The dispatch counted its footprint for the whole verification, so nothing started beside it. On the H100
-(2026-12-07) level 1's 22 such problems ran one after another for 146 s, the GPU idle in each one's stages off
-it. Such a pair now weighs nothing against the pairs that fit the memory beside it, and one of them at a time
-starts on a shard; the admission still gives it the device alone.
 """
 
 from __future__ import annotations
@@ -99,34 +92,24 @@ class DispatchQueue:
     def _fitting(self, shard: Any, budget: int, idle: bool) -> int | None:
         if idle:  # nothing runs here: the head starts, alone if it must
             return self._start(0)
-        running = self.running[id(shard)].values()
-        # A pair over the whole budget has the device to itself only in its GPU stages (the admission reserves
-        # it all there); its load, compile and static checks run off the GPU. So it weighs nothing against the
-        # pairs beside it, and only one such pair at a time starts on a shard.
-        alone_running = any(w > budget for w, _ in running)
-        used = sum(w for w, _ in running if w <= budget)
+        used = self.running_bytes(shard)
         now = self.clock()
         held: list[tuple[int, int, float]] = []  # the reservations ahead: (pair, bytes, when its hold began)
         for k, i in enumerate(list(self.order)[:SCAN]):
             w = self._weight(shard, i)
-            if w > budget:
-                fits = not alone_running and not held
-            else:
-                fits = used + w <= budget and all(self._beside_reservation(shard, w, hold, budget) for hold in held)
-            if fits:
+            if used + w <= budget and all(self._beside_reservation(shard, w, hold, budget) for hold in held):
                 return self._start(k)
             first_passed = self.passed_over.get(i)
-            if first_passed is not None and now - first_passed >= HOLD_S and w <= budget:
+            if first_passed is not None and now - first_passed >= HOLD_S:
                 held.append((i, w, first_passed + HOLD_S))
         return None
 
     def _beside_reservation(self, shard: Any, nbytes: int, hold: tuple[int, int, float], budget: int) -> bool:
         """Whether a pair of ``nbytes`` fits beside a held pair's reservation and the pairs queued behind that
         one started on ``shard`` since its hold began (its backfills: they may still run when the pairs it
-        waits for, those started before and those ahead of it in the queue, are done). A pair over the budget
-        weighs nothing here (it reserves the device only in its GPU stages)."""
+        waits for, those started before and those ahead of it in the queue, are done)."""
         pair, reserved, since = hold
-        backfilled = sum(w for j, (w, t) in self.running[id(shard)].items() if j > pair and t >= since and w <= budget)
+        backfilled = sum(w for j, (w, t) in self.running[id(shard)].items() if j > pair and t >= since)
         return nbytes + reserved + backfilled <= budget
 
     def _start(self, k: int) -> int:
