@@ -252,7 +252,7 @@ def _redteam(ctx: Context) -> list[Command]:
 def _timing(ctx: Context) -> list[Command]:
     return [ctx.py(*PYTEST, "tests/gpu/test_timing_gpu.py", env=ctx.one_gpu()),
             ctx.py("-m", "benchmarks.timing_repeatability", "--out", ctx.work / "repeatability.json",
-                   "--sizes-mib", "32,128,2048", "--repeats", "8", "--variants", "default,previous", env=ctx.one_gpu())]
+                   "--sizes-mib", "32,128,2048,6144", "--repeats", "8", "--variants", "default,settle10", env=ctx.one_gpu())]
 
 
 def _inductor(ctx: Context) -> list[Command]:
@@ -593,8 +593,7 @@ INSTALL = Step("install", 90, "not timed apart in the history (31 MB of wheels, 
                install_figure, gpus=0, note=_no_wheels, tail=4, chain=True)
 STEPS: dict[str, Step] = {s.name: s for s in (
     INSTALL,
-    Step("suites", 450, "28 tests in 300 s on a 16-core 1-GPU host (2026-12-01, third session; load_inline's "
-         "and two CUDA tests unfinished at the 300 s limit then: each extension build takes about a minute)",
+    Step("suites", 450, "48 tests in 213 s on one H100 (2026-12-07; load_inline's setups 80-100 s each), 47 passed",
          "the GPU test suites and the GPU activity audit, with the timer tests beside them (pytest -n 6)", _suites, pytest_summary, tail=40),
     Step("redteam", 420, "not timed apart before 2026-12-01 (the 79 red-team candidates were part of `suites`)",
          "the timer tests alone, then interp_races, the GPU-only hacks and one verdict per red-team candidate "
@@ -608,7 +607,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "benchmarks/kernelbench_vs_ours.py, part 21's options (1/64 size, 8 workers, 3 rounds)", _kernelbench,
          kernelbench_figure, skip=_no_kernelbench, results=(("kernelbench_vs_ours.json", "kernelbench_vs_ours.json"),),
          tail=10),
-    Step("oneshot", 180, "2026-12-04: 24-30 s a call (reference stage 9-13 s, performance 4-5 s)",
+    Step("oneshot", 180, "135 s on one H100 (2026-12-07): 17.6-20.3 s a call, served 1.5-2.5 s",
          "benchmarks/one_shot_verify.py: one `core.verify --device cuda` process per small pair, wall time, then "
          "`core.verify --server` on a `kernelzero serve` started for the pair (skipped where starlette, uvicorn or "
          "httpx is missing: carry their wheels in .whl, docs/benchmarks.md)",
@@ -623,7 +622,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "tests/test_judge_kernels.py on the device, then benchmarks/compare_bench.py: the plain bound by the lent "
          "Triton kernels against the chunked torch passes at 1e8 and 1.6e9 elements, per rule", _compare, compare_figure,
          results=(("compare.json", "compare.json"),), tail=12),
-    Step("kbeval", 480, "2026-12-04 (be7b7a2, two evaluations of 60/45 s budgets): 17 of 200 judged, 0 accepted",
+    Step("kbeval", 480, "one H100, 460 s budget (2026-12-07, 136ea10): 74 of 191 judged, 74 accepted",
          "core.eval with the expert teacher on all of KernelBench's level-1 and level-2 files at their real sizes "
          "in one continuous queue (a line per verdict; fast_p, geomean vs eager and torch.compile)", _kbeval,
          kbeval_figure, skip=_no_kernelbench, results=(("kb/expert_l1_l2/results.csv", "kbeval_results.csv"),),
