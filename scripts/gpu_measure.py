@@ -91,6 +91,7 @@ class Context:
     kb_configs: str
     listing: bool = False
     kb_names: str = ""  # kbeval: only these problems (comma-separated names), e.g. to check a fix in one call
+    kb_budget_s: int = 460  # kbeval's budget_s: kb_budget_s() of the limit it runs under
     overrides: tuple[tuple[str, str], ...] = ()  # (step, Hydra override) added to that step's core.run commands
 
     @property
@@ -277,6 +278,16 @@ def _no_kernelbench(ctx: Context) -> str | None:
 # Issue 39's run: every level-1 and level-2 problem at its real size in one evaluation, one continuous
 # queue, no verification started after KB_BUDGET_S (those are listed as not run).
 KB_LEVELS, KB_BUDGET_S = ("level1", "level2"), 460
+# The step's limit less this is its budget (at most KB_BUDGET_S): the verifications started last, the table and the
+# report end within the limit. With a fixed budget a shorter --limit cut the run before its results.json (2026-12-07).
+KB_WIND_DOWN_S = 70
+
+
+def kb_budget_s(limit_s: int) -> int:
+    """kbeval's ``budget_s`` under a step limit of ``limit_s``: 460 s at ``--limit kbeval=530``."""
+    return max(30, min(KB_BUDGET_S, limit_s - KB_WIND_DOWN_S))
+
+
 # The scope of kbeval and oneshot is conf/verifier/kb_scope.yaml's: every check but compute-sanitizer's
 # three tools, which at these sizes take minutes per verdict.
 def _kb_scope_checks() -> str:
@@ -325,7 +336,7 @@ def _kbeval(ctx: Context) -> list[Command]:
     env = (("KERNELZERO_CACHE", str(root / "cache")), ("COLUMNS", "200"), ("PYTHONUNBUFFERED", "1"), *ctx.one_gpu())
     run_dir = root / "expert_l1_l2"
     return [ctx.py("-m", "core.eval", f"suite={ctx.kb / 'KernelBench'}", f"levels=[{','.join(KB_LEVELS)}]",
-                   f"budget_s={KB_BUDGET_S}", "coder=expert", "device=cuda", "heldout.record=false", "cache.enabled=false",
+                   f"budget_s={ctx.kb_budget_s}", "coder=expert", "device=cuda", "heldout.record=false", "cache.enabled=false",
                    "verifier=kb_scope", *([f"names=[{ctx.kb_names}]"] if ctx.kb_names else []),
                    f"hydra.run.dir={run_dir}", env=env),
             replace(ctx.py("-m", "benchmarks.kb_table", run_dir), after_timeout=True)]
@@ -977,7 +988,7 @@ def main(argv: list[str] | None = None) -> int:
         f": more than one {CALL_S} s device call if every step used its limit" if planned > CALL_S else "")
     if args.dry_run:
         ctx = Context(args.python, Path("$WORK"), gpus, args.kb, args.kb_configs, kb_names=args.kb_names,
-                      overrides=tuple(args.override))
+                      overrides=tuple(args.override), kb_budget_s=kb_budget_s(limits["kbeval"]))
         env = steps_env()
         where = f"{args.work} (kept)" if args.work is not None else "a fresh temporary folder"
         print(f"# WORK: {where}, packed into {args.out}/steps.tgz; {gpus} GPU(s); {budget}")
@@ -999,7 +1010,7 @@ def main(argv: list[str] | None = None) -> int:
         args.work.mkdir(parents=True, exist_ok=True)
     work = args.work.resolve() if args.work is not None else Path(tempfile.mkdtemp(prefix="kz-steps."))
     ctx = Context(args.python, work, gpus, args.kb, args.kb_configs, kb_names=args.kb_names,
-                  overrides=tuple(args.override))
+                  overrides=tuple(args.override), kb_budget_s=kb_budget_s(limits["kbeval"]))
     env = steps_env()
     with open(args.out / "measure.log", "w") as mlog:
         def say(line: str) -> None:
@@ -1021,7 +1032,8 @@ def main(argv: list[str] | None = None) -> int:
                     outcomes.append(Outcome(name, "skipped", figure=f"{left} s left of --call-s {args.call_s}"))
                     continue
                 limit = min(limit, left)
-            outcome = run_step(STEPS[name], ctx, limit, env, say)
+            # kbeval's budget follows the limit it runs under, --call-s's cut included
+            outcome = run_step(STEPS[name], replace(ctx, kb_budget_s=kb_budget_s(limit)), limit, env, say)
             outcomes.append(outcome)
             log_path = work / f"{name}.log"
             if log_path.exists():

@@ -304,6 +304,19 @@ def test_kbeval_runs_kb_scope_and_only_the_named_problems_when_asked():
     assert set(gm._kb_scope_checks().split(",")) >= {"interp_races", "stability", "correctness"}
 
 
+def test_kbeval_budget_follows_its_limit_so_a_shorter_call_still_finishes_its_report(tmp_path):
+    # 2026-12-07: --limit kbeval=400 ran core.eval with its fixed 460 s budget; the step was killed at 400 s, before
+    # results.json. The budget is the limit less the wind-down, at most 460 s (the runs in docs/eval.md's table).
+    gm = _module()
+    assert gm.kb_budget_s(530) == 460 and gm.kb_budget_s(400) == 330 and gm.kb_budget_s(5000) == 460
+    assert gm.kb_budget_s(10) >= 30
+    for limit, budget in (("400", "330"), ("530", "460")):
+        (tmp_path / "kb" / "KernelBench").mkdir(parents=True, exist_ok=True)  # a checkout (CI has none)
+        dry = _run("--dry-run", "--gpus", "1", "--kb", str(tmp_path / "kb"), "--limit", f"kbeval={limit}", "kbeval")
+        assert dry.returncode == 0, dry.stderr
+        assert f"budget_s={budget}" in dry.stdout
+
+
 def test_an_override_reaches_the_steps_core_run_and_replaces_the_steps_own_value():
     # the next GPU run can change a training step's config without a commit, e.g. eager attention for hub_grpo
     gm = _module()
