@@ -336,7 +336,8 @@ def _kbeval(ctx: Context) -> list[Command]:
     env = (("KERNELZERO_CACHE", str(root / "cache")), ("COLUMNS", "200"), ("PYTHONUNBUFFERED", "1"), *ctx.one_gpu())
     run_dir = root / "expert_l1_l2"
     return [ctx.py("-m", "core.eval", f"suite={ctx.kb / 'KernelBench'}", f"levels=[{','.join(KB_LEVELS)}]",
-                   f"budget_s={ctx.kb_budget_s}", "coder=expert", "device=cuda", "heldout.record=false", "cache.enabled=false",
+                   f"budget_s={ctx.kb_budget_s}", "coder=expert", "device=cuda", "heldout.record=false",
+                   "cache.enabled=false",
                    "verifier=kb_scope", *([f"names=[{ctx.kb_names}]"] if ctx.kb_names else []),
                    f"hydra.run.dir={run_dir}", env=env),
             replace(ctx.py("-m", "benchmarks.kb_table", run_dir), after_timeout=True)]
