@@ -153,6 +153,27 @@ def landed_rows(run: Path) -> list[dict]:
     return appended_rows(run / "verdicts.jsonl")
 
 
+def timed_turns(tasks: list[dict]) -> list[str]:
+    """What the performance stage's exclusive turns held (every other verification waits through them) against
+    the timers' own loops (warm-up and timed runs): the rest is the work around the loops inside the turns."""
+    timed = [t for t in tasks if t.get("timer_loops")]
+    if not timed:
+        return []
+    held = sum(float(v) for t in timed for k, v in (t.get("gpu_held_s") or {}).items()
+               if k.startswith("performance") and k.endswith(" alone"))
+    loops = {who: sum(float(t["timer_loops"].get(f"{who}_wall_s") or 0.0) for t in timed)
+             for who in ("candidate", "eager", "compile")}
+
+    def median_runs(who: str) -> str:
+        runs = sorted(t["timer_loops"][f"{who}_runs"] for t in timed if f"{who}_runs" in t["timer_loops"])
+        return f"{runs[len(runs) // 2]:.0f}" if runs else "-"
+
+    return [f"timed turns: {len(timed)} verdicts held the GPU alone {held:.1f} s to be timed; the timers' loops "
+            f"{sum(loops.values()):.1f} s (candidate {loops['candidate']:.1f}, eager {loops['eager']:.1f}, "
+            f"torch.compile {loops['compile']:.1f}; median runs {median_runs('candidate')}/{median_runs('eager')}/"
+            f"{median_runs('compile')})"]
+
+
 def judge_kernels(tasks: list[dict]) -> list[str]:
     """Which comparisons the keepers made with lent kernels and which with torch (and why): a lent kernel that
     could not build falls back to torch with only a warning in the worker's log, so the table says so."""
@@ -220,8 +241,8 @@ def cut_run(run: Path) -> list[str]:
     out = [f"cut run: {len(landed)} verdicts landed by {last:.1f} s: "
            + ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))]
     out += [f"  {t['name']}: {t['status']} - {(t.get('reason') or '')[:300]}" for t in landed if not t["accepted"]]
-    return out + time_spent(landed) + judge_kernels(landed) + device_alone(landed) + memory_retries(landed) + \
-        in_flight(landed)
+    return out + time_spent(landed) + timed_turns(landed) + judge_kernels(landed) + device_alone(landed) + \
+        memory_retries(landed) + in_flight(landed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         names = ", ".join(f"{t['name']}{'' if t['accepted'] else ' (' + t['status'] + ')'}" for t in payload["tasks"])
         print(f"\n{run.name}: {names}")
         tasks = payload["tasks"]
-        for line in time_spent(tasks) + judge_kernels(tasks) + device_alone(tasks) + memory_retries(tasks) + \
-                in_flight(landed_rows(run)):
+        for line in time_spent(tasks) + timed_turns(tasks) + judge_kernels(tasks) + device_alone(tasks) + \
+                memory_retries(tasks) + in_flight(landed_rows(run)):
             print(f"{run.name}: {line}")
     return 0
 

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -402,6 +403,28 @@ def test_the_table_sums_the_wall_time_of_the_verdicts_that_held_the_device_alone
             {"name": "d", "elapsed_s": None, "gpu_memory": {"alone": True}}, {"name": "e", "elapsed_s": 1.0}]
     assert device_alone(rows) == ["held the device alone: 2 of 5 verdicts, 12.5 s of wall time"]
     assert device_alone(rows[1:2]) == []
+
+
+def test_the_table_sets_the_exclusive_timed_turns_beside_the_timers_own_loops():
+    # H100, 2026-12-07: 30_Softsign (4.2 ms) held the GPU alone 1.31 s to be timed, several times what its timer's
+    # runs should take; a verdict's row now keeps each timer's runs and host seconds, and the table sums them
+    from benchmarks.kb_table import timed_turns
+    from core.evaluation.report import TaskResult
+    from plugins.verifiers.performance.check import with_speedups
+
+    timing = {"median_ms": 4.2, "runs": 25, "warmup_runs": 3, "wall_s": 0.25, "fresh_inputs": True,
+              **with_speedups({"eager_ms": 4.3, "eager_runs": 30, "eager_wall_s": 0.2, "compile_ms": 4.25,
+                               "compile_runs": 20, "compile_wall_s": 0.15, "measured_in": "reference worker"}, 4.2)}
+    verdict = Verdict(accepted=True, status="accepted", compiled=True, correct=True, timing=timing,
+                      gpu_held_s={"performance alone": 1.31, "performance baseline alone": 0.86, "run": 3.0})
+    row = TaskResult.of(Task(source="x", name="30_Softsign"), "level1", Candidate(source="y"), verdict)
+    assert row.timer_loops == {"candidate_runs": 25.0, "candidate_warmup_runs": 3.0, "candidate_wall_s": 0.25,
+                               "eager_runs": 30.0, "eager_wall_s": 0.2, "compile_runs": 20.0, "compile_wall_s": 0.15}
+    assert "timer_loops" not in row.to_row()  # results.json keeps it, the CSV does not
+    rows = [json.loads(json.dumps(asdict(row))), {"name": "declined", "timer_loops": None}]
+    assert timed_turns(rows) == [("timed turns: 1 verdicts held the GPU alone 2.2 s to be timed; the timers' loops "
+                                  "0.6 s (candidate 0.2, eager 0.2, torch.compile 0.1; median runs 25/30/20)")]
+    assert timed_turns(rows[1:]) == []
 
 
 def test_the_table_says_how_many_verifications_ran_at_once_and_how_long_one_ran_alone():

@@ -51,6 +51,19 @@ def _judge_kernels(verdict: Verdict) -> str | None:
     return (correctness.data or {}).get("judge_kernels") if correctness is not None else None
 
 
+# verdict.timing's fields for the timers' own loops: the candidate's (runs, warm-up runs, host seconds), then the
+# baseline's (plugins.verifiers.performance.check.TIMER_LOOP_FIELDS)
+TIMER_LOOPS = {"runs": "candidate_runs", "warmup_runs": "candidate_warmup_runs", "wall_s": "candidate_wall_s",
+               "eager_runs": "eager_runs", "eager_wall_s": "eager_wall_s", "compile_runs": "compile_runs",
+               "compile_wall_s": "compile_wall_s"}
+
+
+def _timer_loops(timing: dict[str, Any] | None) -> dict[str, float] | None:
+    loops = {name: float(timing[key]) for key, name in TIMER_LOOPS.items()
+             if isinstance((timing or {}).get(key), (int, float))}
+    return loops or None
+
+
 @dataclass
 class TaskResult:
     """One task's outcome, flattened for tables and files."""
@@ -74,6 +87,8 @@ class TaskResult:
     gpu_memory: dict[str, Any] | None = None  # the admission's estimate and each request's peak
     gpu_held_s: dict[str, float] | None = None  # seconds it held the GPU lock per turn ("... alone": exclusive)
     judge_kernels: str | None = None  # what compared its large outputs in the keeper: lent kernels, or torch (why)
+    # the timers' own loops: runs and host seconds of the candidate's, eager's and torch.compile's timings
+    timer_loops: dict[str, float] | None = None
 
     @classmethod
     def of(cls, task: Task, level: str, candidate: Candidate, verdict: Verdict | None,
@@ -88,7 +103,7 @@ class TaskResult:
                    candidate_id=candidate.id, cached=cached, elapsed_s=verdict.elapsed_s,
                    gpu_wait_s=verdict.gpu_wait_s, stage_s=dict(verdict.stage_s or {}) or None,
                    gpu_memory=verdict.gpu_memory or None, gpu_held_s=dict(verdict.gpu_held_s or {}) or None,
-                   judge_kernels=_judge_kernels(verdict))
+                   judge_kernels=_judge_kernels(verdict), timer_loops=_timer_loops(verdict.timing))
 
     def fast(self, p: float, baseline: str) -> bool:
         if not self.accepted:
@@ -104,6 +119,7 @@ class TaskResult:
         row["hack_flags"] = ";".join(self.hack_flags)
         row["stage_s"] = " ".join(f"{k}={v:.1f}" for k, v in (self.stage_s or {}).items())
         row.pop("gpu_memory")  # results.json keeps it; a CSV cell would not
+        row.pop("timer_loops")
         row["gpu_held_s"] = " ".join(f"{k}={v:.1f}" for k, v in (self.gpu_held_s or {}).items())
         for b in BASELINES:
             row[f"speedup_{b}"] = self.speedup.get(b)

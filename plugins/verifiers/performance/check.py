@@ -208,7 +208,7 @@ def time_baselines(reference: Any, make_args: Any, timer: Any, phases: dict[str,
     eager_t = timer.time(eager, make_args)
     phases["eager"] = time.perf_counter() - t
     out: dict[str, Any] = {"eager_ms": eager_t.median_ms, "eager_runs": eager_t.stats.runs,
-                           "compile_ms": None}
+                           "eager_wall_s": eager_t.wall_s, "compile_ms": None}
     if compare_compile:
         t = time.perf_counter()
         model, error = compiled if compiled is not None else compile_baseline(reference, make_args)
@@ -218,7 +218,9 @@ def time_baselines(reference: Any, make_args: Any, timer: Any, phases: dict[str,
                     return model(*args)
 
             try:
-                out["compile_ms"] = timer.time(compiled_fn, make_args).median_ms
+                compile_t = timer.time(compiled_fn, make_args)
+                out.update(compile_ms=compile_t.median_ms, compile_runs=compile_t.stats.runs,
+                           compile_wall_s=compile_t.wall_s)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"[:300]
         if error:
@@ -540,6 +542,9 @@ class PerformanceCheck:
         return CheckResult(True, "; ".join(parts), data=out)
 
 
+TIMER_LOOP_FIELDS = ("eager_runs", "eager_wall_s", "compile_runs", "compile_wall_s")
+
+
 def with_speedups(baseline: dict[str, Any], candidate_ms: float) -> dict[str, Any]:
     """The verdict's baseline fields from a baseline measurement and the candidate's median."""
     if baseline.get("error"):
@@ -549,6 +554,8 @@ def with_speedups(baseline: dict[str, Any], candidate_ms: float) -> dict[str, An
     out = {"eager_ms": eager, "speedup_eager": eager / candidate_ms if eager and candidate_ms > 0 else None,
            "compile_ms": comp, "speedup_compile": comp / candidate_ms if comp and candidate_ms > 0 else None,
            "baseline_measured_in": baseline.get("measured_in")}
+    # the timers' own loops (runs, host seconds), beside what the exclusive turns held (benchmarks/kb_table.py)
+    out.update({k: baseline[k] for k in TIMER_LOOP_FIELDS if baseline.get(k) is not None})
     if baseline.get("compile_error"):
         out["compile_error"] = baseline["compile_error"]
     return out
