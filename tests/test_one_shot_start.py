@@ -48,11 +48,10 @@ def test_on_cuda_the_baseline_pool_starts_beside_the_others_and_closes_when_torc
     # the baseline workers spawned after the judge imported torch, 3 s after the others on the H100, and their
     # torch.compile warm-up was the one-shot's critical path; torch still has the last word on the device
     code = """
-import os, sys
+import sys
 import core.api.devices as devices
 import core.verification.sandbox as sandbox
 
-os.environ["KERNELZERO_COMPILE_CACHE"] = "off"  # no store in this user's home
 devices.cuda_visible = lambda: "torch" not in sys.modules  # the driver sees a GPU, torch (too new for it) does not
 events = []
 
