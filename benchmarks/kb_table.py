@@ -153,14 +153,18 @@ def landed_rows(run: Path) -> list[dict]:
     return appended_rows(run / "verdicts.jsonl")
 
 
+# the performance check's exclusive turns that time (its set-up and prepare turns are "alone" only in a verification
+# that holds the device alone: core.verification.gpusharing)
+TIMED_TURNS = ("performance alone", "performance baseline alone")
+
+
 def timed_turns(tasks: list[dict]) -> list[str]:
     """What the performance stage's exclusive turns held (every other verification waits through them) against
     the timers' own loops (warm-up and timed runs): the rest is the work around the loops inside the turns."""
     timed = [t for t in tasks if t.get("timer_loops")]
     if not timed:
         return []
-    held = sum(float(v) for t in timed for k, v in (t.get("gpu_held_s") or {}).items()
-               if k.startswith("performance") and k.endswith(" alone"))
+    held = sum(float(v) for t in timed for k, v in (t.get("gpu_held_s") or {}).items() if k in TIMED_TURNS)
     loops = {who: sum(float(t["timer_loops"].get(f"{who}_wall_s") or 0.0) for t in timed)
              for who in ("candidate", "eager", "compile")}
 
@@ -168,10 +172,10 @@ def timed_turns(tasks: list[dict]) -> list[str]:
         runs = sorted(t["timer_loops"][f"{who}_runs"] for t in timed if f"{who}_runs" in t["timer_loops"])
         return f"{runs[len(runs) // 2]:.0f}" if runs else "-"
 
-    return [f"timed turns: {len(timed)} verdicts held the GPU alone {held:.1f} s to be timed; the timers' loops "
-            f"{sum(loops.values()):.1f} s (candidate {loops['candidate']:.1f}, eager {loops['eager']:.1f}, "
-            f"torch.compile {loops['compile']:.1f}; median runs {median_runs('candidate')}/{median_runs('eager')}/"
-            f"{median_runs('compile')})"]
+    runs = "/".join(median_runs(who) for who in ("candidate", "eager", "compile"))
+    return [(f"timed turns: {len(timed)} verdicts held the GPU alone {held:.1f} s to be timed; the timers' loops "
+             f"{sum(loops.values()):.1f} s (candidate {loops['candidate']:.1f}, eager {loops['eager']:.1f}, "
+             f"torch.compile {loops['compile']:.1f}; median runs {runs})")]
 
 
 def judge_kernels(tasks: list[dict]) -> list[str]:

@@ -253,7 +253,8 @@ def _redteam(ctx: Context) -> list[Command]:
 def _timing(ctx: Context) -> list[Command]:
     return [ctx.py(*PYTEST, "tests/gpu/test_timing_gpu.py", env=ctx.one_gpu()),
             ctx.py("-m", "benchmarks.timing_repeatability", "--out", ctx.work / "repeatability.json",
-                   "--sizes-mib", "32,128,2048,6144", "--repeats", "8", "--variants", "default,settle10", env=ctx.one_gpu())]
+                   "--sizes-mib", "32,128,2048,6144", "--repeats", "8", "--variants", "default,settle10",
+                   env=ctx.one_gpu())]
 
 
 def _inductor(ctx: Context) -> list[Command]:
@@ -606,7 +607,8 @@ INSTALL = Step("install", 90, "not timed apart in the history (31 MB of wheels, 
 STEPS: dict[str, Step] = {s.name: s for s in (
     INSTALL,
     Step("suites", 450, "48 tests in 213 s on one H100 (2026-12-07; load_inline's setups 80-100 s each), 47 passed",
-         "the GPU test suites and the GPU activity audit, with the timer tests beside them (pytest -n 6)", _suites, pytest_summary, tail=40),
+         "the GPU test suites and the GPU activity audit, with the timer tests beside them (pytest -n 6)", _suites,
+         pytest_summary, tail=40),
     Step("redteam", 420, "not timed apart before 2026-12-01 (the 79 red-team candidates were part of `suites`)",
          "the timer tests alone, then interp_races, the GPU-only hacks and one verdict per red-team candidate "
          "(pytest -n 6)", _redteam, pytest_summaries, tail=40),
@@ -1011,7 +1013,7 @@ def main(argv: list[str] | None = None) -> int:
         args.work.mkdir(parents=True, exist_ok=True)
     work = args.work.resolve() if args.work is not None else Path(tempfile.mkdtemp(prefix="kz-steps."))
     ctx = Context(args.python, work, gpus, args.kb, args.kb_configs, kb_names=args.kb_names,
-                  overrides=tuple(args.override), kb_budget_s=kb_budget_s(limits["kbeval"]))
+                  overrides=tuple(args.override))
     env = steps_env()
     with open(args.out / "measure.log", "w") as mlog:
         def say(line: str) -> None:

@@ -416,7 +416,8 @@ def test_the_table_sets_the_exclusive_timed_turns_beside_the_timers_own_loops():
               **with_speedups({"eager_ms": 4.3, "eager_runs": 30, "eager_wall_s": 0.2, "compile_ms": 4.25,
                                "compile_runs": 20, "compile_wall_s": 0.15, "measured_in": "reference worker"}, 4.2)}
     verdict = Verdict(accepted=True, status="accepted", compiled=True, correct=True, timing=timing,
-                      gpu_held_s={"performance alone": 1.31, "performance baseline alone": 0.86, "run": 3.0})
+                      gpu_held_s={"performance alone": 1.31, "performance baseline alone": 0.86, "run": 3.0,
+                                  "performance prepare alone": 0.4})  # set-up, alone with its verification
     row = TaskResult.of(Task(source="x", name="30_Softsign"), "level1", Candidate(source="y"), verdict)
     assert row.timer_loops == {"candidate_runs": 25.0, "candidate_warmup_runs": 3.0, "candidate_wall_s": 0.25,
                                "eager_runs": 30.0, "eager_wall_s": 0.2, "compile_runs": 20.0, "compile_wall_s": 0.15}

@@ -210,20 +210,22 @@ def _written_bytes():
     return Written
 
 
-# Tasks probed at once (the judge's threads) and the methods they patched: the first patches, the last restores.
+# Tasks probed at once (the judge's threads): the first patches torch's methods, the last puts the real ones back.
 _on_meta_lock = threading.Lock()
-_on_meta_users: list[tuple[Any, Any]] = []
+_on_meta_users = 0
+_real_moves: tuple[Any, Any] | None = None  # torch.Tensor.cuda and .to while patched
 
 
 @contextmanager
 def cuda_stays_on_meta() -> Iterator[None]:
     """While active, ``.cuda()`` and ``.to("cuda")`` of a meta tensor return it on meta (KernelBench's own
     ``get_inputs`` move their inputs so); every other tensor moves as ever. Process-wide, as torch's methods are."""
+    global _on_meta_users, _real_moves
     import torch
 
     with _on_meta_lock:
-        if not _on_meta_users:
-            real_cuda, real_to = torch.Tensor.cuda, torch.Tensor.to
+        if _on_meta_users == 0:
+            real_cuda, real_to = _real_moves = torch.Tensor.cuda, torch.Tensor.to
 
             def stay_cuda(self, *args, **kwargs):
                 return self if self.is_meta else real_cuda(self, *args, **kwargs)
@@ -236,16 +238,15 @@ def cuda_stays_on_meta() -> Iterator[None]:
                 return real_to(self, *args, **kwargs)
 
             torch.Tensor.cuda, torch.Tensor.to = stay_cuda, stay_to
-            _on_meta_users.append((real_cuda, real_to))
-        else:
-            _on_meta_users.append(_on_meta_users[0])
+        _on_meta_users += 1
     try:
         yield
     finally:
         with _on_meta_lock:
-            real_cuda, real_to = _on_meta_users.pop()
-            if not _on_meta_users:
-                torch.Tensor.cuda, torch.Tensor.to = real_cuda, real_to
+            _on_meta_users -= 1
+            if _on_meta_users == 0:
+                torch.Tensor.cuda, torch.Tensor.to = _real_moves
+                _real_moves = None
 
 
 def probe(source: str, run_forward: bool = True) -> Probe:
