@@ -92,7 +92,7 @@ class Context:
     listing: bool = False
     kb_names: str = ""  # kbeval: only these problems (comma-separated names), e.g. to check a fix in one call
     kb_budget_s: int = 460  # kbeval's budget_s: kb_budget_s() of the limit it runs under
-    overrides: tuple[tuple[str, str], ...] = ()  # (step, Hydra override) added to that step's core.run commands
+    overrides: tuple[tuple[str, str], ...] = ()  # (step, Hydra override) added to that step's core.run/core.eval commands
 
     @property
     def gpus_text(self) -> str:
@@ -810,15 +810,15 @@ def run_command(cmd: Command, env: dict[str, str], log, deadline: float) -> int 
 
 
 def commands_of(step: Step, ctx: Context) -> list[Command]:
-    """``step``'s commands, each ``core.run`` given the step's ``--override``s (one replaces the same key's
-    value the step sets: Hydra refuses a key given twice)."""
+    """``step``'s commands, each ``core.run`` or ``core.eval`` given the step's ``--override``s (one replaces
+    the same key's value the step sets: Hydra refuses a key given twice)."""
     extra = [o for name, o in ctx.overrides if name == step.name]
     if not extra:
         return step.commands(ctx)
     keys = {o.split("=", 1)[0].lstrip("+~") for o in extra}
     out = []
     for cmd in step.commands(ctx):
-        if "core.run" in cmd.argv:
+        if "core.run" in cmd.argv or "core.eval" in cmd.argv:
             kept = tuple(a for a in cmd.argv if a.split("=", 1)[0].lstrip("+~") not in keys or "=" not in a)
             cmd = replace(cmd, argv=(*kept, *extra))
         out.append(cmd)
@@ -949,8 +949,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
     parser.add_argument("--kb-names", default="", metavar="NAMES",
                         help="kbeval: only these problems, comma-separated (e.g. 26_GELU_,level2/45_Gemm_Sigmoid_LogSumExp)")
     parser.add_argument("--override", action="append", type=_parse_override, default=[], metavar="STEP:KEY=VALUE",
-                        help="a Hydra override added to STEP's core.run commands, replacing the step's own value "
-                             "of KEY (repeatable), e.g. hub_grpo:coder.attn_implementation=eager")
+                        help="a Hydra override added to STEP's core.run and core.eval commands, replacing the step's "
+                             "own value of KEY (repeatable), e.g. hub_grpo:coder.attn_implementation=eager or "
+                             "'kbeval:levels=[level2]'")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to assume (default: counted by nvidia-smi -L)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter the steps run (default: this one)")
     return parser, parser.parse_args(argv)

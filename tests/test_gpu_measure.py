@@ -328,6 +328,10 @@ def test_an_override_reaches_the_steps_core_run_and_replaces_the_steps_own_value
     assert argv[-2:] == ["coder.attn_implementation=eager", "trainer.phases.correctness.steps=12"]
     assert "trainer.phases.correctness.steps=20" not in argv  # Hydra refuses a key given twice
     assert "budget_s=9" not in argv and "core.run" not in summary.argv  # another step's; a non-run command
+    kb_ctx = gm.Context("python3", Path("/w"), 1, Path(".kb"), "kb_scope", overrides=(("kbeval", "levels=[level2]"),))
+    kb_eval, kb_summary = gm.commands_of(gm.STEPS["kbeval"], kb_ctx)  # core.eval takes them too: one level in a call
+    assert kb_eval.argv[-1] == "levels=[level2]" and "levels=[level1,level2]" not in kb_eval.argv
+    assert "levels=[level2]" not in kb_summary.argv
     plain = gm.commands_of(gm.STEPS["hub_grpo"], gm.Context("python3", Path("/w"), 1, Path(".kb"), "kb_scope"))
     assert "trainer.phases.correctness.steps=20" in plain[0].argv
     bad = _run("--dry-run", "--override", "nostep:a=b", "hub_grpo")
