@@ -844,7 +844,11 @@ def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: C
             log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {socket.gethostname()}, "
                       f"{ctx.gpus} GPU(s); {tools}\n")
         background: list[subprocess.Popen | int] = []
+        monitor = HostMonitor(ctx.work / f"{step.name}.monitor.tsv") if step is not INSTALL and not ctx.listing \
+            else None
         try:
+            if monitor is not None:
+                monitor.__enter__()
             for cmd in commands_of(step, ctx):
                 if status == "timeout":
                     if not cmd.after_timeout:
@@ -870,6 +874,13 @@ def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: C
         except BaseException:  # an interrupt: stop every process started in the background, then re-raise
             stop_all([p for p in background if not isinstance(p, int)])
             raise
+        finally:
+            if monitor is not None:
+                monitor.__exit__()
+                usage = monitor.summary()
+                if usage:
+                    log.write(f"== {step.name}: {usage}\n")
+                    say(f"== {step.name}: {usage}")
         for rc in [p for p in background if isinstance(p, int)] + codes:
             if rc is None and status == "ok":
                 status = "timeout"
@@ -884,6 +895,86 @@ def run_step(step: Step, ctx: Context, limit_s: int, env: dict[str, str], say: C
     if not figure and status == "failed":  # the program's last words, not ours
         figure = ([line for line in _lines(text) if not line.startswith("== ")] or [""])[-1][:100]
     return Outcome(step.name, status, seconds, figure)
+
+
+class HostMonitor:
+    """Samples, every ``every_s`` while a step runs, the host's CPU busy share (``/proc/stat``) and each GPU's
+    utilisation and memory in use (``nvidia-smi``), to ``path`` (TSV); :meth:`summary` says whether the step
+    was held back by the host's cores or by the GPU (a verification pipeline can be either)."""
+
+    def __init__(self, path: Path, every_s: float = 5.0):
+        self.path, self.every_s = path, every_s
+        self.rows: list[tuple[float, float | None, float | None, float | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="host-monitor", daemon=True)
+        self._smi = shutil.which("nvidia-smi")
+
+    @staticmethod
+    def cpu_times() -> tuple[int, int] | None:
+        """(busy, total) jiffies of all cores since boot, or None without /proc/stat."""
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+
+    def gpu_sample(self) -> tuple[float | None, float | None]:
+        """(mean utilisation %, GiB in use summed) over the visible GPUs, or (None, None)."""
+        if not self._smi:
+            return None, None
+        try:
+            out = subprocess.run([self._smi, "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout
+            rows = [[float(v) for v in line.split(",")] for line in out.strip().splitlines() if line.strip()]
+        except (OSError, ValueError, subprocess.SubprocessError):
+            return None, None
+        if not rows:
+            return None, None
+        return sum(r[0] for r in rows) / len(rows), sum(r[1] for r in rows) / 1024
+
+    def _run(self) -> None:
+        began, last = time.monotonic(), self.cpu_times()
+        with open(self.path, "w") as f:
+            f.write("seconds\tcpu_busy_pct\tgpu_util_pct\tgpu_mem_gib\n")
+            while not self._stop.wait(self.every_s):
+                now = self.cpu_times()
+                cpu = None
+                if now and last and now[1] > last[1]:
+                    cpu = 100.0 * (now[0] - last[0]) / (now[1] - last[1])
+                last = now
+                util, mem = self.gpu_sample()
+                row = (time.monotonic() - began, cpu, util, mem)
+                self.rows.append(row)
+                f.write("\t".join("" if v is None else f"{v:.1f}" for v in row) + "\n")
+                f.flush()
+
+    def __enter__(self) -> "HostMonitor":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def summary(self) -> str:
+        """``host CPU busy: mean 61% (p90 88%) of 16 cores; GPU busy: mean 72%; GPU memory in use: at most
+        120.3 GiB (24 samples, every 5 s)``, or "" with no sample."""
+        def spread(values: list[float]) -> str:
+            ordered = sorted(values)
+            return f"mean {sum(ordered) / len(ordered):.0f}% (p90 {ordered[int(0.9 * (len(ordered) - 1))]:.0f}%)"
+
+        cpu = [r[1] for r in self.rows if r[1] is not None]
+        util = [r[2] for r in self.rows if r[2] is not None]
+        mem = [r[3] for r in self.rows if r[3] is not None]
+        if not (cpu or util):
+            return ""
+        parts = [f"host CPU busy: {spread(cpu)} of {os.cpu_count()} cores"] if cpu else []
+        if util:
+            parts.append(f"GPU busy: {spread(util)}")
+        if mem:
+            parts.append(f"GPU memory in use: at most {max(mem):.1f} GiB")
+        return "; ".join(parts) + f" ({len(self.rows)} samples, every {self.every_s:g} s)"
 
 
 def _pack(work: Path, out: Path) -> None:

@@ -338,3 +338,28 @@ def test_an_override_reaches_the_steps_core_run_and_replaces_the_steps_own_value
     assert bad.returncode == 2 and "unknown step 'nostep'" in bad.stderr
     malformed = _run("--dry-run", "--override", "hub_grpo=eager", "hub_grpo")
     assert malformed.returncode == 2 and "STEP:KEY=VALUE" in malformed.stderr
+
+
+def test_the_host_monitor_says_how_busy_the_cores_and_the_gpu_were(tmp_path, monkeypatch):
+    # whether a step was held back by the host's cores or by the GPU: read from /proc/stat and nvidia-smi
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text('#!/bin/sh\nprintf "50, 10240\\n70, 20480\\n"\n')  # two GPUs: 50% and 70% busy, 10 and 20 GiB
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:/usr/bin:/bin")
+    gm = _module()
+    monitor = gm.HostMonitor(tmp_path / "step.monitor.tsv", every_s=0.2)
+    with monitor:
+        end = time.monotonic() + 1.2
+        while time.monotonic() < end:  # one core busy
+            sum(range(10_000))
+    rows = (tmp_path / "step.monitor.tsv").read_text().splitlines()
+    assert rows[0].split("\t") == ["seconds", "cpu_busy_pct", "gpu_util_pct", "gpu_mem_gib"] and len(rows) >= 4
+    cpu = [float(r.split("\t")[1]) for r in rows[1:]]
+    assert all(0 < c <= 100 for c in cpu)
+    assert all(r.split("\t")[2:] == ["60.0", "30.0"] for r in rows[1:])  # utilisation averaged, memory summed
+    summary = monitor.summary()
+    assert re.match(r"host CPU busy: mean \d+% \(p90 \d+%\) of \d+ cores; GPU busy: mean 60% \(p90 60%\); "
+                    r"GPU memory in use: at most 30.0 GiB \(\d+ samples, every 0.2 s\)$", summary), summary
+    silent = gm.HostMonitor(tmp_path / "none.tsv", every_s=0.2)
+    assert silent.summary() == ""  # never started: nothing to say
