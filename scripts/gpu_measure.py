@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Self
 
 REPO = Path(__file__).resolve().parent.parent
 SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
@@ -925,7 +926,7 @@ class HostMonitor:
             return None, None
         try:
             out = subprocess.run([self._smi, "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=10).stdout
+                                 capture_output=True, text=True, timeout=10, check=False).stdout
             rows = [[float(v) for v in line.split(",")] for line in out.strip().splitlines() if line.strip()]
         except (OSError, ValueError, subprocess.SubprocessError):
             return None, None
@@ -949,7 +950,7 @@ class HostMonitor:
                 f.write("\t".join("" if v is None else f"{v:.1f}" for v in row) + "\n")
                 f.flush()
 
-    def __enter__(self) -> "HostMonitor":
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

@@ -390,6 +390,70 @@ def test_the_cpu_pool_is_sized_to_the_verifications_in_flight(monkeypatch, cores
     assert sized == [expected]
 
 
+@pytest.mark.parametrize(("cores", "verifier_workers", "most"), [(16, 1, 3), (16, 3, 7), (16, 6, 8), (16, 64, 8),
+                                                                (2, 0, 2), (64, 6, 13)])
+def test_the_cpu_pool_grows_while_analyses_wait_up_to_the_verifications_in_flight(monkeypatch, cores,
+                                                                                  verifier_workers, most):
+    # a GPU shard keeps up to 2 * workers + 1 verifications in flight (scheduling.py); each begins its analysis at
+    # once, and on an H100 three interpreter workers for seven of them left the matmuls' verdicts waiting 10-33 s
+    import os
+
+    from core.verdict import CheckResult
+
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    check = InterpreterRaceCheck()
+    check._verifier_workers = verifier_workers
+    assert check.max_workers() == most
+
+    class Pool:  # the smallest class's pool, as WorkerPool sizes itself
+        def __init__(self, size):
+            self.size, self.grown = size, []
+
+        def grow(self, size):
+            self.grown.append(size)
+            self.size = max(self.size, size)
+            return self.size
+
+    pool = Pool(check.default_workers())
+    check._pools[check.memory_mb] = pool
+    monkeypatch.setattr(check, "_analyse", lambda *a: CheckResult(True, "analysed"))
+    plan = {"memory_mb": check.memory_mb}
+    for waiting in range(1, 2 * most + 2):
+        check._active = waiting
+        assert check._analyse_in_pool(None, plan, 1 << 20, "here").passed
+        assert pool.size == max(check.default_workers(), min(most, waiting))
+    assert pool.grown == sorted(set(pool.grown))  # one step at a time, never back
+    larger = Pool(1)  # a larger memory class keeps its one worker
+    check._pools[2 * check.memory_mb] = larger
+    check._active = 2 * most
+    check._analyse_in_pool(None, {"memory_mb": 2 * check.memory_mb}, 1 << 20, "here")
+    assert larger.size == 1 and larger.grown == []
+    fixed = InterpreterRaceCheck(workers=2)
+    assert fixed.max_workers() == 2  # a configured size stays fixed
+
+
+def test_the_analysis_workers_run_at_a_lower_cpu_priority_and_a_pool_grows():
+    # the analysis takes the cores the GPU's workers leave idle, never the host thread that launches a timed run
+    import os
+
+    from core.api.workers import Limits, WorkerPool
+
+    check = InterpreterRaceCheck()
+    pool = WorkerPool("candidate", "triton", "cpu", size=1, limits=Limits(memory_mb=4096, nice=check.nice),
+                      extra_env={"TRITON_INTERPRET": "1"})
+    try:
+        assert pool.grow(2) == 2 and pool.grow(1) == 2
+        workers = [pool.acquire(), pool.acquire()]
+        for worker in workers:
+            worker.wait_ready()
+            assert os.getpriority(os.PRIO_PROCESS, worker.proc.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0)
+                                                                           + check.nice)
+        for worker in workers:
+            pool.release(worker)
+    finally:
+        pool.close()
+
+
 # A full reduction as the expert writes it at KernelBench's sizes (96_HuberLoss: one program, 524288
 # iterations, over the analysis' 300 s in the interpreter): here two programs, each summing its half in a
 # loop of 2^14 iterations; LOST_TAIL also writes the other program's slot in its last iteration.

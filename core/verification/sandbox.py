@@ -263,6 +263,7 @@ class Limits:
     open_files: int = 1024
     cpu_s_per_request: int = 600
     isolate: bool = True  # try namespaces (network + read-only mounts)
+    nice: int = 0  # added to the worker's CPU niceness: work beside the GPU's (interp_races) yields its cores to it
 
 
 # --------------------------------------------------------------------------- one worker
@@ -306,7 +307,8 @@ class Worker:
                "--device", self.device, "--scratch", scratch, "--in-fd", str(to_child_r),
                "--out-fd", str(from_child_w), "--memory-mb", str(self.limits.memory_mb),
                "--file-size-mb", str(self.limits.file_size_mb), "--open-files", str(self.limits.open_files),
-               "--isolate", "1" if self.limits.isolate else "0", "--parent-pid", str(os.getpid())]
+               "--isolate", "1" if self.limits.isolate else "0", "--parent-pid", str(os.getpid()),
+               *(["--nice", str(self.limits.nice)] if self.limits.nice > 0 else [])]
         self.proc = subprocess.Popen(cmd, env=env, cwd=scratch, stdin=subprocess.DEVNULL, stdout=log,
                                      stderr=subprocess.STDOUT, pass_fds=(to_child_r, from_child_w),
                                      start_new_session=True)
@@ -461,6 +463,16 @@ class WorkerPool:
         if self.closed:
             raise RuntimeError("the worker pool was closed")
         return self._idle.get()
+
+    def grow(self, size: int) -> int:
+        """Spawn workers until the pool has ``size`` (never fewer than it has); the new size."""
+        with self._lock:
+            if self.closed or size <= self.size:
+                return self.size
+            more, self.size = size - self.size, size
+        for _ in range(more):
+            self._idle.put(self._spawn())
+        return size
 
     def release(self, worker: Worker, *, discard: bool = False) -> None:
         """Give a worker back; a dead, flagged (``discard``) or worn-out one is replaced by a fresh one."""

@@ -83,8 +83,14 @@ class InterpreterRaceCheck:
     launch_s: float = 8.0
     calls_s: float = 30.0
     # CPU candidate workers of the smallest memory class; 0: one per verification the GPU verifier runs at
-    # once (its workers), at most half the cores: more would only start idle processes beside the GPU's
+    # once (its workers), at most half the cores: more would only start idle processes beside the GPU's. It
+    # grows while more analyses wait than it has workers, up to one per verification a GPU shard keeps in
+    # flight (twice its workers and one: those waiting on this check have given their GPU slot back). On
+    # an H100, three workers for seven verifications in flight left the matmuls' verdicts waiting 10-33 s.
     workers: int = 0
+    # Added to the CPU workers' niceness: the analysis takes the cores the GPU's workers leave idle, never
+    # the host thread that launches a timed run (a late launch is a retried run, a longer turn alone).
+    nice: int = 5
     timeout_s: float = 300.0
     memory_mb: int = 8192  # the smallest address-space limit of a CPU worker; larger tasks get a pool sized for them
     _pools: dict[int, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -93,6 +99,7 @@ class InterpreterRaceCheck:
     _started: dict[int, tuple[Any, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _runner: Any = field(default=None, init=False, repr=False, compare=False)
     _verifier_workers: int = field(default=0, init=False, repr=False, compare=False)
+    _active: int = field(default=0, init=False, repr=False, compare=False)  # analyses begun, not yet ended
 
     def applies(self, backend: str, device: str) -> bool:
         return backend == "triton" and device == "cuda"
@@ -133,7 +140,7 @@ class InterpreterRaceCheck:
                 # the interpreter's tile products are small: numpy's BLAS threads only wait on each other
                 # (a 128x32x128 product took 8 ms with its threads on a busy host, 0.03 ms with one)
                 env["OPENBLAS_NUM_THREADS"] = "1"
-                limits = Limits(memory_mb=memory_mb, cpu_s_per_request=int(self.timeout_s) + 5)
+                limits = Limits(memory_mb=memory_mb, cpu_s_per_request=int(self.timeout_s) + 5, nice=self.nice)
                 pool = self._pools[memory_mb] = WorkerPool("candidate", "triton", "cpu", size=size, limits=limits,
                                                            extra_env=env)
             return pool
@@ -143,6 +150,15 @@ class InterpreterRaceCheck:
         half the cores (at least 1)."""
         half = max(1, (os.cpu_count() or 1) // 2)
         return min(half, self._verifier_workers) if self._verifier_workers > 0 else max(2, half)
+
+    def max_workers(self) -> int:
+        """What the smallest class's pool grows to while analyses wait (``workers`` set: that, fixed): one
+        per verification a GPU shard keeps in flight, at most half the cores (at least the starting size)."""
+        if self.workers:
+            return self.workers
+        half = max(1, (os.cpu_count() or 1) // 2)
+        in_flight = 2 * self._verifier_workers + 1 if self._verifier_workers > 0 else half
+        return max(self.default_workers(), min(half, in_flight))
 
     def _plan(self, task: Any) -> dict[str, Any]:
         """What the worker needs for ``task``: its init inputs, its footprint and the memory class."""
@@ -185,7 +201,8 @@ class InterpreterRaceCheck:
             if self._runner is None:
                 from concurrent.futures import ThreadPoolExecutor
 
-                self._runner = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kz-interp-races")
+                self._runner = ThreadPoolExecutor(max_workers=max(8, self.max_workers()),
+                                                  thread_name_prefix="kz-interp-races")
             for key in [k for k, (f, _) in self._started.items() if f.done() and len(self._started) > 64]:
                 self._started.pop(key)  # verifications that ended before evaluating (an earlier failure)
             # the evidence is kept beside its future, so its id is not reused while the entry lives
@@ -213,9 +230,23 @@ class InterpreterRaceCheck:
         if plan["memory_mb"] > 0.9 * host_mb:
             return could_not_run(f"the race analysis needs {plan['memory_mb']} MiB of CPU memory {where}; this host "
                                  f"has {host_mb} MiB", {"plan": {k: plan[k] for k in ("mib", "memory_mb")}})
+        with self._lock:
+            self._active += 1
+        try:
+            return self._analyse_in_pool(evidence, plan, host_mb, where)
+        finally:
+            with self._lock:
+                self._active -= 1
+
+    def _analyse_in_pool(self, evidence: Evidence, plan: dict[str, Any], host_mb: int, where: str) -> CheckResult:
         try:
             pool = self._pool(plan["memory_mb"])
-        except Exception as exc:
+            if plan["memory_mb"] <= self.memory_mb:
+                with self._lock:
+                    wanted = min(self.max_workers(), self._active)
+                if wanted > pool.size:  # more analyses than workers: one more each, up to max_workers
+                    pool.grow(wanted)
+        except Exception as exc:  # noqa: BLE001  (could not run: fails closed)
             return could_not_run(f"the CPU interpreter's workers could not start: {type(exc).__name__}: {exc}"[:300])
         result = self._analyse(evidence, plan, pool, where)
         larger = 2 * plan["memory_mb"]

@@ -112,6 +112,8 @@ class WorkerMain:
     def setup(self) -> dict[str, Any]:
         isolation = isolate(self.scratch) if self.args.isolate else "off: isolation disabled by configuration"
         set_limits(self.args.memory_mb, self.args.file_size_mb, self.args.open_files, self.device)
+        if self.args.nice > 0:  # before the imports: a start-up beside the GPU's workers yields too
+            os.nice(self.args.nice)
         began = time.time()
         import torch  # noqa: F401  (warm: the point of a pool)
 
@@ -246,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--open-files", type=int, default=1024)
     parser.add_argument("--isolate", type=int, default=1)
     parser.add_argument("--parent-pid", type=int, default=0)
+    parser.add_argument("--nice", type=int, default=0, help="added to this process's CPU niceness (Limits.nice)")
     args = parser.parse_args(argv)
     # The judge that started us may die without a word (SIGKILL, a time limit): leave with it, even in
     # the middle of a request, so no orphan keeps the GPU's memory (core.verification.lifeline).
