@@ -16,6 +16,7 @@ import asyncio
 import hmac
 import ipaddress
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,31 @@ class ServiceInfo:
     executor: str = ""
     isolation: str = "unknown"
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Activity:
+    """When the service last answered an authorized request, and how many it is answering now: what
+    ``kernelzero serve --idle-exit`` waits on (a request still being judged is never idle time)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+        self._open = 0
+
+    def begin(self) -> None:
+        with self._lock:
+            self._open += 1
+            self._last = time.monotonic()
+
+    def end(self) -> None:
+        with self._lock:
+            self._open -= 1
+            self._last = time.monotonic()
+
+    def idle_s(self) -> float:
+        """Seconds since the last request ended; 0 while one is open."""
+        with self._lock:
+            return 0.0 if self._open else time.monotonic() - self._last
 
 
 def is_loopback(host: str | None) -> bool:
@@ -105,8 +131,10 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def create_app(dispatcher: Dispatcher, info: ServiceInfo, limits: wire.Limits, token: str | None = None) -> Starlette:
+def create_app(dispatcher: Dispatcher, info: ServiceInfo, limits: wire.Limits, token: str | None = None,
+               activity: Activity | None = None) -> Starlette:
     """The ASGI application over a running dispatcher (the caller owns both, and closes the dispatcher).
+    ``activity`` is told of every authorized request (a stranger's refused one keeps nothing alive).
 
     Starlette, not FastAPI: requests are parsed and bounded by :mod:`core.serve.wire`, so FastAPI's pydantic
     models and OpenAPI pages would add a compiled dependency (pydantic-core) and nothing this service uses."""
@@ -117,7 +145,13 @@ def create_app(dispatcher: Dispatcher, info: ServiceInfo, limits: wire.Limits, t
             authorize(request, token)
         except wire.WireError as exc:
             return error_response(exc)
-        return await call_next(request)
+        if activity is None:
+            return await call_next(request)
+        activity.begin()
+        try:
+            return await call_next(request)
+        finally:
+            activity.end()
 
     async def refused(request: Request, exc: wire.WireError) -> Response:
         return error_response(exc)
@@ -173,6 +207,7 @@ def create_app(dispatcher: Dispatcher, info: ServiceInfo, limits: wire.Limits, t
                     middleware=[Middleware(BaseHTTPMiddleware, dispatch=gate)],
                     exception_handlers={wire.WireError: refused})
     app.state.dispatcher, app.state.info, app.state.limits = dispatcher, info, limits
+    app.state.activity = activity
     return app
 
 

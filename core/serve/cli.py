@@ -2,6 +2,10 @@
 
 The ``kernelzero`` script is :func:`kernelzero`: ``kernelzero serve ...`` runs the service, anything else is the
 training job (``core.run``, Hydra overrides) as before.
+
+Once it answers, the service registers itself in this user's runtime directory (:mod:`core.serve.registry`;
+``--no-register``: not), so ``python -m core.verify`` finds it; the entry goes when it stops. ``--idle-exit S``
+stops it after S seconds without a request (``core.verify --keep-warm`` starts it so).
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ import argparse
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 from core.serve import wire
@@ -39,6 +45,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-kb", type=int, default=defaults.max_body_bytes // 1024)
     p.add_argument("--max-source-kb", type=int, default=defaults.max_source_bytes // 1024)
     p.add_argument("--log-level", default="info")
+    p.add_argument("--idle-exit", type=float, default=0.0, metavar="SECONDS",
+                   help="stop after SECONDS without a request (0: never)")
+    p.add_argument("--no-register", action="store_true", help="do not register in this user's runtime directory "
+                   "(python -m core.verify --server auto then does not find this service)")
     return p
 
 
@@ -82,15 +92,70 @@ def main(argv: list[str] | None = None) -> int:
     # uvicorn answers what it accepted, then raises the signal again: SIGINT becomes KeyboardInterrupt and SIGTERM
     # SystemExit here, so the admitted pairs drain and the workers stop below either way
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    server = uvicorn_server(service.app, args.log_level)
+    registered: list[Path] = []
+    threading.Thread(target=_while_serving, args=(server, service, args, registered), name="kz-serve-registry",
+                     daemon=True).start()
     try:
-        uvicorn_server(service.app, args.log_level).run(sockets=[sock])
+        server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
+        _unregister(registered)  # first: no new client picks a service that is stopping
         print("kernelzero serve: draining admitted requests, then stopping the workers", file=sys.stderr, flush=True)
         service.close()
         sock.close()
     return 0
+
+
+def _while_serving(server, service, args: argparse.Namespace, registered: list[Path]) -> None:
+    """Once uvicorn answers: register (unless ``--no-register``); then, with ``--idle-exit``, stop the server
+    after that many seconds without a request."""
+    while not server.started:
+        if server.should_exit:
+            return
+        time.sleep(0.05)
+    if not args.no_register:
+        from core.serve import registry
+
+        try:
+            registered.append(registry.register(registry_entry(service, args)))
+        except OSError as exc:  # RegistryError among them: serve on, unregistered
+            print(f"warning: not registered, so core.verify --server auto will not find this service: {exc}",
+                  file=sys.stderr, flush=True)
+    if args.idle_exit > 0:
+        while not server.should_exit:
+            if service.activity.idle_s() >= args.idle_exit:
+                print(f"kernelzero serve: no request for {args.idle_exit:g} s (--idle-exit); stopping",
+                      file=sys.stderr, flush=True)
+                _unregister(registered)
+                server.should_exit = True
+                return
+            time.sleep(min(1.0, args.idle_exit / 4))
+
+
+def _unregister(registered: list[Path]) -> None:
+    while registered:
+        try:
+            registered.pop().unlink()
+        except OSError:
+            pass
+
+
+def registry_entry(service, args: argparse.Namespace):  # -> registry.Entry
+    """What this service registers: how to reach it and what it judges with (``registry.MATCHED``)."""
+    from core.serve import registry
+
+    url = service.url
+    for unspecified, loopback in (("//0.0.0.0:", "//127.0.0.1:"), ("//[::]:", "//[::1]:")):
+        url = url.replace(unspecified, loopback)  # bound to every address: reached on loopback
+    config = service.config
+    return registry.Entry(url=url, pid=os.getpid(), backend=config.backend, device=service.device,
+                          checks=registry.normal_checks(config.checks), trials=config.trials,
+                          timeout_s=float(config.timeout_s), isolate=config.isolate, executor=config.executor,
+                          code=registry.code_fingerprint(), token_required=bool(service.token),
+                          idle_exit_s=float(args.idle_exit), workers=config.workers,
+                          log=os.environ.get("KERNELZERO_SERVE_LOG"))
 
 
 def kernelzero(argv: list[str] | None = None) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.serve import wire
-from core.serve.app import ServiceInfo, create_app, is_loopback
+from core.serve.app import Activity, ServiceInfo, create_app, is_loopback
 from core.serve.dispatch import Dispatcher
 
 
@@ -83,8 +83,10 @@ class VerificationService:
         try:
             self.dispatcher = Dispatcher(self.executor, config.limits.max_queue)
             info = ServiceInfo(backend=config.backend, device=self.device, settings=config.settings(self.device),
-                               executor=self.executor.describe(), isolation=_isolation(self.executor))
-            self.app = create_app(self.dispatcher, info, config.limits, self.token)
+                               executor=self.executor.describe(), isolation=_isolation(self.executor),
+                               extra={"pid": os.getpid(), "isolate": config.isolate})
+            self.activity = Activity()
+            self.app = create_app(self.dispatcher, info, config.limits, self.token, self.activity)
         except Exception:
             self.executor.close()
             raise

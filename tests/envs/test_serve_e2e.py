@@ -5,6 +5,7 @@ the middle of a batch, and ``python -m core.serve`` started as a subprocess."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ import httpx
 import pytest
 from kernel_cases import HACKED, HONEST, SLOW_TASK, TASK, WRONG
 
-from core.serve import wire
+from core.serve import registry, wire
 from core.serve.client import ServiceError, VerifierClient
 from core.serve.service import ServiceConfig, running_service, sandbox_worker_pids
 from core.task import Candidate, Task
@@ -162,6 +163,11 @@ def test_python_m_core_serve_starts_answers_and_stops_on_a_signal(tmp_path, stop
         url = line.split()[2]
         with VerifierClient(url, token="tok-123") as client:
             assert client.health()["ready"] is True
+        entry = registry.entry_path(proc.pid)  # registered for core.verify --server auto (core.serve.registry)
+        deadline = time.monotonic() + 30
+        while not entry.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert json.loads(entry.read_text())["token_required"] is True
         with VerifierClient(url, token="wrong", retries=0) as client, pytest.raises(ServiceError) as refused:
             client.health()
         assert refused.value.code == "unauthorized"
@@ -169,6 +175,7 @@ def test_python_m_core_serve_starts_answers_and_stops_on_a_signal(tmp_path, stop
         proc.send_signal(stop)
         assert proc.wait(timeout=60) == 0
         assert "draining" in proc.stderr.read()
+        assert not registry.entry_path(proc.pid).exists()  # a clean exit removes its entry
 
 
 def test_a_taken_port_is_one_error_line():
