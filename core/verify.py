@@ -7,6 +7,10 @@ dotted path across processes, and third parties import it from here::
     from core.verify import Verifier
     with Verifier(backend="triton", device="auto") as v:
         verdict = v.verify(task, candidate)
+
+The command judges on a running ``kernelzero serve`` that judges exactly as this call would (``--server``'s
+default, ``auto``), else in its own process; ``--keep-warm S`` starts such a service for the next calls. Why
+``auto`` is the default, and what it takes to match: :mod:`core.serve.warm`.
 """
 
 from __future__ import annotations
@@ -173,9 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per verification")
     parser.add_argument("--checks", default=None, help="comma-separated check names (default: all that apply)")
     parser.add_argument("--no-isolate", action="store_true", help="skip namespaces (limits + audit hook only)")
-    parser.add_argument("--server", metavar="URL", default=None,
-                        help="judge on a running `kernelzero serve` (its pools are warm: no start-up); its settings "
-                        "apply, and --trials, --timeout, --checks or --device given here must match them")
+    parser.add_argument("--server", metavar="auto|none|URL", default=None,
+                        help="auto (the default unless KERNELZERO_SERVER is set): judge on a running `kernelzero "
+                        "serve` of this user whose settings are this call's, else here; none: here; URL: on that "
+                        "service (its settings apply; --trials, --timeout, --checks or --device given must match)")
+    parser.add_argument("--keep-warm", type=float, metavar="SECONDS", default=None,
+                        help="with no matching service running, start one in the background that stops after "
+                        "SECONDS without a request, and judge on it (later calls find it)")
     args = parser.parse_args(argv)
 
     def usage(message: str) -> int:
@@ -210,9 +218,19 @@ def main(argv: list[str] | None = None) -> int:
         problem = reference_problem(args.reference.read_text(), args.reference)
         if problem:
             return usage(f"{problem} (fix the reference: only the candidate is judged)")
-    if args.server:
-        given = {a.split("=")[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
-        return _served(args, items, checks, given, usage)
+    given = {a.split("=")[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
+    try:
+        from core.serve.warm import server_mode
+
+        server = server_mode(args.server)
+    except ValueError as exc:
+        return usage(str(exc))
+    if args.keep_warm is not None and (server != "auto" or args.keep_warm <= 0):
+        return usage(f"--keep-warm takes seconds (more than 0) and --server auto; this call has --server {server}")
+    if server == "auto" and (status := _auto(args, items, checks, given, usage)) is not None:
+        return status
+    if server not in ("auto", "none"):
+        return _served(args, items, checks, given, usage, server)
     workers, warm_up = pool_for(1 if items is None else len(items), args.workers, args.warm_up)
     try:
         # one pair: its wall time is the point, so its task's baseline builds beside the reference and trials
@@ -267,24 +285,52 @@ def _print_verdict(out: dict[str, Any]) -> None:
     console.print(f"accuracy {out['accuracy']:.2f}   {out['elapsed_s']:.2f} s   sandbox: {out.get('sandbox')}")
 
 
+def _auto(args: Any, items: Any, checks: list[str] | None, given: set[str], usage: Any) -> int | None:
+    """The pairs judged on a registered service that judges as this call would (started first with
+    ``--keep-warm``); None, after one line on stderr saying why, to judge in this process."""
+    from core.serve import warm
+
+    workers = args.workers if "--workers" in given or items is not None else 1
+    try:
+        wanted = warm.Wanted.of(args.backend, args.device, checks, args.trials, args.timeout, not args.no_isolate)
+        token = os.environ.get(warm.TOKEN_ENV) or None
+        entry, reasons = warm.find(wanted, token)
+        note = "" if entry else warm.hint(wanted, workers, reasons)
+        if entry is None and args.keep_warm:
+            entry, note = warm.start(wanted, args.keep_warm, workers, token)
+            note = note if entry else f"--keep-warm: {note}; judging in this process"
+    except (OSError, ValueError) as exc:  # the registry's directory refused (it says so), a service not started
+        entry, note = None, f"judging in this process: {exc}"
+    if note:
+        print(f"python -m core.verify: {note}", file=sys.stderr, flush=True)
+    if entry is None:
+        return None
+    return _served(args, items, checks, given, usage, entry.url, wanted.request_settings(), fall_back=True)
+
+
 def _served(args: Any, items: list[tuple[str, Task, Candidate]] | None, checks: list[str] | None, given: set[str],
-            usage: Any) -> int:
-    """The pairs judged by the service at ``args.server``. The settings given on the command line are
-    restated to it, and a service judging with others refuses the request (exit 2, saying how it judges)."""
+            usage: Any, url: str, settings: dict[str, Any] | None = None, fall_back: bool = False) -> int | None:
+    """The pairs judged by the service at ``url``. The settings given on the command line (or ``settings``)
+    are restated to it, and a service judging with others refuses the request (exit 2, saying how it judges;
+    with ``fall_back``, None after a line on stderr, to judge in this process)."""
     try:
         from core.serve.client import ServiceError, VerifierClient
     except ImportError as exc:
         from core.cli import missing_dependency
 
+        if fall_back:
+            print(f"python -m core.verify: judging in this process: {missing_dependency(exc) or exc}", file=sys.stderr)
+            return None
         return usage(missing_dependency(exc) or str(exc))
-    settings: dict[str, Any] = {}
-    for flag, key, value in (("--trials", "trials", args.trials), ("--timeout", "timeout_s", args.timeout),
-                             ("--checks", "checks", checks), ("--device", "device", args.device)):
-        if flag in given and not (key == "device" and value == "auto"):
-            settings[key] = value
+    if settings is None:
+        settings = {}
+        for flag, key, value in (("--trials", "trials", args.trials), ("--timeout", "timeout_s", args.timeout),
+                                 ("--checks", "checks", checks), ("--device", "device", args.device)):
+            if flag in given and not (key == "device" and value == "auto"):
+                settings[key] = value
     pairs = [(Task.from_file(args.reference), Candidate.from_file(args.candidate, backend=args.backend))] \
         if items is None else [(t, c) for _, t, c in items]
-    client = VerifierClient(args.server, timeout_s=max(60.0, args.timeout * len(pairs) + 60.0), retries=2)
+    client = VerifierClient(url, timeout_s=max(60.0, args.timeout * len(pairs) + 60.0), retries=2)
     try:
         if items is None:
             verdicts = [client.verify(*pairs[0], backend=args.backend, settings=settings)]
@@ -292,10 +338,14 @@ def _served(args: Any, items: list[tuple[str, Task, Candidate]] | None, checks: 
             verdicts = _with_progress(args, len(pairs), lambda advance: client.verify_many(
                 pairs, on_verdicts=lambda done, _: advance(len(done)), backend=args.backend, settings=settings))
     except ServiceError as exc:
-        return usage(f"the service at {args.server}: {exc}")
+        if fall_back:
+            print(f"python -m core.verify: the service at {url} failed ({exc}); judging in this process",
+                  file=sys.stderr, flush=True)
+            return None
+        return usage(f"the service at {url}: {exc}")
     finally:
         client.close()
-    where = f"the service at {args.server}"
+    where = f"the service at {url}"
     if items is None:
         out = {**verdicts[0].to_dict(), "sandbox": where}
         if args.json:

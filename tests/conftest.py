@@ -7,6 +7,17 @@ import os
 # Third-party entry points would make registries depend on what is installed; tests opt in.
 os.environ.setdefault("KERNELZERO_DISABLE_AUTOLOAD", "1")
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+# `python -m core.verify` would judge on a matching running `kernelzero serve` (--server auto): the tests' own calls
+# judge in-process unless a test asks otherwise, and the services tests start register in a directory of their own
+# rather than the user's (core.serve.registry), where the user's calls would find them.
+os.environ.setdefault("KERNELZERO_SERVER", "none")
+if "KERNELZERO_TEST_RUNTIME_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["KERNELZERO_TEST_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="kz-test-run-")
+    atexit.register(shutil.rmtree, os.environ["XDG_RUNTIME_DIR"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -30,6 +41,7 @@ E2E_PATHS = (
     "tests/test_train_e2e.py",
     "tests/test_run_cli.py",
     "tests/test_verify_cli.py",
+    "tests/test_warm_verify.py",
     "tests/test_cuda_backend_cli.py",
     "tests/test_propose_cli.py",
     "tests/test_external_plugin.py",
