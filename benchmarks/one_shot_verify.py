@@ -150,15 +150,22 @@ def main(argv: list[str] | None = None) -> int:
             stop_registered()
 
 
-def stop_registered() -> None:
-    """Stop (SIGTERM) the services registered in this run's runtime directory: the --keep-warm one."""
+def stop_registered(wait_s: float = 60.0) -> None:
+    """Stop (SIGTERM) the services registered in this run's runtime directory, the --keep-warm one, and wait for
+    them to go (their workers' GPU memory with them) before a next step runs."""
     sys.path.insert(0, str(REPO))
     from core.serve import registry
 
-    for entry in registry.entries():
+    entries = registry.entries()
+    for entry in entries:
         with contextlib.suppress(OSError):
             os.kill(entry.pid, signal.SIGTERM)
-            print(f"stopped the kept-warm service (pid {entry.pid})", flush=True)
+    deadline = time.monotonic() + wait_s
+    while any(registry.is_service(e.pid, e.proc_start) for e in entries) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for entry in entries:
+        still = registry.is_service(entry.pid, entry.proc_start)
+        print(f"{'could not stop' if still else 'stopped'} the kept-warm service (pid {entry.pid})", flush=True)
 
 
 def timed(args: argparse.Namespace) -> int:
