@@ -42,7 +42,7 @@ SITE = "/tmp/site"  # where the carried wheels go (/work/shared/NOTES.md)
 CALL_S = 600  # one device call
 # Subsets whose limits, install's included, fit one device call; together they cover every 1-GPU step.
 ONE_CALL = ("suites", "redteam", "kernelbench timing sanitizer", "expert", "scaling inductor",
-            "oneshot quantiles compare", "kbeval", "training_sft", "hub_grpo")
+            "oneshot quantiles", "compare", "kbeval", "training_sft", "hub_grpo")
 MIN_STEP_S = 15  # with --call-s, a step is skipped rather than started with less than this left
 SUMMARY_S = 30  # what a summary command (Command.after_timeout) gets after its step's limit
 STOP_GRACE_S = 10  # after SIGINT at the limit, before SIGKILL (as `timeout --kill-after=10` did)
@@ -622,9 +622,10 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "benchmarks/kernelbench_vs_ours.py, part 21's options (1/64 size, 8 workers, 3 rounds)", _kernelbench,
          kernelbench_figure, skip=_no_kernelbench, results=(("kernelbench_vs_ours.json", "kernelbench_vs_ours.json"),),
          tail=10),
-    Step("oneshot", 180, "135 s on one H100 (2026-12-07): 17.6-20.3 s a call, served 1.5-2.5 s",
+    Step("oneshot", 240, "135 s on one H100 (2026-12-07): 17.6-20.3 s a call, served 1.5-2.5 s",
          "benchmarks/one_shot_verify.py: one `core.verify --device cuda` process per small pair, wall time, then "
-         "`core.verify --server` on a `kernelzero serve` started for the pair (skipped where starlette, uvicorn or "
+         "`core.verify --server` on a `kernelzero serve` started for the pair, then `core.verify --keep-warm` (the "
+         "call that starts a service, then those that reuse it; skipped where starlette, uvicorn or "
          "httpx is missing: carry their wheels in .whl, docs/benchmarks.md)",
          _oneshot, kbeval_figure, skip=_no_kernelbench,
          results=(("kb/one_shot_verify.json", "one_shot_verify.json"),), tail=20),
