@@ -109,6 +109,21 @@ def test_a_reference_that_draws_random_numbers_gives_no_spread():
     assert jittered_reruns(lambda a: [torch.nn.functional.dropout(a[0], 0.5)], [x], want) == []
 
 
+def test_a_rejection_says_when_the_references_own_spread_could_not_be_measured():
+    # an output the reference cannot reproduce bit for bit has no spread to forgive rounding outliers by:
+    # the verdict says so, so the user knows why honest rounding was not excused
+    from core.verification.outliers import NO_SPREAD
+
+    x = torch.randn(4096)
+    want = [torch.nn.functional.dropout(x, 0.5)]
+    off = [want[0].clone()]
+    off[0][17] += 1.0  # one element off: no float64 truth given, no rerun reproduces the reference
+    cmp = compare_outputs(want, off, rerun=lambda: jittered_reruns(
+        lambda a: [torch.nn.functional.dropout(a[0], 0.5)], [x], want))
+    assert not cmp.ok and NO_SPREAD in cmp.detail, cmp.detail
+    assert NO_SPREAD not in compare_outputs(want, off).detail  # no rerun was offered: nothing to say
+
+
 def test_the_timed_run_comparisons_use_the_spread():
     for path in ("plugins/verifiers/performance/check.py", "plugins/verifiers/gpu_activity/check.py"):
         source = (Path(__file__).parent.parent / path).read_text()

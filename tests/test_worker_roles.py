@@ -115,6 +115,35 @@ def test_a_live_worker_has_not_imported_timing_after_its_set_up(testing_candidat
     assert answer["ok"], answer
 
 
+def test_references_use_deterministic_convolutions_and_candidates_and_baselines_pytorchs_default(monkeypatch):
+    # the spread of the reference's own rounding is measured by rerunning it; cuDNN's transposed convolutions are not
+    # bit-reproducible by default, which left the expert's honest ConvTranspose kernels nothing to be forgiven by
+    monkeypatch.setenv("KERNELZERO_SANDBOX_TESTING", "1")
+    flag = "import torch\nassert torch.backends.cudnn.deterministic is {}, torch.backends.cudnn.deterministic"
+    for role, expected in (("reference", True), ("candidate", False)):
+        pool = WorkerPool(role, "triton", "cpu", size=1, limits=Limits(memory_mb=4096),
+                          extra_env={"KERNELZERO_SANDBOX_TESTING": "1", "TRITON_INTERPRET": "1"})
+        try:
+            answer = _ask(pool, {"op": "exec_test", "code": flag.format(expected)})
+        finally:
+            pool.close()
+        assert answer["ok"], (role, answer)
+    import torch
+
+    from core.verification.worker.reference import eager_algorithms
+
+    before = torch.backends.cudnn.deterministic
+    torch.backends.cudnn.deterministic = True
+    try:
+        with eager_algorithms():  # the eager and torch.compile baselines: timed as PyTorch runs them
+            assert torch.backends.cudnn.deterministic is False
+        assert torch.backends.cudnn.deterministic is True
+    finally:
+        torch.backends.cudnn.deterministic = before
+    source = (Path(__file__).parent.parent / "core/verification/worker/reference.py").read_text()
+    assert 'self._task_module(req["source"]) as module, eager_algorithms()' in source  # around the baseline
+
+
 # --------------------------------------------------------------------------- the warm-up hook
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 # callers import the digests from here too (core.evidence's star import among them)
 from core.verification.digests import device_fingerprint, element_bytes, input_digests  # noqa: F401
-from core.verification.outliers import JITTER_RUNS, forgive_outliers, jittered, reference_spread, rounding_jitter
+from core.verification.outliers import JITTER_RUNS, NO_SPREAD, forgive_outliers, jittered, reference_spread, rounding_jitter
 from core.verification.largecompare import bound_detail, compare_large
 from core.verification.plainbound import LARGE_ELEMENTS, within_plain_bound
 
@@ -469,6 +469,8 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
                 detail += f"; {vs_truth.detail}"
             if forgiven is not None:
                 detail += f"; {forgiven.detail}"
+            elif rerun is not None and vs_truth is None:
+                detail += f"; {NO_SPREAD}"
             return Comparison(False, detail, max_abs, max_rel, noise_ratio=noise_ratio, judged=judged)
     detail = f"matches (max abs err {worst_abs:.3g})"
     if disputed_nans:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.verification.devicekernels import lent_or_none
-from core.verification.outliers import SPREAD_QUANTILE, Flips, Forgiven, judge_outliers
+from core.verification.outliers import NO_SPREAD, SPREAD_QUANTILE, Flips, Forgiven, judge_outliers
 from core.verification.plainbound import CHUNK_ELEMENTS, _lent_kernels, _median_magnitude, lent_figures, rms_scale
 
 
@@ -178,7 +178,7 @@ def _beyond(result: LargeResult, n_bad: int, e: Any, g: Any, where: str, floor: 
     forgiven = _outliers(e, g, parts, reruns_of() if reruns_of is not None else [], atol_of, rtol, judged,
                          noise_factor, tuple(e.shape), work, per_element=scale_aware == "median")
     if forgiven is None:  # no rerun to measure the reference's own spread with
-        result.detail = rejected
+        result.detail = rejected + (f"; {NO_SPREAD}" if reruns_of is not None else "")
     elif forgiven.ok:
         result.outliers, result.outlier_positions, result.band = \
             forgiven.outliers, forgiven.outlier_positions, forgiven.band

@@ -41,6 +41,12 @@ FLIP_COUNT_FACTOR = 4
 FLIP_SIZE_FACTOR = 2.0
 
 
+# Said where an output missed the bound and no spread of the reference's own could excuse any element: no float64
+# truth (too many elements) and no rerun (the reference, rerun on the same inputs, gave other bits).
+NO_SPREAD = ("the reference's own rounding spread could not be measured (no float64 truth at this size, and no "
+             "rerun: on the same inputs the reference gave other bits, or failed)")
+
+
 @dataclass
 class Flips:
     """Elements where the reference, rerun on inputs moved by an ulp (or against the float64 truth), misses

@@ -23,7 +23,7 @@ from core.verification.worker.candidate import CANDIDATE_MODULE, CandidateRole
 from core.verification.worker.cuda_on_cpu import ENV as CUDA_ON_CPU_ENV
 from core.verification.worker.cuda_on_cpu import install as install_cuda_on_cpu
 from core.verification.worker.process import AuditGuard, describe, isolate, set_cpu_budget, set_limits
-from core.verification.worker.reference import ReferenceRole
+from core.verification.worker.reference import ReferenceRole, deterministic_reference
 from core.verification.worker.runtime_guard import install_runtime_guard
 from core.verification.worker.warmup import applicable_checks, warm_up
 
@@ -120,6 +120,8 @@ class WorkerMain:
         imported_s = time.time() - began
 
         exact_fp32_reference()
+        if self.role == "reference":
+            deterministic_reference()
         if self.device == "cpu" and os.environ.get(CUDA_ON_CPU_ENV) == "1":
             install_cuda_on_cpu()  # interp_races' nested verifier: CUDA-only code in the interpreter
 
