@@ -228,7 +228,10 @@ class Backend(Protocol):
 
         A backend may also offer ``precompile(source, device) -> dict``: the part of the compile that
         needs only the candidate's text (nothing of it runs), which a verifier sends before the load
-        takes its turn on a shared GPU, so the load holds the GPU for less time."""
+        takes its turn on a shared GPU, so the load holds the GPU for less time. And
+        ``compile_ahead(model, inputs) -> dict``: after the load, the loaded model's kernels compiled for
+        the task's input shapes (uninitialised tensors) with no work on the GPU, so the first trial's
+        shared turn does not hold the GPU while they compile (``{"compiled": n, ...}``)."""
 
     def launch_tracker(self) -> "ContextManager[LaunchTracker]":
         """Worker side: a context manager counting this backend's kernel launches inside it."""
@@ -350,6 +353,9 @@ OPTIONAL_MEMBERS: dict[str, dict[str, Any]] = {
         "warm_up_candidate": None,  # a candidate (source) judged once per worker before verdicts
         "compiler_dirs": _no_dirs,  # compiler_dirs(): the only folders a worker may start programs from
         "precompile": None,  # precompile(source, device) -> dict: compile from the text alone
+        # compile_ahead(model, inputs) -> dict: compile the loaded model's kernels for these (uninitialised)
+        # inputs with no work on the GPU, before the first trial's turn on it
+        "compile_ahead": None,
         # static_policy: what a candidate's source may name (plugins.verifiers.policy.StaticPolicy:
         # modules, members, builtins); None: the strictest policy, torch and math only.
         "static_policy": None,

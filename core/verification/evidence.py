@@ -467,10 +467,8 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
             detail = bound_detail(where, int(bad.sum()), e.numel(), floor, rtol, scale_aware, shown, max_abs, max_rel)
             if vs_truth is not None:
                 detail += f"; {vs_truth.detail}"
-            if forgiven is not None:
-                detail += f"; {forgiven.detail}"
-            elif rerun is not None and vs_truth is None:
-                detail += f"; {NO_SPREAD}"
+            if forgiven is not None or (rerun is not None and vs_truth is None):
+                detail += f"; {forgiven.detail if forgiven is not None else NO_SPREAD}"
             return Comparison(False, detail, max_abs, max_rel, noise_ratio=noise_ratio, judged=judged)
     detail = f"matches (max abs err {worst_abs:.3g})"
     if disputed_nans:

@@ -192,6 +192,10 @@ class Verifier(GpuSharing):
         costs no baseline; ``"start"`` with the verification's GPU stages, beside the reference and the
         trials, for one verdict whose wall time matters (``core.verify`` of one pair): the build's seconds
         leave its critical path (a candidate that fails early still waits for the baseline it started).
+    :param compile_ahead: on a shared GPU, after the load and without the lock, have the candidate worker
+        compile the loaded candidate's kernels for the task's input shapes with nothing run on the GPU
+        (``Backend.compile_ahead``: Triton's), so its first trial's shared turn holds the GPU for the GPU's
+        work, not the compiler's (seconds per autotune config), which every timed turn waited behind.
     :param memory_admission: ``None`` (default): host-wide admission on CUDA (with
         ``share_gpu_fairly``), none on CPU; ``False``: none; or a
         :class:`~core.verification.gpumemory.MemoryAdmission` to use (tests: a fake device budget).
@@ -207,7 +211,7 @@ class Verifier(GpuSharing):
                  warm_up: bool | None = None, accept_unchecked: bool | Sequence[str] = False,
                  cuda_on_cpu: bool = False, gpu_memory_gb: float | None = None,
                  gpu_memory_fraction: float = DEFAULT_FRACTION, memory_admission: Any = None,
-                 baselines_early: str = "trials", **check_options: Any):
+                 baselines_early: str = "trials", compile_ahead: bool = True, **check_options: Any):
         from core.plugins import registry
 
         if trials < MIN_TRIALS:
@@ -274,6 +278,7 @@ class Verifier(GpuSharing):
             opener({"tolerances": self.tolerances, "workers": self.workers})  # e.g. interp_races' CPU pool boots beside ours
         self.inputs_by_seed = bool(inputs_by_seed)
         self.float64_on_demand = bool(float64_on_demand)
+        self.compile_ahead = bool(compile_ahead)
         self.gpu_wait_s = float(gpu_wait_s)
         # None: where a GPU lock is held (the saving is the lock's; on CPU it would cost a round trip)
         self.split_transfers = self.device_lock is not None if split_transfers is None else bool(split_transfers)

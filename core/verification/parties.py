@@ -27,6 +27,7 @@ class VerifierView(Protocol):
     probe_scales: dict[str, Any]
     float64_max_elements: int
     float64_on_demand: bool
+    compile_ahead: bool  # compile the candidate's kernels before its first turn on a shared GPU
     compare_on_device: bool
     compile_only: str | None
     device_lock: Any

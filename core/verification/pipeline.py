@@ -259,8 +259,7 @@ class Verification:
         return bool(verdict.hack_flags) or bool(evidence.config.get("worker_dirty"))
 
     def load(self) -> bool:
-        """Import the candidate and build ``ModelNew`` with the task's init seed; False (recorded
-        as the compile check) when that failed."""
+        """Import the candidate, build ``ModelNew`` with the task's init seed; False when that failed."""
         verifier, worker, evidence, verdict, left = self.verifier, self.worker, self.evidence, self.verdict, \
             self.budget.left
         t = time.perf_counter()
@@ -276,6 +275,7 @@ class Verification:
         evidence.load_sandbox += list(loaded.get("sandbox") or [])
         verdict.stage_s["load"] = time.perf_counter() - t
         if loaded.get("ok"):
+            compile_ahead(self)
             return True
         if is_out_of_memory(loaded.get("error")) and not evidence.load_sandbox:
             raise GpuOutOfMemory("loading the candidate", str(loaded.get("error")))
@@ -400,6 +400,19 @@ def compile_only(verification: Verification) -> None:
         verdict.status, verdict.reason = "rejected", f"compile: {loaded.get('error')}"
     if loaded.get("sandbox"):
         verdict.add_check("integrity", False, f"sandbox refused: {loaded['sandbox'][0]}", hack=True)
+
+
+def compile_ahead(verification: Verification) -> None:
+    """On a shared GPU, the loaded candidate's kernels compiled before its first trial, without the lock
+    (``Op.COMPILE_AHEAD``, ``Verifier.compile_ahead``): the compiler's seconds are then not a turn on the GPU
+    that every timed turn waits behind. What it did is kept in the evidence's config."""
+    v = verification
+    if v.verifier.device_lock is None or not getattr(v.verifier, "compile_ahead", False):
+        return
+    t = time.perf_counter()
+    ahead = v.worker.request(request(Op.COMPILE_AHEAD), timeout_s=v.budget.left())
+    v.verdict.stage_s["compile_ahead"] = time.perf_counter() - t
+    v.evidence.config["compile_ahead"] = {k: ahead[k] for k in ("compiled", "seconds", "stopped") if k in ahead}
 
 
 def run_request(verification: Verification, runs: list[dict[str, Any]]) -> list[RunObservation]:

@@ -30,6 +30,7 @@ class Op:
     RELEASE = "release"  # keeper: drop candidate outputs no check still to be evaluated reads
     # candidate role
     PRECOMPILE = "precompile"  # compile what the candidate's text shows, before the GPU turn
+    COMPILE_AHEAD = "compile_ahead"  # compile the loaded candidate's kernels for the task's shapes, no GPU work
     LOAD = "load"  # import the candidate, build ModelNew, compile its kernels
     RUN = "run"  # call forward on trials under instrumentation
     COLLECT = "collect"  # a check's own measurement (``Check.collect``) in the worker
@@ -47,7 +48,7 @@ KEEPER_OPS = frozenset({Op.ADOPT, Op.COMPARE, Op.EQUAL, Op.FETCH, Op.FORGET, Op.
 # Which role answers which request; anything else is refused with a message naming both.
 ROLE_OPS: dict[str, frozenset[str]] = {
     "reference": frozenset({Op.REFERENCE, Op.BASELINE, Op.FOOTPRINT, *KEEPER_OPS}),
-    "candidate": frozenset({Op.PRECOMPILE, Op.LOAD, Op.RUN, Op.COLLECT, Op.DROP_EXPORTS}),
+    "candidate": frozenset({Op.PRECOMPILE, Op.COMPILE_AHEAD, Op.LOAD, Op.RUN, Op.COLLECT, Op.DROP_EXPORTS}),
 }
 ANY_ROLE_OPS = frozenset({Op.PING, Op.UNLOAD, Op.TAKE_HELD, Op.EXIT})
 

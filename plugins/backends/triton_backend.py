@@ -241,6 +241,13 @@ class TritonBackend:
         except metadata.PackageNotFoundError:
             return {"triton": None}
 
+    def compile_ahead(self, model: Any, inputs: list[Any]) -> dict[str, Any]:
+        """The loaded model's kernels compiled for ``inputs`` (uninitialised) with nothing run on the GPU,
+        before its first trial's turn (:mod:`plugins.backends.triton_compile_ahead`)."""
+        from plugins.backends.triton_compile_ahead import compile_ahead
+
+        return compile_ahead(model, inputs, _local)
+
     def load(self, module: Any, device: str) -> None:
         """Triton compiles each kernel at its first launch, so the first correctness trial is the
         compile step; nothing to build ahead of time."""
@@ -367,6 +374,9 @@ def _count_launches(cls: type) -> None:
     original = cls.run
 
     def run(self, *args, grid, warmup, **kwargs):
+        if getattr(_local, "compile_only", False):  # compile_ahead: compile, launch nothing
+            _local.compiled = getattr(_local, "compiled", 0) + 1
+            return original(self, *args, grid=grid, warmup=True, **kwargs)
         tracker = _current_tracker()
         if warmup or tracker is None:
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
@@ -458,6 +468,8 @@ def every_config_in_trials(original: Any) -> Any:
     the GPU's benchmark did not pick passed unseen (the sampled race analysis compares no outputs)."""
 
     def run(self, *args, **kwargs):
+        if getattr(_local, "compile_only", False):  # compile_ahead: every config compiled, none benchmarked
+            return _compile_every_config(self, args, kwargs)
         tracker = _current_tracker()
         if tracker is None or len(self.configs) < 2:
             return original(self, *args, **kwargs)
@@ -491,6 +503,25 @@ def every_config_in_trials(original: Any) -> Any:
 
     run._kz_every_config = True  # type: ignore[attr-defined]
     return run
+
+
+def _compile_every_config(tuner: Any, args: tuple, kwargs: dict) -> None:
+    """An autotuner's call under ``compile_ahead``: each of its configs (after its pruning) compiled through
+    the launch wrapper, which compiles and launches nothing; a config this GPU cannot build is left to the
+    first trial, as its benchmark skips it. No pre-hook runs (one may zero outputs on the device)."""
+    tuner.nargs = dict(zip(tuner.arg_names, args))
+    try:
+        configs = list(tuner.prune_configs(kwargs)) or list(tuner.configs)
+    except Exception:  # a pruning hook that needs the benchmark's state: every config
+        configs = list(tuner.configs)
+    finally:
+        tuner.nargs = None
+    for config in configs:
+        try:
+            tuner.fn.run(*args, **kwargs, **config.all_kwargs())
+        except Exception as exc:
+            if type(exc).__name__ not in ("OutOfResources", "CompileTimeAssertionFailure", "PTXASError"):
+                raise
 
 
 def _name_the_choice(tracker: Any, before: int, config: Any) -> None:

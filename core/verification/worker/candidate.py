@@ -17,7 +17,18 @@ from core.verification.worker.callers import CANDIDATE_MODULE
 from core.verification.worker.process import describe, sandbox_escape
 from core.verification.worker.session import Session, Worker, load_module, record_tampering
 
-__all__ = ["CANDIDATE_MODULE", "CandidateRole"]
+__all__ = ["CANDIDATE_MODULE", "CandidateRole", "empty_inputs"]
+
+
+def empty_inputs(module: Any, device: str) -> list[Any]:
+    """The task's inputs as ``get_inputs()`` shapes them, uninitialised on ``device``: their shapes, strides and
+    dtypes from a call on the meta device, then allocations only (no kernel runs, nothing is drawn)."""
+    import torch
+
+    with torch.device("meta"):
+        shaped = list(module.get_inputs())
+    return [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device) if isinstance(x, torch.Tensor)
+            else x for x in shaped]
 
 
 class CandidateRole:
@@ -31,8 +42,8 @@ class CandidateRole:
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
         """This role's requests (:data:`core.verification.protocol.ROLE_OPS`) and who answers each."""
-        return {Op.PRECOMPILE: self.precompile, Op.LOAD: self.load, Op.RUN: self.run, Op.COLLECT: self.collect,
-                Op.DROP_EXPORTS: self.drop_exports}
+        return {Op.PRECOMPILE: self.precompile, Op.COMPILE_AHEAD: self.compile_ahead, Op.LOAD: self.load,
+                Op.RUN: self.run, Op.COLLECT: self.collect, Op.DROP_EXPORTS: self.drop_exports}
 
     def drop_exports(self, req: dict[str, Any]) -> dict[str, Any]:
         self.worker.exports.drop()
@@ -53,6 +64,34 @@ class CandidateRole:
             return {"ok": False, "error": describe(exc), "sandbox": self.worker.guard.take()}
         finally:
             self.worker.guard.armed = False
+
+    def compile_ahead(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The backend's compile of the loaded candidate's kernels for the task's input shapes, with
+        uninitialised inputs and no work on the GPU (``Backend.compile_ahead``), sent without the GPU lock:
+        the first trial then holds its shared turn for the GPU's work, not for the compiler's. Best effort:
+        what it could not compile, the first trial compiles as before."""
+        ahead = optional(self.worker.backend, "Backend", "compile_ahead")
+        if ahead is None or self.session is None or self.device != "cuda":
+            return {"ok": True, "compiled": 0}
+        try:
+            inputs = empty_inputs(self.task_module(), self.device)
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (e.g. a get_inputs that moves its tensors with .cuda())
+            return {"ok": True, "compiled": 0, "stopped": f"the task's input shapes: {describe(exc)}"[:300]}
+        session = self.session
+        self.worker.guard.armed = True
+        try:
+            return {"ok": True, **ahead(session.model, inputs)}
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (best effort: the first trial compiles what this did not)
+            return {"ok": True, "compiled": 0, "stopped": describe(exc)[:300]}
+        finally:  # the candidate's code ran: verify the instrumentation as after a trial
+            self.worker.guard.armed = False
+            del inputs
+            record_tampering(self.worker)
+            session.late_findings.extend(self.worker.guard.take())
 
     def load(self, req: dict[str, Any]) -> dict[str, Any]:
         import torch
