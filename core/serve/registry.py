@@ -15,6 +15,7 @@ this user's calls at a service of theirs. Standard library only: ``core.verify``
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import hashlib
 import json
 import os
@@ -253,10 +254,9 @@ def code_fingerprint() -> str:
 
     files: set[str] = set()
     roots = [Path(core.__file__).parent]
-    with contextlib.suppress(ImportError):
-        import plugins
-
-        roots.append(Path(plugins.__file__).parent)
+    # the builtin plugins' folder, found without importing it (core never imports a concrete plugin)
+    spec = importlib.util.find_spec("plugins")
+    roots += [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
     for root in roots:
         for folder, dirs, names in os.walk(root):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
