@@ -39,6 +39,9 @@ JITTER_RUNS = 2  # reruns of the reference on inputs moved by an ulp
 # FLIP_SIZE_FACTOR x the reference's largest own jump.
 FLIP_COUNT_FACTOR = 4
 FLIP_SIZE_FACTOR = 2.0
+# Outliers allowed beyond the isolated ones: this share of the reference's own jumps (a band wider than
+# OUTLIER_COUNT elements has more honest jumps than that; a few wrong elements among a narrow band do not).
+FLIP_SHARE = 0.25
 
 
 # Said where an output missed the bound and no spread of the reference's own could excuse any element: no float64
@@ -248,7 +251,9 @@ def judge_outliers(n: int, q: float, m: int, positions: Any, diff_at: Any, sprea
     there = " and at their own element" if per_element else ""
     if m == 0:
         return Forgiven(True, f"within {noise_factor:g}x the reference's own rounding spread {q:.3g}{there}")
-    limit = max(OUTLIER_COUNT, int(OUTLIER_FRACTION * n))
+    # a wide switching band allows a share of the reference's own jumps (FLIP_SHARE): on inputs moved by an ulp the
+    # reference jumped at ~2,000 of 65,536 elements of clamp(3x - 3y) at x1e8, an honest kernel at ~100
+    limit = max(OUTLIER_COUNT, int(OUTLIER_FRACTION * n), int(FLIP_SHARE * (flips.count if flips is not None else 0)))
     if m > limit:
         return Forgiven(False, f"{m} element(s) beyond {noise_factor:g}x the reference's own rounding spread "
                         f"{q:.3g}{there}: more than the {limit} isolated rounding outliers allowed", outliers=m)
