@@ -71,6 +71,23 @@ def test_a_launch_compiles_and_runs_nothing():
     assert torch.equal(y, torch.ones(1000))  # a launch after it runs as always
 
 
+def test_its_compile_threads_are_running_before_the_candidate_is_called():
+    # the worker refuses a thread started while the candidate is on the stack (a sandbox finding: a hack flag),
+    # and ThreadPoolExecutor starts threads at the first submissions, which Triton makes inside forward
+    import threading
+
+    seen = []
+
+    class Counts(torch.nn.Module):
+        def forward(self, x):
+            seen.append(sum(t.name.startswith("kz-ahead") for t in threading.enumerate()))
+            return x
+
+    compile_ahead(Counts(), [torch.zeros(4)], triton_backend._local, threads=3)
+    assert seen == [3]
+    assert not any(t.name.startswith("kz-ahead") for t in threading.enumerate())  # all gone after
+
+
 def test_an_op_that_computes_stops_the_call_before_it_runs():
     model = ComputesFirst()
     out = compile_ahead(model, [torch.zeros(8)], triton_backend._local, threads=1)

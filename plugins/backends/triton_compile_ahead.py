@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -73,6 +74,20 @@ def _parallel(pool: ThreadPoolExecutor) -> Any:
         return AsyncCompileMode(pool)
 
 
+def _started_pool(threads: int) -> ThreadPoolExecutor:
+    """A pool whose ``threads`` threads are all running before the candidate's code is called: the worker
+    refuses to start a thread while the candidate is on the stack (the ATen audit sees only its own thread),
+    and ``ThreadPoolExecutor`` starts its threads at the first submissions, which Triton makes from inside
+    the candidate's ``forward``. Each thread, once started, waits for work and is reused."""
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kz-ahead")
+    gate = threading.Barrier(threads + 1)
+    waiting = [pool.submit(gate.wait) for _ in range(threads)]  # each submission starts a thread: none idle yet
+    gate.wait()
+    for started in waiting:
+        started.result()
+    return pool
+
+
 def compile_ahead(model: Any, inputs: list[Any], local: Any, threads: int | None = None) -> dict[str, Any]:
     """Call ``model(*inputs)`` compiling, never launching, its Triton kernels and computing nothing (module
     docstring); ``local``: the backend's thread-local state, whose ``compile_only`` its launch wrappers
@@ -83,7 +98,7 @@ def compile_ahead(model: Any, inputs: list[Any], local: Any, threads: int | None
     stopped = None
     local.compile_only, local.compiled = True, 0
     try:
-        pool = ThreadPoolExecutor(max_workers=threads or min(8, os.cpu_count() or 1), thread_name_prefix="kz-ahead")
+        pool = _started_pool(threads or min(8, os.cpu_count() or 1))
         with pool, _parallel(pool), _no_compute_mode(), torch.no_grad():
             try:
                 model(*inputs)
