@@ -53,28 +53,14 @@ class ModelNew(nn.Module):
 '''
 
 
-def _module(source: str, name: str):
-    import importlib.util
-    import sys
-    import tempfile
-    from pathlib import Path
-
-    path = Path(tempfile.mkdtemp()) / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_config_compiles_ahead_nothing_runs_and_the_first_call_compiles_nothing_more():
     from core.plugins import registry
     from plugins.backends import triton_backend
     from plugins.backends.triton_compile_ahead import compile_ahead
+    from plugins.coders.expert_lowering.selfcheck import load_module
 
     registry("backend").create("triton").prepare_worker("cuda")  # the GPU worker's launch wrappers
-    module = _module(CANDIDATE, "kz_compile_ahead_gpu_candidate")
+    module = load_module(CANDIDATE, "compile_ahead_gpu")  # from a real file: triton.jit reads its source
     model = module.ModelNew()
     jit = module._affine.fn  # the autotuner's JITFunction
     x = torch.empty(4096, 1024, device="cuda")
