@@ -66,7 +66,7 @@ class ReferenceRole:
 
         device = self.device
         try:
-            with self._task_module(req["source"]) as module, eager_algorithms():  # timed as eager runs
+            with self._task_module(req["source"]) as module:
                 init_inputs = list(module.get_init_inputs())
                 torch.manual_seed(int(req["init_seed"]))
                 model = module.Model(*init_inputs).to(device).eval()
@@ -214,7 +214,7 @@ class ReferenceRole:
         key = (req["check"], hash(req["source"]), int(req["init_seed"]))
         try:
             check = registry("verifier").create(req["check"], **req.get("config", {}))
-            with self._task_module(req["source"]) as module:
+            with self._task_module(req["source"]) as module, eager_algorithms():  # timed as eager runs
                 if req.get("phase") == "prepare":  # set up while the GPU is shared; timed by the next request
                     lock = _own_gpu_lock_of(req.get("device_lock"))
                     with lock:
