@@ -474,10 +474,7 @@ def every_config_in_trials(original: Any) -> Any:
         if tracker is None or len(self.configs) < 2:
             return original(self, *args, **kwargs)
         self.nargs = dict(zip(self.arg_names, args))
-        try:
-            configs = list(self.prune_configs(kwargs)) or list(self.configs)
-        except Exception:  # a pruning hook that needs the benchmark's state: every config
-            configs = list(self.configs)
+        configs = _pruned_configs(self, kwargs)
         if tracker.call == 0 or tracker.call > len(configs):
             self.nargs = None
             before = len(getattr(tracker, "kernels", []))
@@ -505,15 +502,22 @@ def every_config_in_trials(original: Any) -> Any:
     return run
 
 
+def _pruned_configs(tuner: Any, kwargs: dict) -> list[Any]:
+    """The autotuner's configs after its pruning (``tuner.nargs`` set by the caller); every config where the
+    pruning hook needs the benchmark's state, or prunes them all."""
+    try:
+        return list(tuner.prune_configs(kwargs)) or list(tuner.configs)
+    except Exception:  # noqa: BLE001  (a pruning hook that needs the benchmark's state)
+        return list(tuner.configs)
+
+
 def _compile_every_config(tuner: Any, args: tuple, kwargs: dict) -> None:
     """An autotuner's call under ``compile_ahead``: each of its configs (after its pruning) compiled through
     the launch wrapper, which compiles and launches nothing; a config this GPU cannot build is left to the
     first trial, as its benchmark skips it. No pre-hook runs (one may zero outputs on the device)."""
     tuner.nargs = dict(zip(tuner.arg_names, args))
     try:
-        configs = list(tuner.prune_configs(kwargs)) or list(tuner.configs)
-    except Exception:  # a pruning hook that needs the benchmark's state: every config
-        configs = list(tuner.configs)
+        configs = _pruned_configs(tuner, kwargs)
     finally:
         tuner.nargs = None
     for config in configs:
