@@ -46,6 +46,17 @@ CASES = {
         [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": False})]),
     "sdpa_zero_batch": Program([T((0, 2, 5, 8)), T((0, 2, 7, 8)), T((0, 2, 7, 8))],
                                [N("scaled_dot_product_attention", (0, 1, 2), {"is_causal": False})]),
+    # depthwise (groups = in channels): a direct kernel, the window unrolled (KernelBench level 1, 82_-86_)
+    "depthwise3x3_bias": Program([T((2, 6, 9, 11))], [N("conv2d", (0,), _conv(6, 3, 1, 0, 1, 6))]),
+    "depthwise_mult2_strided_dilated_padded_transposed_relu": Program(
+        [T((2, 4, 10, 9), layout="transposed")], [N("conv2d", (0,), _conv(8, 3, 2, 2, 2, 4)), N("relu", (1,))]),
+    "depthwise_asymmetric_kernel_fp16": Program([T((2, 4, 9, 8), dtype="float16")],
+                                                [N("conv2d", (0,), _conv(4, (3, 1), 1, (1, 0), 1, 4))]),
+    "depthwise_conv1d_offset": Program([T((2, 5, 17), layout="offset")], [N("conv1d", (0,), _conv(5, 4, 1, 1, 1, 5))]),
+    "depthwise_conv3d_bf16": Program([T((1, 3, 5, 6, 7), dtype="bfloat16")],
+                                     [N("conv3d", (0,), _conv(3, 3, 1, 1, 1, 3))]),
+    "depthwise_separable": Program([T((2, 4, 8, 8))], [N("conv2d", (0,), _conv(4, 3, 1, 1, 1, 4)),
+                                                       N("conv2d", (1,), _conv(6, 1, 1, 0, 1, 1))]),
     "max_pool_specials": Program([T((2, 3, 9, 9), distribution="specials")],
                                  [N("max_pool2d", (0,), {"kernel_size": 3, "stride": 2, "padding": 1})]),
     "avg_pool_offset_tanh": Program([T((2, 3, 9, 8), layout="offset")],
