@@ -187,8 +187,8 @@ def _partials_sum() -> list[str]:
     """The split-K epilogue kernel's accumulator: the chunks' partial tiles summed in chunk order."""
     return [
         "for s in range(SPLIT):",
-        "    acc += tl.load(ws_ptr + ((s * BATCH + bid) * M + rm[:, None]) * N + rn[None, :], "
-        "mask=mask_m[:, None] & mask_n[None, :], other=0.0)",
+        ("    acc += tl.load(ws_ptr + ((s * BATCH + bid) * M + rm[:, None]) * N + rn[None, :], "
+         "mask=mask_m[:, None] & mask_n[None, :], other=0.0)"),
     ]
 
 
@@ -225,9 +225,9 @@ def _split_launch(name: str, i: int, a: str, b: str, split: int) -> list[str]:
         f"if {a}.is_cuda:",
         f"    _pbm, _pbn, _pbk = 64, (16 if _N{i} <= 16 else 64), 64",
         "else:",
-        f"    _pbm, _pbn, _pbk = (min(c, max(16, triton.next_power_of_2(d))) for c, d in "
-        f"zip((256, 256, 128), (_M{i}, _N{i}, _kper{i})))",
-        f"{name}_part[(triton.cdiv(_M{i}, _pbm) * triton.cdiv(_N{i}, _pbn), _batch{i}, {split})]({a}, {b}, _ws{i}, "
-        f"_batch{i}, _M{i}, _N{i}, _K{i}, _kper{i}, *_sa{i}, *_sb{i}, ON_CPU=not {a}.is_cuda, BM=_pbm, BN=_pbn, "
-        "BK=_pbk, GROUP_M=8)",
+        (f"    _pbm, _pbn, _pbk = (min(c, max(16, triton.next_power_of_2(d))) for c, d in "
+         f"zip((256, 256, 128), (_M{i}, _N{i}, _kper{i})))"),
+        (f"{name}_part[(triton.cdiv(_M{i}, _pbm) * triton.cdiv(_N{i}, _pbn), _batch{i}, {split})]({a}, {b}, _ws{i}, "
+         f"_batch{i}, _M{i}, _N{i}, _K{i}, _kper{i}, *_sa{i}, *_sb{i}, ON_CPU=not {a}.is_cuda, BM=_pbm, BN=_pbn, "
+         "BK=_pbk, GROUP_M=8)"),
     ]
