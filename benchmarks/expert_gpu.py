@@ -3,7 +3,7 @@
 against cuDNN through PyTorch, each with its roofline utilisation on the H200. One call does it all.
 
     # on the H200, from the repo root (pluggy/torch/triton are there; nothing else is needed):
-    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --budget-s 340   # all 50 cases, ~5-6 min
+    PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --budget-s 340   # all 53 cases, ~5-6 min
     PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --quick          # a smaller smoke run
     PYTHONPATH=. python benchmarks/expert_gpu.py --out $OUT --families resnet50 --compare OLD/expert_gpu.json
 
@@ -88,6 +88,19 @@ def cases(quick: bool):
             ("pool", f"max_pool2d 3/2 {dt}", Program([T((32, 256, 56, 56), dtype=dt)], [
                 N("max_pool2d", (0,), {"kernel_size": 3, "stride": 2, "padding": 1})])),
         ]
+    # KernelBench level 1's slowest expert kernels on an H100 (2026-12-07), at their sizes: a depthwise conv
+    # (82_, was 0.02x as an implicit GEMM) and the matrix-vector and large-K products (4_, 6_: 0.02x, 0.05x before
+    # split-K)
+    side = 256 if quick else 512
+    depthwise = {"out_channels": 64, "kernel_size": 3, "stride": 1, "padding": 0, "dilation": 1, "groups": 64}
+    out += [
+        ("depthwise", f"depthwise 3x3 16x64x{side}^2 float32",
+         Program([T((16, 64, side, side))], [N("conv2d", (0,), depthwise)])),
+        ("split_k", f"matvec 2048x{2 ** 18 if quick else 2 ** 20} float32",
+         Program([T((2048, 2 ** 18 if quick else 2 ** 20)), T((2 ** 18 if quick else 2 ** 20, 1))], [N("matmul", (0, 1))])),
+        ("split_k", "256x256 by K=524288 float32",
+         Program([T((256, 524288)), T((524288, 256))], [N("matmul", (0, 1))])),
+    ]
     return out
 
 
