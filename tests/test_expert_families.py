@@ -4,6 +4,8 @@ run in the Triton interpreter against the PyTorch reference, adversarial layouts
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.program import Node as N
 from core.program import Program
@@ -205,3 +207,28 @@ def test_the_expert_matches_pytorch_at_the_edges_the_verifier_probes(name, catal
         for _ in range(2):  # fresh trial seeds each time
             verdict = verifier.verify(task, candidate)
             assert verdict.accepted, verdict.reason
+
+
+@st.composite
+def depthwise_programs(draw):
+    """A depthwise conv over 1-3 spatial dims: channels, multiplier, per-axis kernel, stride, padding and
+    dilation drawn, the input just large enough for an output of at least one element per axis."""
+    n = draw(st.integers(1, 3))
+    channels, mult = draw(st.integers(2, 4)), draw(st.integers(1, 2))
+    axes = [draw(st.tuples(st.integers(1, 3), st.integers(1, 2), st.integers(0, 1), st.integers(1, 2)))
+            for _ in range(n)]  # (kernel, stride, padding, dilation)
+    sizes = [max(1, d * (k - 1) + 1 - 2 * p) + draw(st.integers(0, 4)) for k, _, p, d in axes]
+    params = {"out_channels": channels * mult, "kernel_size": tuple(a[0] for a in axes),
+              "stride": tuple(a[1] for a in axes), "padding": tuple(a[2] for a in axes),
+              "dilation": tuple(a[3] for a in axes), "groups": channels, "bias": draw(st.booleans())}
+    layout = draw(st.sampled_from(["contiguous", "transposed", "offset", "strided"]))
+    return Program([T((draw(st.integers(1, 2)), channels, *sizes), layout=layout)], [N(f"conv{n}d", (0,), params)])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=depthwise_programs())
+def test_any_depthwise_conv_is_the_direct_kernel_and_matches_pytorch(program, catalog):
+    source = lower_program(program, catalog)
+    assert "_dwconv_" in source and "tl.dot" not in source
+    result = compare(render_source(program, catalog), source)
+    assert result.ok, f"{program}: {result.detail}\n{source}"
