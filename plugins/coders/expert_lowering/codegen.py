@@ -31,6 +31,17 @@ class Kernel:
     helpers: set[str] = field(default_factory=set)
 
 
+# A kernel's first lines when each program owns BLOCK consecutive elements of ``numel``: 64-bit offsets when
+# IDX64 (an offset may pass 2**31 - 1), and the mask of the last program's tail.
+FLAT_BLOCK_LINES = (
+    "pid = tl.program_id(0)",
+    "if IDX64:",
+    "    pid = pid.to(tl.int64)",
+    "offs = pid * BLOCK + tl.arange(0, BLOCK)",
+    "mask = offs < numel",
+)
+
+
 def value_name(value: int, n_inputs: int) -> str:
     """Name of a value's tensor in ``forward`` (``x0`` .. for inputs, ``v<k>`` for node values)."""
     return f"x{value}" if value < n_inputs else f"v{value}"

@@ -27,7 +27,7 @@ Two faster forms of the ungrouped 2-D convolution (``conv2d``, groups=1), the Re
 
 from __future__ import annotations
 
-from plugins.coders.expert_lowering.codegen import Kernel, Lines, value_name
+from plugins.coders.expert_lowering.codegen import FLAT_BLOCK_LINES, Kernel, Lines, value_name
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.plan import Group, Plan
 from plugins.coders.expert_lowering.pointwise import round_to
@@ -444,6 +444,39 @@ def _conv2d_nhwc_kernel(plan: Plan, group: Group, index: int, x: str, weight: st
     return Kernel(name, k.text() + tuned, launch, helpers)
 
 
+def _window_element_lines(channels: str) -> tuple[str, ...]:
+    """Kernel lines of a program of BLOCK output elements of an (N, ``channels``, D, H, W) output: each
+    element's indices, flat in that order (pooling, the depthwise conv)."""
+    return (
+        *FLAT_BLOCK_LINES,
+        "ow = offs % OW",
+        "oh = (offs // OW) % OH",
+        "oz = (offs // (OW * OH)) % OD",
+        f"ch = (offs // (OW * OH * OD)) % {channels}",
+        f"nb = offs // (OW * OH * OD * {channels})",
+    )
+
+
+# The window's taps, unrolled (KD, KH, KW constexpr): each tap's input position and whether it is inside.
+WINDOW_TAP_LINES = (
+    "for kz in tl.static_range(KD):",
+    "    for kh in tl.static_range(KH):",
+    "        for kw in tl.static_range(KW):",
+    "            iz = oz * SD - PD + kz * DD",
+    "            ih = oh * SH - PH + kh * DH",
+    "            iw = ow * SW - PW + kw * DW",
+    "            ok = mask & (iz >= 0) & (iz < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+)
+
+
+def _flat_launch(name: str, x: str, first: str, call: list[str]) -> list[str]:
+    """Forward lines launching one program per BLOCK elements of ``first`` (the interpreter: few, large blocks)."""
+    return [
+        f"_block = 1024 if {x}.is_cuda else 16384",
+        f"{name}[(max(1, triton.cdiv({first}.numel(), _block)),)]({', '.join(call)}, BLOCK=_block)",
+    ]
+
+
 def _depthwise_kernel(plan: Plan, group: Group, index: int, x: str, weight: str, bias: str | None,
                       axes: tuple[tuple[int, int, int], ...]) -> Kernel:
     """Output channel ``ch`` reads input channel ``ch // MULT`` only (``MULT`` = out / in channels): per output
@@ -468,26 +501,11 @@ def _depthwise_kernel(plan: Plan, group: Group, index: int, x: str, weight: str,
     k.indent = 1
     k(
         f"DT = v{outs[0]}_ptr.dtype.element_ty",
-        "pid = tl.program_id(0)",
-        "if IDX64:",
-        "    pid = pid.to(tl.int64)",
-        "offs = pid * BLOCK + tl.arange(0, BLOCK)",
-        "mask = offs < numel",
-        "ow = offs % OW",
-        "oh = (offs // OW) % OH",
-        "oz = (offs // (OW * OH)) % OD",
-        "ch = (offs // (OW * OH * OD)) % OC",
-        "nb = offs // (OW * OH * OD * OC)",
+        *_window_element_lines("OC"),
         "base = nb * sx0 + (ch // MULT) * sx1",
         "w_base = ch * sw0",
         "acc = tl.zeros((BLOCK,), dtype=tl.float32)",
-        "for kz in tl.static_range(KD):",
-        "    for kh in tl.static_range(KH):",
-        "        for kw in tl.static_range(KW):",
-        "            iz = oz * SD - PD + kz * DD",
-        "            ih = oh * SH - PH + kh * DH",
-        "            iw = ow * SW - PW + kw * DW",
-        "            ok = mask & (iz >= 0) & (iz < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+        *WINDOW_TAP_LINES,
         "            v = tl.load(x_ptr + base + iz * sx2 + ih * sx3 + iw * sx4, mask=ok, other=0.0).to(tl.float32)",
         "            w = tl.load(w_ptr + w_base + kz * sw2 + kh * sw3 + kw * sw4, mask=mask, other=0.0)",
         "            acc += v * w.to(tl.float32)",
@@ -510,11 +528,7 @@ def _depthwise_kernel(plan: Plan, group: Group, index: int, x: str, weight: str,
     call += [f"ON_CPU=not {x}.is_cuda"]
     call += [f"{p}{up}={v}" for p, values in zip("KSPD", axes) for up, v in zip("DHW", values)]
     call += [f"MULT=s{i}[1] // {x}.shape[1]", f"HAS_BIAS={bias is not None}", f"IDX64=_idx64({', '.join(tensors)})"]
-    launch = [
-        f"_block = 1024 if {x}.is_cuda else 16384",
-        f"{name}[(max(1, triton.cdiv({first}.numel(), _block)),)]({', '.join(call)}, BLOCK=_block)",
-    ]
-    return Kernel(name, k.text(), launch, helpers)
+    return Kernel(name, k.text(), _flat_launch(name, x, first, call), helpers)
 
 
 def pool_kernel(plan: Plan, group: Group, index: int) -> Kernel:
@@ -546,26 +560,11 @@ def pool_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     k.indent = 1
     k(
         f"DT = v{outs[0]}_ptr.dtype.element_ty",
-        "pid = tl.program_id(0)",
-        "if IDX64:",
-        "    pid = pid.to(tl.int64)",
-        "offs = pid * BLOCK + tl.arange(0, BLOCK)",
-        "mask = offs < numel",
-        "ow = offs % OW",
-        "oh = (offs // OW) % OH",
-        "oz = (offs // (OW * OH)) % OD",
-        "ch = (offs // (OW * OH * OD)) % C",
-        "nb = offs // (OW * OH * OD * C)",
+        *_window_element_lines("C"),
         "base = nb * sx0 + ch * sx1",
         "acc = tl.full((BLOCK,), " + ("float('-inf')" if is_max else "0.0") + ", tl.float32)",
         "nan = tl.zeros((BLOCK,), dtype=tl.int32)",
-        "for kz in tl.static_range(KD):",
-        "    for kh in tl.static_range(KH):",
-        "        for kw in tl.static_range(KW):",
-        "            iz = oz * SD - PD + kz * DD",
-        "            ih = oh * SH - PH + kh * DH",
-        "            iw = ow * SW - PW + kw * DW",
-        "            ok = mask & (iz >= 0) & (iz < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+        *WINDOW_TAP_LINES,
         "            src = x_ptr + base + iz * sx2 + ih * sx3 + iw * sx4",
     )
     if is_max:
@@ -597,8 +596,4 @@ def pool_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     call += [f"ON_CPU=not {x}.is_cuda"]
     call += [f"{p}{up}={v}" for p, values in zip("KSPD", (ks, st, pad, dil)) for up, v in zip("DHW", values)]
     call += [f"IDX64=_idx64({', '.join(tensors)})"]
-    launch = [
-        f"_block = 1024 if {x}.is_cuda else 16384",
-        f"{name}[(max(1, triton.cdiv({first}.numel(), _block)),)]({', '.join(call)}, BLOCK=_block)",
-    ]
-    return Kernel(name, k.text(), launch, helpers)
+    return Kernel(name, k.text(), _flat_launch(name, x, first, call), helpers)

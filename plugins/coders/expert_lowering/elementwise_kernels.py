@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from plugins.coders.expert_lowering.codegen import Kernel, Lines, module_tensors, offsets, value_name
+from plugins.coders.expert_lowering.codegen import FLAT_BLOCK_LINES, Kernel, Lines, module_tensors, offsets, value_name
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.plan import CHANNEL_OPS, COPY_OP, Group, Plan
 from plugins.coders.expert_lowering.pointwise import POINTWISE, pointwise_expr, round_to
@@ -163,11 +163,7 @@ def pointwise_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     k.indent = 1
     k(
         f"DT = v{outs[0]}_ptr.dtype.element_ty",
-        "pid = tl.program_id(0)",
-        "if IDX64:",
-        "    pid = pid.to(tl.int64)",
-        "offs = pid * BLOCK + tl.arange(0, BLOCK)",
-        "mask = offs < numel",
+        *FLAT_BLOCK_LINES,
     )
     index_names = [f"i{d}" for d in range(rank)]
 

@@ -98,10 +98,10 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     outs = group.outputs
     has_bias = bool(ops["bias"])
     name = f"_matmul_{index}"
-    planned = tuple(plan.shapes[anchor_value])
-    m_n_batch = ((planned[-2] if len(planned) >= 2 else 1), planned[-1] if planned else 1,
-                 planned[0] if len(planned) == 3 else 1)
-    split = split_k(m_n_batch[0], m_n_batch[1], plan.shapes[a_value][-1], m_n_batch[2])
+    out_shape = tuple(plan.shapes[anchor_value])  # the planned (M, N, batch), for split-K and the autotune configs
+    gemm = (out_shape[-2] if len(out_shape) >= 2 else 1, out_shape[-1] if out_shape else 1,
+            out_shape[0] if len(out_shape) == 3 else 1)
+    split = split_k(gemm[0], gemm[1], plan.shapes[a_value][-1], gemm[2])
     params = ["a_ptr", "b_ptr"] + (["ws_ptr", "SPLIT"] if split > 1 else []) + (["bias_ptr"] if has_bias else [])
     params += [f"v{r}_ptr" for r in ext] + [f"v{o}_ptr" for o in outs]
     params += ["BATCH", "M", "N", "K", "sa0", "sa1", "sa2", "sb0", "sb1", "sb2"]
@@ -163,8 +163,6 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(_N{i}, _bn)), max(1, _batch{i}))]({joined}, "
         "BM=_bm, BN=_bn, BK=_bk, GROUP_M=8)",
     ]
-    out_shape = tuple(plan.shapes[anchor_value])
-    gemm = (out_shape[-2] if len(out_shape) >= 2 else 1, out_shape[-1], out_shape[0] if len(out_shape) == 3 else 1)
     tuned = autotune_source(name, dtype, ["M", "N", "K", "BATCH"], gemm if out_shape else None)
     part = _partial_kernel(name, dtype) if split > 1 else ""
     return Kernel(name, part + k.text() + tuned, launch, helpers)
