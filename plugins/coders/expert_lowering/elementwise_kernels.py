@@ -208,15 +208,43 @@ def pointwise_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     return Kernel(name, k.text(), launch, helpers)
 
 
+# The resident kernel holds BM = 4096 // BN rows: from rows of 256 elements on, fewer than 32 adjacent rows share
+# a load, so rows that run across memory (a transposed view) would waste most of each sector read.
+MAX_COALESCED_ROW = 128
+
+
+def rows_across_memory(plan: Plan, value: int) -> bool:
+    """Whether ``value`` is a view that moved its source's last dim (``transpose``, a ``permute`` not ending
+    with it): its rows are strided in memory and its adjacent rows adjacent (a reduction over a middle dim)."""
+    n_in = len(plan.program.inputs)
+    while value >= n_in:
+        node = plan.node(value)
+        if node.op == "transpose":
+            return True
+        if node.op != "permute":
+            return False
+        dims = [int(d) for d in node.params["dims"]]
+        if dims[-1] != len(dims) - 1:
+            return True
+        value = node.args[0]
+    return False
+
+
 def row_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     """One program per ``BM`` rows; each row of length ``N`` is held whole in a ``BN`` tile."""
     n_in = len(plan.program.inputs)
     base = group.shape
     rank = len(base)
-    if base[-1] > MAX_RESIDENT_ROW:  # too long for one tile: stream it (row_loop_kernels)
-        from plugins.coders.expert_lowering.row_loop_kernels import looped_row_kernel
+    from plugins.coders.expert_lowering.row_loop_kernels import looped_row_kernel
 
+    if base[-1] > MAX_RESIDENT_ROW:  # too long for one tile: stream it (row_loop_kernels)
         return looped_row_kernel(plan, group, index)
+    if base[-1] > MAX_COALESCED_ROW and any(tuple(plan.shapes[r]) == tuple(base) and rows_across_memory(plan, r)
+                                            for r in group.reads):
+        try:  # a reduction over a middle dim: a whole row per program would read one element per 32-byte sector
+            return looped_row_kernel(plan, group, index, across=True)
+        except Unsupported:  # an op the streamed kernel lacks: the resident kernel, uncoalesced but right
+            pass
     name = f"_rows_{index}"
     reads, outs = group.reads, group.outputs
     read_kinds = {}

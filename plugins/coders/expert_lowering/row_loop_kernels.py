@@ -23,6 +23,10 @@ from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.plan import Group, Plan
 from plugins.coders.expert_lowering.pointwise import POINTWISE, pointwise_expr
 
+# Rows and columns of a chunk when the rows run across memory: a column of 64 adjacent rows is 256 bytes read
+# at once. The same tile on the CPU, so that the interpreter runs what the GPU does.
+ACROSS_TILE = 64
+
 # Row maps that need per-row statistics first: op -> the statistics' passes, in order.
 STATS = {"softmax": ("max", "expsum"), "log_softmax": ("max", "expsum"), "layer_norm": ("mean", "var"),
          "rms_norm": ("meansq",)}
@@ -38,7 +42,9 @@ class _Pass:
         self.after: list[str] = []  # carry updates at the end of each chunk
 
 
-def looped_row_kernel(plan: Plan, group: Group, index: int) -> Kernel:
+def looped_row_kernel(plan: Plan, group: Group, index: int, across: bool = False) -> Kernel:
+    """``across``: the rows run across memory (a reduction over a middle dim): each program walks
+    :data:`ACROSS_TILE` adjacent rows together, so that every column of a chunk is one coalesced read."""
     n_in = len(plan.program.inputs)
     if plan.program.dtype != "float32":
         raise Unsupported(f"a {plan.program.dtype} row of {group.shape[-1]} elements exceeds the resident row limit "
@@ -213,8 +219,7 @@ def looped_row_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         f"{shape} = {_base_shape_expr(plan, group)}",
         f"_N = {shape}[-1]",
         f"_M = _numel({shape}[:-1])",
-        f"_BN = 2048 if {args[0]}.is_cuda else 16384",
-        "_BM = 1",
-        f"{name}[(max(1, _M),)]({', '.join(launch_args)}, BM=_BM, BN=_BN, num_warps=8)",
+        *((f"_BN = _BM = {ACROSS_TILE}",) if across else (f"_BN = 2048 if {args[0]}.is_cuda else 16384", "_BM = 1")),
+        f"{name}[(max(1, triton.cdiv(_M, _BM)),)]({', '.join(launch_args)}, BM=_BM, BN=_BN, num_warps=8)",
     ]
     return Kernel(name, k.text(), launch, helpers)
