@@ -296,7 +296,7 @@ class PerformanceCheck:
     counters: bool = False
     hide_launch_us: float = 100.0
     settle_rel: float = 0.005  # plugins.verifiers.performance.timing.TimingPolicy.settle_rel: stop once the median is this tight
-    settle_every: int = 25
+    settle_every: int = 10
     filler_margin: float = 1.3  # plugins.verifiers.performance.timing.TimingPolicy.filler_margin
     l2_flush_bytes: int = 0  # at least this, and twice the device's L2 (plugins.verifiers.performance.timing.flush_bytes)
     baseline_per_task: bool = True

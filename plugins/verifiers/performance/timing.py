@@ -74,7 +74,7 @@ class TimingPolicy:
     # :func:`median_settled`), checked every ``settle_every`` runs; 0: always the planned runs. On the
     # H200 0.5% kept repeated medians within 1% and cut a 70 us kernel's timing from 500 runs to ~125.
     settle_rel: float = 0.005
-    settle_every: int = 25
+    settle_every: int = 10
 
     def __post_init__(self) -> None:
         if self.min_runs < 1 or self.max_runs < self.min_runs:
