@@ -16,8 +16,12 @@ reservation: those never delay it; it starts once the ones it waits for, those s
 those ahead of it in the queue, are done). Before, a held pair stopped every start behind it, and level 1's
 large problems, one after another in the queue, each held the next: a chain that ran one verification at a
 time (on the H100, 2026-12-06, for 125 of 427 s, though most of that time went to problems over the whole
-admitted memory, which run alone anyway). Without footprints (a CPU shard, an executor whose shards cannot
-plan) the queue is first come, first served.
+admitted memory, which run alone anyway). Only the first held pair in the queue is a reservation; those
+behind it are reserved in turn, as each becomes the first. While every held pair was one, a held pair that
+needs the device alone (`34_InstanceNorm`, 135 GiB estimated of 125.8 admitted) let nothing start behind it
+from its hold on: on the H200 (2026-12-07) level 1's twenty elementwise and norm problems ran one at a time
+for 120 s with the GPU idle a third of that time, while the small problems queued behind all of them. Without
+footprints (a CPU shard, an executor whose shards cannot plan) the queue is first come, first served.
 """
 
 from __future__ import annotations
@@ -94,14 +98,14 @@ class DispatchQueue:
             return self._start(0)
         used = self.running_bytes(shard)
         now = self.clock()
-        held: list[tuple[int, int, float]] = []  # the reservations ahead: (pair, bytes, when its hold began)
+        held: tuple[int, int, float] | None = None  # the reservation ahead: (pair, bytes, when its hold began)
         for k, i in enumerate(list(self.order)[:SCAN]):
             w = self._weight(shard, i)
-            if used + w <= budget and all(self._beside_reservation(shard, w, hold, budget) for hold in held):
+            if used + w <= budget and (held is None or self._beside_reservation(shard, w, held, budget)):
                 return self._start(k)
             first_passed = self.passed_over.get(i)
-            if first_passed is not None and now - first_passed >= HOLD_S:
-                held.append((i, w, first_passed + HOLD_S))
+            if held is None and first_passed is not None and now - first_passed >= HOLD_S:
+                held = (i, w, first_passed + HOLD_S)  # only the first: those behind it wait their turn as first
         return None
 
     def _beside_reservation(self, shard: Any, nbytes: int, hold: tuple[int, int, float], budget: int) -> bool:
