@@ -102,6 +102,18 @@ def test_a_wrong_row_is_rejected_in_chunks_with_the_whole_comparisons_words():
     assert not chunked.ok and "4096/262144 elements differ" in chunked.detail
 
 
+@pytest.mark.parametrize("concentrated", [True, False])
+def test_outliers_crowding_where_the_reference_is_poorly_conditioned_are_judged_alike_in_chunks(concentrated):
+    # six of twelve outliers in one channel, each within the reference's own spread: forgiven where the reference's
+    # own poorly conditioned elements crowd there too, a pattern where they are scattered (tests/test_numerics_outliers)
+    from tests.test_numerics_outliers import PROBE_TOL, _channel_case
+
+    e, g, rerun = _channel_case(concentrated)
+    whole, chunked = both(e, g, 70_001, rerun=[[rerun]], scale_aware=True, tolerances=PROBE_TOL)
+    same(whole, chunked)
+    assert chunked.ok == concentrated, chunked.detail
+
+
 def test_with_the_float64_truth_at_hand_the_whole_comparison_decides():
     e = torch.randn(4096)
     g = e.clone()

@@ -5,6 +5,7 @@ under every drawn plan."""
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -22,13 +23,17 @@ PROBE_TOL = {"float32": (1e-3, 1e-3)}  # the stability check's (10x the correctn
 HERE = Path(__file__).parent / "redteam"
 
 
-def _outliers(idx: torch.Tensor, err: float = 5e-2, spread: float = 1e-2, n: int = N, seed: int = 0):
-    """A reference, a candidate off by ``err`` at ``idx`` and a rerun whose own spread there is ``spread``."""
+def _outliers(idx: torch.Tensor, err: float = 5e-2, spread: float = 1e-2, n: int = N, seed: int = 0,
+              also: torch.Tensor | None = None):
+    """A reference, a candidate off by ``err`` at ``idx`` and a rerun whose own spread there (and at ``also``,
+    elements where the reference is as poorly conditioned but the candidate right) is ``spread``."""
     g = torch.Generator().manual_seed(seed)
     e = torch.randn(n, generator=g)
     got, rerun = e.clone(), e.clone()
     got[idx] += err
     rerun[idx] += spread
+    if also is not None:
+        rerun[also] += spread
     return e, got, rerun
 
 
@@ -59,10 +64,56 @@ def test_a_structured_or_unjustified_wrong_region_is_rejected(region):
         idx = torch.randperm(N, generator=torch.Generator().manual_seed(2))[:500]
     else:
         idx = torch.randperm(N, generator=torch.Generator().manual_seed(3))[:12]
-    e, got, rerun = _outliers(idx, spread=1e-5 if region == "well_conditioned" else 1e-2)
+    # a wrong row: the reference's own poorly conditioned elements scattered over the output, the row's among them
+    scattered = torch.randperm(N, generator=torch.Generator().manual_seed(4))[:5000] if region == "row" else None
+    e, got, rerun = _outliers(idx, spread=1e-5 if region == "well_conditioned" else 1e-2, also=scattered)
     cmp = compare_outputs([e.reshape(rows, cols)], [got.reshape(rows, cols)], scale_aware=True,
                           tolerances=PROBE_TOL, rerun=[[rerun.reshape(rows, cols)]])
     assert not cmp.ok, (region, cmp.detail)
+
+
+def _channel_case(concentrated: bool):
+    """Outliers each within the reference's own spread, 6 of 12 in channel 5 of (8, 64, 32, 32); the reference's
+    poorly conditioned elements either mostly in that channel (a batch norm whose channel mean dwarfs its spread)
+    or scattered evenly over the output."""
+    shape, channel = (8, 64, 32, 32), 5
+    n = math.prod(shape)
+    gen = torch.Generator().manual_seed(9)
+    flat = torch.arange(n).reshape(shape)
+    in_channel, elsewhere = flat[:, channel].reshape(-1), flat[:, channel + 1:].reshape(-1)
+    chosen = in_channel[torch.randperm(in_channel.numel(), generator=gen)[:6]]
+    others = elsewhere[torch.randperm(elsewhere.numel(), generator=gen)[:6]]
+    idx = torch.cat([chosen, others])
+    poor = torch.randperm(n, generator=gen)[:2000]  # scattered poorly conditioned elements
+    if concentrated:
+        poor = torch.cat([poor, in_channel[torch.randperm(in_channel.numel(), generator=gen)[:3000]]])
+    e, got, rerun = _outliers(idx, n=n, seed=9, also=poor)
+    return e.reshape(shape), got.reshape(shape), rerun.reshape(shape)
+
+
+def test_outliers_crowd_on_a_channel_only_beyond_where_the_references_own_rounding_crowds():
+    # H200, 2026-12-07: 11_ConvTranspose2d_BatchNorm_Tanh_MaxPool_GroupNorm at inputs x315000 offset, 27 outliers
+    # each within the reference's own spread, 6 of them in channel 53: rejected as "a pattern"
+    e, got, rerun = _channel_case(concentrated=True)
+    cmp = compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=[[rerun]])
+    assert cmp.ok and cmp.outliers == 12, cmp.detail
+    e, got, rerun = _channel_case(concentrated=False)  # the same crowd where the reference is evenly conditioned
+    cmp = compare_outputs([e], [got], scale_aware=True, tolerances=PROBE_TOL, rerun=[[rerun]])
+    assert not cmp.ok and "6 of 12 at index 5 of dimension 1" in cmp.detail, cmp.detail
+
+
+def test_a_share_of_the_references_own_rounding_is_counted_per_index():
+    from core.verification.outliers import sensitive_share
+
+    mask = torch.zeros(4, 10, dtype=torch.bool)
+    mask[1, :6] = True
+    mask[2, 0] = True
+    mask[3, 9] = True
+    chunks = lambda: [(0, mask.reshape(-1)[:17]), (17, mask.reshape(-1)[17:])]
+    share = sensitive_share(chunks, (4, 10))
+    assert share(0, 1) == pytest.approx(6 / 8) and share(0, 0) == 0.0
+    assert share(1, 0) == pytest.approx(2 / 8) and share(1, 9) == pytest.approx(1 / 8)
+    assert sensitive_share(lambda: [(0, torch.zeros(40, dtype=torch.bool))], (4, 10))(0, 1) is None
 
 
 def test_structure_names():

@@ -214,7 +214,8 @@ def test_the_filler_grows_to_the_hosts_launch_time_and_descheduled_runs_are_run_
         calls.append(1)
         _Clock.spend(0.003 if len(calls) % 7 == 0 else 0.0003)
 
-    policy = TimingPolicy(budget_ms=5.0, min_runs=12, max_runs=12, warmup_ms=1.0, min_warmup=4)
+    # every planned run (no settle test: identical samples would settle at settle_every)
+    policy = TimingPolicy(budget_ms=5.0, min_runs=12, max_runs=12, warmup_ms=1.0, min_warmup=4, settle_rel=0.0)
     result = _cpu_timer(policy, monkeypatch).time(launch, lambda i: ())
     # filler_margin (1.3) times the warm-up launch time: still long enough that no kept run is exposed
     assert result.launch_hidden_us == pytest.approx(policy.filler_margin * 300.0)

@@ -457,7 +457,7 @@ def compare_outputs(expected: list[Any], got: list[Any] | None, *, tolerances: d
             forgiven = None
             if spread is not None:
                 forgiven = forgive_outliers(diff, bad, spread, finite, noise_factor, tuple(e.shape), flips,
-                                            per_element=scale_aware == "median")
+                                            per_element=scale_aware == "median", bound=atol + rtol * ref)
                 if forgiven.ok:
                     outliers += forgiven.outliers
                     positions += forgiven.outlier_positions

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.verification.devicekernels import lent_or_none
-from core.verification.outliers import NO_SPREAD, SPREAD_QUANTILE, Flips, Forgiven, judge_outliers
+from core.verification.outliers import NO_SPREAD, SPREAD_QUANTILE, Flips, Forgiven, judge_outliers, sensitive_share
 from core.verification.plainbound import CHUNK_ELEMENTS, _lent_kernels, _median_magnitude, lent_figures, rms_scale
 
 
@@ -244,5 +244,9 @@ def _outliers(e: Any, g: Any, parts: Callable[[], Any], reruns: list[Any], atol_
         idx = torch.tensor(where, dtype=torch.long, device=e.device)
         return (e.detach().reshape(-1)[idx].to(work) - g.detach().reshape(-1)[idx].to(work)).abs().tolist()
 
+    def sensitive() -> Any:  # where noise_factor x the reference's own spread is beyond the plain bound
+        for start, ec, _, finite, ref, _ in parts():
+            yield start, finite & (noise_factor * spread[start:start + ec.numel()] > atol_of(ref) + rtol * ref)
+
     return judge_outliers(judged, q, m, positions, diff_at, lambda where: spread[where].tolist(), noise_factor,
-                          shape, Flips(flips_count, flips_largest), per_element)
+                          shape, Flips(flips_count, flips_largest), per_element, sensitive_share(sensitive, shape))

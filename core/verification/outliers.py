@@ -214,14 +214,17 @@ def reference_spread(e: Any, truth: Any, reruns: list[Any], finite: Any, atol: A
 
 
 def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor: float,
-                     shape: tuple[int, ...], flips: Flips | None = None, per_element: bool = False) -> Forgiven:
+                     shape: tuple[int, ...], flips: Flips | None = None, per_element: bool = False,
+                     bound: Any = None) -> Forgiven:
     """Whether the elements in ``bad`` (missing the plain bound by ``diff``) are within what the
     reference's own ``spread`` justifies: the output's spread quantile (:data:`SPREAD_QUANTILE`, the
     near-zero rule), or, for at most max(:data:`OUTLIER_COUNT`, :data:`OUTLIER_FRACTION` x n)
     scattered elements, the spread at the element itself, or the reference's own ``flips`` (at most
     :data:`FLIP_COUNT_FACTOR` x as many, each at most :data:`FLIP_SIZE_FACTOR` x its largest).
     ``per_element`` (the domain probe, judged element by element): every element within the spread at
-    that element passes, however many; an output spanning dozens of decades has no one scale of rounding."""
+    that element passes, however many; an output spanning dozens of decades has no one scale of rounding.
+    ``bound``: the plain bound per element, which says where the reference's own rounding could put an honest
+    outlier (:func:`sensitive_share`)."""
     from core.verification.selection import quantile
 
     n = int(finite.sum())
@@ -237,17 +240,40 @@ def forgive_outliers(diff: Any, bad: Any, spread: Any, finite: Any, noise_factor
     def at(values: Any) -> Any:
         return lambda where: values[where].tolist()
 
+    share = None if bound is None else sensitive_share(
+        lambda: [(0, (finite & (noise_factor * spread > bound)).reshape(-1))], shape)
     return judge_outliers(n, q, int(still.sum()), positions, at(flat_diff), at(flat_spread), noise_factor, shape,
-                          flips, per_element)
+                          flips, per_element, share)
+
+
+def sensitive_share(masks: Any, shape: tuple[int, ...]) -> Any:
+    """``share(d, index)``: of the elements where the reference's own rounding spread, ``noise_factor`` times,
+    exceeds the plain bound (where an honest outlier can be, :func:`judge_outliers`), the fraction at ``index`` of
+    dimension ``d`` (None: there are none). ``masks()`` yields (flat start, flat mask of those elements) per chunk
+    of the output; asked only when outliers crowd on one index, so each call is a pass over the masks."""
+
+    def share(d: int, index: int) -> float | None:
+        stride, size = math.prod(shape[d + 1:]), shape[d]
+        total = at = 0
+        for start, mask in masks():
+            where = mask.nonzero().reshape(-1)
+            total += int(where.numel())
+            at += int((((where + start) // stride) % size == index).sum())
+        return at / total if total else None
+
+    return share
 
 
 def judge_outliers(n: int, q: float, m: int, positions: Any, diff_at: Any, spread_at: Any, noise_factor: float,
-                   shape: tuple[int, ...], flips: Flips | None = None, per_element: bool = False) -> Forgiven:
+                   shape: tuple[int, ...], flips: Flips | None = None, per_element: bool = False,
+                   share: Any = None) -> Forgiven:
     """:func:`forgive_outliers`'s rule on its figures, however they were gathered (whole tensors, or chunks of
     a very large output: :mod:`core.verification.largecompare`): ``n`` finite elements, the spread quantile
     ``q``, ``m`` elements beyond ``noise_factor`` x ``q``; ``positions()`` their flat indices, ascending
     (asked only when few); ``diff_at(idx)`` and ``spread_at(idx)`` the error and spread at flat indices;
-    ``per_element``: ``m`` counts only those beyond the spread at their own element too."""
+    ``per_element``: ``m`` counts only those beyond the spread at their own element too. ``share``
+    (:func:`sensitive_share`): where the reference's own rounding could put honest outliers, by index; outliers
+    each within the spread at their own element crowd on an index only beyond what that share predicts."""
     there = " and at their own element" if per_element else ""
     if m == 0:
         return Forgiven(True, f"within {noise_factor:g}x the reference's own rounding spread {q:.3g}{there}")
@@ -273,7 +299,7 @@ def judge_outliers(n: int, q: float, m: int, positions: Any, diff_at: Any, sprea
                         f"own rounding spread at that element (first at {_index(k, shape)}: err "
                         f"{errors[j]:.3g}, spread {spreads[j]:.3g})",
                         outliers=m, outlier_positions=where)
-    pattern = structured_outliers(flat, shape)
+    pattern = structured_outliers(flat, shape, share if not beyond else None)
     if pattern:
         return Forgiven(False, f"{m} outlier(s) form a pattern ({pattern}), not isolated rounding: {where[:8]}",
                         outliers=m, outlier_positions=where)
@@ -296,12 +322,18 @@ PATTERN_DIM = 8
 PATTERN_STRIDE = 32
 
 
-def structured_outliers(flat: list[int], shape: tuple[int, ...]) -> str:
+def structured_outliers(flat: list[int], shape: tuple[int, ...], share: Any = None) -> str:
     """A name for the pattern the outliers (flat indices, ascending) form, "" when they look like
     scattered rounding: three or more in a contiguous run, four or more on one index of a
     dimension of at least :data:`PATTERN_DIM` (a row, a channel, a column), all of them or far more
     than scattered outliers would put on one index, or four or more whose gaps
-    share a stride of at least :data:`PATTERN_STRIDE` (every 4096th element, a tile's last lane)."""
+    share a stride of at least :data:`PATTERN_STRIDE` (every 4096th element, a tile's last lane).
+
+    ``share(d, index)`` (:func:`sensitive_share`): the fraction of the elements where the reference's own rounding
+    could put an honest outlier that lie at that index. Where it is more than an even share (and more than
+    1/:data:`PATTERN_DIM`), outliers crowd there only beyond what that fraction predicts: a batch norm over a channel
+    whose mean dwarfs its spread (KernelBench's `11_ConvTranspose2d_BatchNorm_Tanh_MaxPool_GroupNorm` at inputs
+    x315000 offset, H200 2026-12-07: 6 of 27 outliers in one channel, each within the reference's own spread)."""
     run = 1
     for a, b in zip(flat, flat[1:]):
         run = run + 1 if b - a == 1 else 1
@@ -311,14 +343,18 @@ def structured_outliers(flat: list[int], shape: tuple[int, ...]) -> str:
         return ""
     coords = [_index(k, shape) for k in flat]
     for d, size in enumerate(shape):
-        if size >= PATTERN_DIM and len({c[d] for c in coords}) == 1:
-            return f"all at index {coords[0][d]} of dimension {d}"
-        if size >= PATTERN_DIM:  # one index far more crowded than scattered outliers would make it (a wrong
-            # row among a few honest outliers elsewhere): beyond a Poisson tail of the mean count per index
-            index, crowd = Counter(c[d] for c in coords).most_common(1)[0]
-            mean = len(flat) / size
-            if crowd >= PATTERN_MIN and crowd > mean + 6 * math.sqrt(mean) + 3:
-                return f"{crowd} of {len(flat)} at index {index} of dimension {d}"
+        if size < PATTERN_DIM:
+            continue
+        # one index far more crowded than scattered outliers would make it (a wrong row among a few honest
+        # outliers elsewhere): beyond a Poisson tail of the count expected there, or all of them on it
+        index, crowd = Counter(c[d] for c in coords).most_common(1)[0]
+        p = share(d, index) if share is not None else None
+        concentrated = p is not None and p > max(1 / size, 1 / PATTERN_DIM)
+        mean = len(flat) * (p if concentrated else 1 / size)
+        if crowd == len(flat) and not concentrated:
+            return f"all at index {index} of dimension {d}"
+        if crowd >= PATTERN_MIN and crowd > mean + 6 * math.sqrt(mean) + 3:
+            return f"{crowd} of {len(flat)} at index {index} of dimension {d}"
     g = 0
     for a, b in zip(flat, flat[1:]):
         g = math.gcd(g, b - a)
