@@ -229,7 +229,32 @@ def in_flight(landed: list[dict]) -> list[str]:
     span = max(last - first, 1e-9)
     line = (f"in flight: first verification began at {first:.1f} s; {busy / span:.2f} at once on average over "
             f"{span:.0f} s (at most {most}); one alone for {alone:.0f} s, none for {idle:.0f} s")
-    return [line]
+    return [line] + thin_stretch(landed, events, busy / span)
+
+
+def thin_stretch(landed: list[dict], events: list[tuple[float, int]], mean: float) -> list[str]:
+    """The longest stretch before the final drain with at most half the mean in flight, and what ran then.
+    On the H200 (2026-12-07) level 1's twenty elementwise and norm problems ran one after another for 120 s,
+    2-7 at once against a mean of 6, while the small problems waited behind a held pair."""
+    if mean < 2:  # one at a time is the usual: "one alone for" says it
+        return []
+    limit = int(mean / 2)
+    running, start, best = 0, None, (0.0, 0.0, 0.0)
+    for when, change in events[:-1]:
+        running += change
+        if running <= limit and start is None:
+            start = when
+        elif running > limit and start is not None:
+            best = max(best, (when - start, start, when))
+            start = None
+    length, begin, end = best
+    if length <= 0:
+        return []
+    timed = [t for t in landed if t.get("at_s") is not None and t.get("elapsed_s") is not None]
+    names = [t.get("name", "?") for t in sorted(timed, key=lambda t: float(t["at_s"]) - float(t["elapsed_s"]))
+             if float(t["at_s"]) - float(t["elapsed_s"]) < end and float(t["at_s"]) > begin]
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return [f"thinnest stretch: {begin:.0f}-{end:.0f} s with at most {limit} in flight ({shown})"]
 
 
 def cut_run(run: Path) -> list[str]:

@@ -353,6 +353,22 @@ def test_the_time_summary_splits_turns_held_alone_from_shared_ones_and_names_the
     assert time_spent([{"elapsed_s": None}]) == []
 
 
+def test_the_table_names_the_longest_stretch_with_few_verifications_in_flight_and_what_ran_then():
+    # H200, 2026-12-07: the elementwise chain ran 2-7 at once against a mean of 6; the line says when and which
+    from benchmarks.kb_table import in_flight
+
+    def row(name, begin, end):
+        return {"name": name, "at_s": end, "elapsed_s": end - begin}
+
+    wide = [row(f"small{k}", 10.0 + 3 * k, 40.0 + 3 * k) for k in range(8)]  # 8 at once around 30-40 s
+    chain = [row("big1", 65.0, 80.0), row("big2", 80.0, 95.0)]  # one at a time for 30 s
+    tail = [row(f"late{k}", 95.0, 120.0) for k in range(6)]
+    lines = in_flight(wide + chain + tail)
+    assert len(lines) == 2 and lines[0].startswith("in flight: first verification began at 10.0 s")
+    assert lines[1] == "thinnest stretch: 58-95 s with at most 1 in flight (small7, big1, big2)", lines
+    assert len(in_flight([row("only", 0.0, 5.0)])) == 1  # a single verdict: no stretch before the drain
+
+
 def test_the_table_says_which_verdicts_compared_large_outputs_with_lent_kernels_and_which_fell_back():
     # a lent kernel that cannot build falls back to torch with a warning in a worker's log only: the table says so
     from benchmarks.kb_table import judge_kernels
