@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -141,6 +142,24 @@ def test_make_executor_from_config_and_unknown_names():
         assert "local: 1 shard(s), 2 worker(s) on cpu" in ex.describe()
     with pytest.raises(ExecutorError, match="Known executors: local, ray"):
         make_executor({"name": "slurm"}, backend="triton", device="cpu")
+
+
+class WarmingVerifier(SlowVerifier):
+    """Takes a while to start and says how its warm-up went, as a GPU shard's Verifier does."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        time.sleep(0.3)
+        self.warm_up_report = "2/2 warm-up verdicts accepted in 0.3 s"
+
+
+def test_a_process_shard_says_how_long_it_took_to_start_and_how_its_warm_up_went():
+    # a GPU shard's start (pools, CUDA contexts, warm-up verdicts) is the run's first 36 s on the H200: said, not guessed
+    with LocalExecutor("triton", "cpu", {"delay_s": 0.0}, cpu_workers=1, processes=True,
+                       verifier_path="tests.test_executor:WarmingVerifier") as ex:
+        described = ex.describe()
+    started = re.search(r"started in ([0-9.]+) s \(2/2 warm-up verdicts accepted in 0.3 s\)", described)
+    assert started and float(started.group(1)) >= 0.3, described
 
 
 def test_cpu_stage_result_is_final_for_what_did_not_compile(monkeypatch):

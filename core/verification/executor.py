@@ -177,7 +177,7 @@ class ProcessShard:
         self._reader = threading.Thread(target=self._read_loop, name=f"shard-{name}-reader", daemon=True)
         self._reader.start()
         try:
-            self._ready.result(timeout=start_timeout_s)
+            self.started = self._ready.result(timeout=start_timeout_s)  # the host's start-up figures
         except cf.TimeoutError:
             self.close()
             raise ExecutorError(f"shard {name} did not start within {start_timeout_s:.0f}s; log: {self.log_path}") from None
@@ -288,6 +288,7 @@ def serve(in_fd: int, out_fd: int) -> None:
     reader = os.fdopen(in_fd, "r")
     writer = os.fdopen(out_fd, "w", buffering=1)
     config = json.loads(reader.readline())
+    began = time.perf_counter()
     try:
         verifier = load_object(config["verifier"])(**config["kwargs"])
         if hasattr(verifier, "__enter__"):
@@ -296,7 +297,9 @@ def serve(in_fd: int, out_fd: int) -> None:
         writer.write(json.dumps({"fatal": traceback.format_exc(limit=5)}) + "\n")
         return
     writer.write(json.dumps({"ready": True, "pid": os.getpid(),
-                             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
+                             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                             "start_s": round(time.perf_counter() - began, 1),
+                             "warm_up": getattr(verifier, "warm_up_report", None)}) + "\n")
     lock = threading.Lock()
 
     def released(task_id: str, candidate_id: str) -> None:
@@ -450,6 +453,9 @@ class BaseExecutor:
 
     def describe(self) -> str:
         parts = [f"{len(self.shards)} shard(s), {self.workers} worker(s) on {self.device}"]
+        # a GPU shard's start (pools, CUDA contexts, the warm-up verdicts) precedes the first verdict: 36 s on the H200
+        parts += [f"{s.name} started in {s.started['start_s']} s ({s.started.get('warm_up') or 'no warm-up'})"
+                  for s in self.shards if isinstance(getattr(s, "started", None), dict) and "start_s" in s.started]
         if self.pre is not None:
             parts.append(f"CPU stage {self.cpu_stage.get('checks')} on {len(self.pre.shards)} shard(s)")
         return f"{self.name}: " + "; ".join(parts)
