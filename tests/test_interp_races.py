@@ -432,6 +432,43 @@ def test_the_cpu_pool_grows_while_analyses_wait_up_to_the_verifications_in_fligh
     assert fixed.max_workers() == 2  # a configured size stays fixed
 
 
+def test_a_larger_memory_class_grows_while_its_analyses_wait_within_half_the_hosts_memory(monkeypatch):
+    # H200, 2026-12-07 (128 GiB host): level 1's elementwise problems, each in the 32 GiB class, were analysed one at
+    # a time by that class's single worker; their verdicts waited 10-36 s on it, one after another
+    from core.verdict import CheckResult
+    from plugins.verifiers.interp_races import LARGER_CLASSES_HOST_SHARE
+
+    class Pool:
+        def __init__(self, size):
+            self.size, self.grown = size, []
+
+        def grow(self, size):
+            self.grown.append(size)
+            self.size = max(self.size, size)
+            return self.size
+
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)  # the H200 host's cores
+    check = InterpreterRaceCheck()
+    check._verifier_workers = 6
+    monkeypatch.setattr(check, "_analyse", lambda *a: CheckResult(True, "analysed"))
+    host_mb, big, mid = 131072, 4 * check.memory_mb, 2 * check.memory_mb  # 128 GiB; the 32 and 16 GiB classes
+    check._pools[big] = Pool(1)
+    for waiting in range(1, 6):  # analyses of the 32 GiB class at once (the call adds itself)
+        check._active_in[big] = waiting - 1
+        assert check._analyse_in_pool(None, {"memory_mb": big}, host_mb, "here").passed
+    assert check._pools[big].size == int(LARGER_CLASSES_HOST_SHARE * host_mb // big) == 2
+    check._pools[mid] = Pool(1)  # beside the 32 GiB class's two workers, the 16 GiB class keeps its first one
+    check._active_in[mid] = 7
+    check._analyse_in_pool(None, {"memory_mb": mid}, host_mb, "here")
+    assert check._pools[mid].size == 1 and check._pools[mid].grown == []
+    roomy = 4 * host_mb  # a host four times as large: the 16 GiB class grows to one per waiting analysis
+    check._analyse_in_pool(None, {"memory_mb": mid}, roomy, "here")
+    assert check._pools[mid].size == min(8, check.max_workers())
+    assert check._active_in == {big: 4, mid: 7}  # each call counted itself out again
+
+
 def test_the_analysis_workers_run_at_a_lower_cpu_priority_and_a_pool_grows():
     # the analysis takes the cores the GPU's workers leave idle, never the host thread that launches a timed run
     import os

@@ -100,6 +100,7 @@ class InterpreterRaceCheck:
     _runner: Any = field(default=None, init=False, repr=False, compare=False)
     _verifier_workers: int = field(default=0, init=False, repr=False, compare=False)
     _active: int = field(default=0, init=False, repr=False, compare=False)  # analyses begun, not yet ended
+    _active_in: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)  # per class
 
     def applies(self, backend: str, device: str) -> bool:
         return backend == "triton" and device == "cuda"
@@ -239,13 +240,27 @@ class InterpreterRaceCheck:
                 self._active -= 1
 
     def _analyse_in_pool(self, evidence: Evidence, plan: dict[str, Any], host_mb: int, where: str) -> CheckResult:
+        memory_mb = plan["memory_mb"]
+        with self._lock:
+            self._active_in[memory_mb] = self._active_in.get(memory_mb, 0) + 1
+        try:
+            return self._analyse_in_class(evidence, plan, host_mb, where)
+        finally:
+            with self._lock:
+                self._active_in[memory_mb] -= 1
+
+    def _analyse_in_class(self, evidence: Evidence, plan: dict[str, Any], host_mb: int, where: str) -> CheckResult:
         try:
             pool = self._pool(plan["memory_mb"])
-            if plan["memory_mb"] <= self.memory_mb:
-                with self._lock:
+            with self._lock:
+                if plan["memory_mb"] <= self.memory_mb:
                     wanted = min(self.max_workers(), self._active)
-                if wanted > pool.size:  # more analyses than workers: one more each, up to max_workers
-                    pool.grow(wanted)
+                else:  # a larger class: within what half the host holds beside the other large classes' workers
+                    others = sum(mb * p.size for mb, p in self._pools.items() if mb > self.memory_mb and p is not pool)
+                    wanted = larger_class_workers(plan["memory_mb"], host_mb, others, self.max_workers(),
+                                                  self._active_in.get(plan["memory_mb"], 1))
+            if wanted > pool.size:  # more analyses than workers: one more each, up to the class's bound
+                pool.grow(wanted)
         except Exception as exc:  # noqa: BLE001  (could not run: fails closed)
             return could_not_run(f"the CPU interpreter's workers could not start: {type(exc).__name__}: {exc}"[:300])
         result = self._analyse(evidence, plan, pool, where)
@@ -335,6 +350,26 @@ def out_of_address_space(detail: str) -> bool:
     False
     """
     return any(marker in detail.lower() for marker in _ADDRESS_SPACE_EXHAUSTED)
+
+
+# The larger classes' workers together may map this share of the host's memory. On the H200 (2026-12-07, 128 GiB
+# host) level 1's elementwise problems, each in the 32 GiB class, were analysed one at a time by its single
+# worker: their verdicts waited 10-36 s on it, one after another, while their GPU stages took about 4 s each.
+LARGER_CLASSES_HOST_SHARE = 0.5
+
+
+def larger_class_workers(memory_mb: int, host_mb: int, others_mb: int, most: int, waiting: int) -> int:
+    """Workers a size class above the smallest may have for ``waiting`` analyses: one each, at most ``most``,
+    and only as many as fit :data:`LARGER_CLASSES_HOST_SHARE` of the host beside the other larger classes'
+    workers (``others_mb`` of address space); always one.
+
+    >>> larger_class_workers(32768, 131072, 0, 13, 5), larger_class_workers(32768, 131072, 32768, 13, 5)
+    (2, 1)
+    >>> larger_class_workers(11264, 131072, 0, 13, 3), larger_class_workers(90112, 131072, 0, 13, 4)
+    (3, 1)
+    """
+    room = int((LARGER_CLASSES_HOST_SHARE * host_mb - others_mb) // memory_mb)
+    return max(1, min(most, waiting, room))
 
 
 def host_memory_mb() -> int:
