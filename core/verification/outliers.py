@@ -348,13 +348,17 @@ def structured_outliers(flat: list[int], shape: tuple[int, ...], share: Any = No
         # one index far more crowded than scattered outliers would make it (a wrong row among a few honest
         # outliers elsewhere): beyond a Poisson tail of the count expected there, or all of them on it
         index, crowd = Counter(c[d] for c in coords).most_common(1)[0]
-        p = share(d, index) if share is not None else None
-        concentrated = p is not None and p > max(1 / size, 1 / PATTERN_DIM)
-        mean = len(flat) * (p if concentrated else 1 / size)
-        if crowd == len(flat) and not concentrated:
-            return f"all at index {index} of dimension {d}"
-        if crowd >= PATTERN_MIN and crowd > mean + 6 * math.sqrt(mean) + 3:
-            return f"{crowd} of {len(flat)} at index {index} of dimension {d}"
+
+        def beyond_tail(mean: float) -> bool:
+            return crowd >= PATTERN_MIN and crowd > mean + 6 * math.sqrt(mean) + 3
+
+        if not (crowd == len(flat) or beyond_tail(len(flat) / size)):
+            continue
+        p = share(d, index) if share is not None else None  # a pass over the output: only for a crowd
+        if p is not None and p > max(1 / size, 1 / PATTERN_DIM) and not beyond_tail(len(flat) * p):
+            continue
+        return f"all at index {index} of dimension {d}" if crowd == len(flat) else \
+            f"{crowd} of {len(flat)} at index {index} of dimension {d}"
     g = 0
     for a, b in zip(flat, flat[1:]):
         g = math.gcd(g, b - a)
