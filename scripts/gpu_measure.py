@@ -254,7 +254,8 @@ def _redteam(ctx: Context) -> list[Command]:
 def _timing(ctx: Context) -> list[Command]:
     return [ctx.py(*PYTEST, "tests/gpu/test_timing_gpu.py", env=ctx.one_gpu()),
             ctx.py("-m", "benchmarks.timing_repeatability", "--out", ctx.work / "repeatability.json",
-                   "--sizes-mib", "32,128,2048,6144", "--repeats", "8", "--variants", "default,settle10",
+                   "--sizes-mib", "32,128,2048,6144", "--chains", "1,16", "--repeats", "8",
+                   "--variants", "default,min5",
                    env=ctx.one_gpu())]
 
 
