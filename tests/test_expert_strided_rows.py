@@ -83,6 +83,15 @@ def test_what_the_resident_kernel_reads_well_or_alone_lowers_stays_resident(body
     assert compare(source, cand, seed=3, trials=1).ok
 
 
+def test_a_half_precision_middle_dim_row_keeps_the_resident_kernel_and_matches():
+    # the streamed kernel is float32 only (row_loop_kernels): a float16 task is lowered as before, not declined
+    source = TEMPLATE.format(body="torch.softmax(x, dim=1)", shape="2, 300, 40").replace(
+        "torch.randn(2, 300, 40)", "torch.randn(2, 300, 40, dtype=torch.float16)")
+    [[cand]] = ExpertCoder(catalog=resolve_catalog()).generate([Task(source=source)], "triton")
+    assert cand.declined is None and ACROSS not in cand.source, cand.declined
+    assert compare(source, cand.source, seed=3, trials=1).ok
+
+
 def test_a_permute_that_keeps_the_last_dim_is_not_streamed():
     source, cand = _lowered("torch.softmax(x.permute(1, 0, 2), dim=-1)", "3, 4, 300")
     assert ACROSS not in cand
