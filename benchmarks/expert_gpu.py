@@ -91,13 +91,13 @@ def cases(quick: bool):
     # KernelBench level 1's slowest expert kernels on an H100 (2026-12-07), at their sizes: a depthwise conv
     # (82_, was 0.02x as an implicit GEMM) and the matrix-vector and large-K products (4_, 6_: 0.02x, 0.05x before
     # split-K)
-    side = 256 if quick else 512
+    side, long_k = (256, 2 ** 18) if quick else (512, 2 ** 20)
     depthwise = {"out_channels": 64, "kernel_size": 3, "stride": 1, "padding": 0, "dilation": 1, "groups": 64}
     out += [
         ("depthwise", f"depthwise 3x3 16x64x{side}^2 float32",
          Program([T((16, 64, side, side))], [N("conv2d", (0,), depthwise)])),
-        ("split_k", f"matvec 2048x{2 ** 18 if quick else 2 ** 20} float32",
-         Program([T((2048, 2 ** 18 if quick else 2 ** 20)), T((2 ** 18 if quick else 2 ** 20, 1))], [N("matmul", (0, 1))])),
+        ("split_k", f"matvec 2048x{long_k} float32",
+         Program([T((2048, long_k)), T((long_k, 1))], [N("matmul", (0, 1))])),
         ("split_k", "256x256 by K=524288 float32",
          Program([T((256, 524288)), T((524288, 256))], [N("matmul", (0, 1))])),
     ]

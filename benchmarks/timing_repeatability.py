@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             medians = [r.median_ms for r in results[v]]
             med = sorted(medians)[len(medians) // 2]
             spread = relative_spread(medians)
-            rows.append({"kernel": f"x*2{f' x{chain}' if chain > 1 else ''} over {mib} MiB", "variant": v, "policy": VARIANTS[v],
+            kernel = f"x*2{f' x{chain}' if chain > 1 else ''} over {mib} MiB"
+            rows.append({"kernel": kernel, "variant": v, "policy": VARIANTS[v],
                          "median_ms": med, "spread": spread, "repeats": args.repeats, "medians_ms": medians,
                          "p10_ms": [r.stats.p10_ms for r in results[v]],
                          "p90_ms": [r.stats.p90_ms for r in results[v]],

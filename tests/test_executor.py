@@ -154,7 +154,8 @@ class WarmingVerifier(SlowVerifier):
 
 
 def test_a_process_shard_says_how_long_it_took_to_start_and_how_its_warm_up_went():
-    # a GPU shard's start (pools, CUDA contexts, warm-up verdicts) is the run's first 36 s on the H200: said, not guessed
+    # a GPU shard's start (pools, CUDA contexts, warm-up verdicts) is the run's first 36 s on the H200:
+    # said, not guessed
     with LocalExecutor("triton", "cpu", {"delay_s": 0.0}, cpu_workers=1, processes=True,
                        verifier_path="tests.test_executor:WarmingVerifier") as ex:
         described = ex.describe()

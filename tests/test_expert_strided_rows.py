@@ -14,39 +14,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.task import Task
-from plugins.coders.expert import ExpertCoder
 from plugins.coders.expert_lowering.elementwise_kernels import MAX_COALESCED_ROW
 from plugins.coders.expert_lowering.row_loop_kernels import ACROSS_TILE
 from plugins.coders.expert_lowering.selfcheck import compare
-from plugins.proposers.common import resolve_catalog
-
-TEMPLATE = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return {body}
-
-
-def get_inputs():
-    return [torch.randn({shape})]
-
-
-def get_init_inputs():
-    return []
-'''
+from tests.test_expert_capture import answer, problem
 
 ACROSS = f"_BN = _BM = {ACROSS_TILE}"
 
 
-def _lowered(body: str, shape: str) -> tuple[str, str]:
-    source = TEMPLATE.format(body=body, shape=shape)
-    [[cand]] = ExpertCoder(catalog=resolve_catalog()).generate([Task(source=source)], "triton")
+def _lowered(body: str, shape: str, dtype: str = "") -> tuple[str, str]:
+    source = problem([f"return {body}"], f"torch.randn({shape}{', dtype=' + dtype if dtype else ''})")
+    cand = answer(source)
     assert cand.declined is None, cand.declined
     return source, cand.source
 
@@ -85,11 +63,9 @@ def test_what_the_resident_kernel_reads_well_or_alone_lowers_stays_resident(body
 
 def test_a_half_precision_middle_dim_row_keeps_the_resident_kernel_and_matches():
     # the streamed kernel is float32 only (row_loop_kernels): a float16 task is lowered as before, not declined
-    source = TEMPLATE.format(body="torch.softmax(x, dim=1)", shape="2, 300, 40").replace(
-        "torch.randn(2, 300, 40)", "torch.randn(2, 300, 40, dtype=torch.float16)")
-    [[cand]] = ExpertCoder(catalog=resolve_catalog()).generate([Task(source=source)], "triton")
-    assert cand.declined is None and ACROSS not in cand.source, cand.declined
-    assert compare(source, cand.source, seed=3, trials=1).ok
+    source, cand = _lowered("torch.softmax(x, dim=1)", "2, 300, 40", dtype="torch.float16")
+    assert ACROSS not in cand
+    assert compare(source, cand, seed=3, trials=1).ok
 
 
 def test_a_permute_that_keeps_the_last_dim_is_not_streamed():

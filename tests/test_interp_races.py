@@ -390,6 +390,18 @@ def test_the_cpu_pool_is_sized_to_the_verifications_in_flight(monkeypatch, cores
     assert sized == [expected]
 
 
+class GrowingPool:
+    """A memory class's pool as WorkerPool sizes itself (``grow``), recording each growth."""
+
+    def __init__(self, size):
+        self.size, self.grown = size, []
+
+    def grow(self, size):
+        self.grown.append(size)
+        self.size = max(self.size, size)
+        return self.size
+
+
 @pytest.mark.parametrize(("cores", "verifier_workers", "most"), [(16, 1, 3), (16, 3, 7), (16, 6, 8), (16, 64, 8),
                                                                 (2, 0, 2), (64, 6, 13)])
 def test_the_cpu_pool_grows_while_analyses_wait_up_to_the_verifications_in_flight(monkeypatch, cores,
@@ -405,27 +417,18 @@ def test_the_cpu_pool_grows_while_analyses_wait_up_to_the_verifications_in_fligh
     check._verifier_workers = verifier_workers
     assert check.max_workers() == most
 
-    class Pool:  # the smallest class's pool, as WorkerPool sizes itself
-        def __init__(self, size):
-            self.size, self.grown = size, []
-
-        def grow(self, size):
-            self.grown.append(size)
-            self.size = max(self.size, size)
-            return self.size
-
-    pool = Pool(check.default_workers())
+    pool = GrowingPool(check.default_workers())
     check._pools[check.memory_mb] = pool
     monkeypatch.setattr(check, "_analyse", lambda *a: CheckResult(True, "analysed"))
     plan = {"memory_mb": check.memory_mb}
     for waiting in range(1, 2 * most + 2):
-        check._active = waiting
+        check._active_in = {check.memory_mb: waiting - 1}  # the call counts itself
         assert check._analyse_in_pool(None, plan, 1 << 20, "here").passed
         assert pool.size == max(check.default_workers(), min(most, waiting))
     assert pool.grown == sorted(set(pool.grown))  # one step at a time, never back
-    larger = Pool(1)  # a larger memory class keeps its one worker
+    larger = GrowingPool(1)  # a larger memory class keeps its one worker
     check._pools[2 * check.memory_mb] = larger
-    check._active = 2 * most
+    check._active_in = {check.memory_mb: 2 * most}
     check._analyse_in_pool(None, {"memory_mb": 2 * check.memory_mb}, 1 << 20, "here")
     assert larger.size == 1 and larger.grown == []
     fixed = InterpreterRaceCheck(workers=2)
@@ -435,31 +438,22 @@ def test_the_cpu_pool_grows_while_analyses_wait_up_to_the_verifications_in_fligh
 def test_a_larger_memory_class_grows_while_its_analyses_wait_within_half_the_hosts_memory(monkeypatch):
     # H200, 2026-12-07 (128 GiB host): level 1's elementwise problems, each in the 32 GiB class, were analysed one at
     # a time by that class's single worker; their verdicts waited 10-36 s on it, one after another
+    import os
+
     from core.verdict import CheckResult
     from plugins.verifiers.interp_races import LARGER_CLASSES_HOST_SHARE
-
-    class Pool:
-        def __init__(self, size):
-            self.size, self.grown = size, []
-
-        def grow(self, size):
-            self.grown.append(size)
-            self.size = max(self.size, size)
-            return self.size
-
-    import os
 
     monkeypatch.setattr(os, "cpu_count", lambda: 16)  # the H200 host's cores
     check = InterpreterRaceCheck()
     check._verifier_workers = 6
     monkeypatch.setattr(check, "_analyse", lambda *a: CheckResult(True, "analysed"))
     host_mb, big, mid = 131072, 4 * check.memory_mb, 2 * check.memory_mb  # 128 GiB; the 32 and 16 GiB classes
-    check._pools[big] = Pool(1)
+    check._pools[big] = GrowingPool(1)
     for waiting in range(1, 6):  # analyses of the 32 GiB class at once (the call adds itself)
         check._active_in[big] = waiting - 1
         assert check._analyse_in_pool(None, {"memory_mb": big}, host_mb, "here").passed
     assert check._pools[big].size == int(LARGER_CLASSES_HOST_SHARE * host_mb // big) == 2
-    check._pools[mid] = Pool(1)  # beside the 32 GiB class's two workers, the 16 GiB class keeps its first one
+    check._pools[mid] = GrowingPool(1)  # beside the 32 GiB class's two workers, the 16 GiB class keeps its first one
     check._active_in[mid] = 7
     check._analyse_in_pool(None, {"memory_mb": mid}, host_mb, "here")
     assert check._pools[mid].size == 1 and check._pools[mid].grown == []

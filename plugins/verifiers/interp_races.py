@@ -99,8 +99,8 @@ class InterpreterRaceCheck:
     _started: dict[int, tuple[Any, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _runner: Any = field(default=None, init=False, repr=False, compare=False)
     _verifier_workers: int = field(default=0, init=False, repr=False, compare=False)
-    _active: int = field(default=0, init=False, repr=False, compare=False)  # analyses begun, not yet ended
-    _active_in: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)  # per class
+    # analyses begun and not yet ended, per memory class
+    _active_in: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def applies(self, backend: str, device: str) -> bool:
         return backend == "triton" and device == "cuda"
@@ -231,13 +231,7 @@ class InterpreterRaceCheck:
         if plan["memory_mb"] > 0.9 * host_mb:
             return could_not_run(f"the race analysis needs {plan['memory_mb']} MiB of CPU memory {where}; this host "
                                  f"has {host_mb} MiB", {"plan": {k: plan[k] for k in ("mib", "memory_mb")}})
-        with self._lock:
-            self._active += 1
-        try:
-            return self._analyse_in_pool(evidence, plan, host_mb, where)
-        finally:
-            with self._lock:
-                self._active -= 1
+        return self._analyse_in_pool(evidence, plan, host_mb, where)
 
     def _analyse_in_pool(self, evidence: Evidence, plan: dict[str, Any], host_mb: int, where: str) -> CheckResult:
         memory_mb = plan["memory_mb"]
@@ -254,11 +248,11 @@ class InterpreterRaceCheck:
             pool = self._pool(plan["memory_mb"])
             with self._lock:
                 if plan["memory_mb"] <= self.memory_mb:
-                    wanted = min(self.max_workers(), self._active)
+                    wanted = min(self.max_workers(), sum(self._active_in.values()))  # every class's
                 else:  # a larger class: within what half the host holds beside the other large classes' workers
                     others = sum(mb * p.size for mb, p in self._pools.items() if mb > self.memory_mb and p is not pool)
                     wanted = larger_class_workers(plan["memory_mb"], host_mb, others, self.max_workers(),
-                                                  self._active_in.get(plan["memory_mb"], 1))
+                                                  self._active_in[plan["memory_mb"]])
             if wanted > pool.size:  # more analyses than workers: one more each, up to the class's bound
                 pool.grow(wanted)
         except Exception as exc:  # noqa: BLE001  (could not run: fails closed)

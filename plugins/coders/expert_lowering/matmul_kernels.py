@@ -147,7 +147,8 @@ def matmul_kernel(plan: Plan, group: Group, index: int) -> Kernel:
         k(f"tl.store(v{o}_ptr + bid * M * N + rm[:, None] * N + rn[None, :], v{o}.to(DT), mask=mask)")
 
     i = anchor_value
-    call_args = [ops["a"], ops["b"]] + ([f"_ws{i}", str(split)] if split > 1 else []) + ([ops["bias"]] if has_bias else [])
+    call_args = [ops["a"], ops["b"]] + ([f"_ws{i}", str(split)] if split > 1 else []) + \
+        ([ops["bias"]] if has_bias else [])
     call_args += [value_name(r, n_in) for r in ext] + [value_name(o, n_in) for o in outs]
     call_args += [f"_batch{i}", f"_M{i}", f"_N{i}", f"_K{i}", f"*_sa{i}", f"*_sb{i}"]
     call_args += [f"*{value_name(r, n_in)}.stride()" for r in ext]
