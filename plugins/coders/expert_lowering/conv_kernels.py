@@ -469,10 +469,37 @@ WINDOW_TAP_LINES = (
 )
 
 
-def _flat_launch(name: str, x: str, first: str, call: list[str]) -> list[str]:
-    """Forward lines launching one program per BLOCK elements of ``first`` (the interpreter: few, large blocks)."""
+# A window row's taps loaded as one [BLOCK, taps] tile where the W stride is at least this: one output per lane,
+# tap by tap, reads addresses a stride apart (KernelBench's 45_Average_Pooling_2D: 11 x 11 window, stride 11,
+# at 0.05x eager); the tile's lanes run along each window row's contiguous taps instead.
+ROW_TILE_MIN_STRIDE = 4
+
+
+def _row_taps(kernel_w: int, stride_w: int) -> int:
+    """Taps of a window row loaded together: the row's width to a power of two where its stride spreads one output
+    per lane, else 1 (tap by tap: small strides already read near-contiguous addresses)."""
+    return 1 << (kernel_w - 1).bit_length() if stride_w >= ROW_TILE_MIN_STRIDE and kernel_w > 1 else 1
+
+
+def _row_tap_lines(taps: int) -> tuple[str, ...]:
+    """WINDOW_TAP_LINES with each window row's taps as one [BLOCK, taps] tile (the loop body at 8 spaces)."""
+    return (
+        f"kwv = tl.arange(0, {taps})[None, :]",
+        "base = base[:, None]",
+        "for kz in tl.static_range(KD):",
+        "    for kh in tl.static_range(KH):",
+        "        iz = (oz * SD - PD + kz * DD)[:, None]",
+        "        ih = (oh * SH - PH + kh * DH)[:, None]",
+        "        iw = (ow * SW - PW)[:, None] + kwv * DW",
+        "        ok = mask[:, None] & (kwv < KW) & (iz >= 0) & (iz < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+    )
+
+
+def _flat_launch(name: str, x: str, first: str, call: list[str], per_program: int = 1) -> list[str]:
+    """Forward lines launching one program per BLOCK elements of ``first`` (the interpreter: few, large blocks);
+    ``per_program``: the elements each output loads at once (a row of taps), dividing the block."""
     return [
-        f"_block = 1024 if {x}.is_cuda else 16384",
+        f"_block = {max(32, 1024 // per_program)} if {x}.is_cuda else {max(1024, 16384 // per_program)}",
         f"{name}[(max(1, triton.cdiv({first}.numel(), _block)),)]({', '.join(call)}, BLOCK=_block)",
     ]
 
@@ -558,28 +585,27 @@ def pool_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     k = Lines()
     k("@triton.jit", f"def {name}({', '.join(params)}):")
     k.indent = 1
+    taps = _row_taps(ks[2], st[2])
+    shape = "(BLOCK,)" if taps == 1 else f"(BLOCK, {taps})"
     k(
         f"DT = v{outs[0]}_ptr.dtype.element_ty",
         *_window_element_lines("C"),
         "base = nb * sx0 + ch * sx1",
-        "acc = tl.full((BLOCK,), " + ("float('-inf')" if is_max else "0.0") + ", tl.float32)",
-        "nan = tl.zeros((BLOCK,), dtype=tl.int32)",
-        *WINDOW_TAP_LINES,
-        "            src = x_ptr + base + iz * sx2 + ih * sx3 + iw * sx4",
+        f"acc = tl.full({shape}, " + ("float('-inf')" if is_max else "0.0") + ", tl.float32)",
+        f"nan = tl.zeros({shape}, dtype=tl.int32)",
+        *(WINDOW_TAP_LINES if taps == 1 else _row_tap_lines(taps)),
     )
+    tap = " " * (12 if taps == 1 else 8)
+    other = "float('-inf')" if is_max else "0.0"
+    k(f"{tap}src = x_ptr + base + iz * sx2 + ih * sx3 + iw * sx4",
+      f"{tap}v = tl.load(src, mask=ok, other={other}).to(tl.float32)")
     if is_max:
-        k(
-            "            v = tl.load(src, mask=ok, other=float('-inf')).to(tl.float32)",
-            "            nan = nan | (v != v).to(tl.int32)",
-            "            acc = tl.maximum(acc, v)",
-            f"v{i} = tl.where(nan > 0, float('nan'), acc)",
-        )
+        k(f"{tap}nan = nan | (v != v).to(tl.int32)", f"{tap}acc = tl.maximum(acc, v)")
     else:
-        k(
-            "            v = tl.load(src, mask=ok, other=0.0).to(tl.float32)",
-            "            acc = acc + v",
-            f"v{i} = acc / (KD * KH * KW)",
-        )
+        k(f"{tap}acc = acc + v")
+    if taps > 1:  # each output's row of taps, reduced
+        k("nan = tl.max(nan, axis=1)", "acc = tl.max(acc, axis=1)" if is_max else "acc = tl.sum(acc, axis=1)")
+    k(f"v{i} = tl.where(nan > 0, float('nan'), acc)" if is_max else f"v{i} = acc / (KD * KH * KW)")
     helpers: set[str] = {"_pad5"}
     rounded, needed = round_to(plan.program.dtype, f"v{i}")
     helpers.update(needed)
@@ -596,4 +622,4 @@ def pool_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     call += [f"ON_CPU=not {x}.is_cuda"]
     call += [f"{p}{up}={v}" for p, values in zip("KSPD", (ks, st, pad, dil)) for up, v in zip("DHW", values)]
     call += [f"IDX64=_idx64({', '.join(tensors)})"]
-    return Kernel(name, k.text(), _flat_launch(name, x, first, call), helpers)
+    return Kernel(name, k.text(), _flat_launch(name, x, first, call, taps), helpers)

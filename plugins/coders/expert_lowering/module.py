@@ -39,7 +39,7 @@ SHAPE_RULES = {
     "scaled_dot_product_attention": lambda a, p: f"{a[0]}[:3] + ({a[2]}[3],)",
     "conv2d": lambda a, p: _conv_shape(a[0], p),
     "conv_transpose2d": lambda a, p: _conv_t_shape(a[0], p),
-    "max_pool2d": lambda a, p: _conv_shape(a[0], dict(p, dilation=1, out_channels=None)),
+    "max_pool2d": lambda a, p: _conv_shape(a[0], dict(p, dilation=p.get("dilation", 1), out_channels=None)),
     "avg_pool2d": lambda a, p: _conv_shape(a[0], dict(p, dilation=1, out_channels=None)),
 }
 
