@@ -31,7 +31,7 @@ from plugins.coders.expert_lowering.codegen import FLAT_BLOCK_LINES, Kernel, Lin
 from plugins.coders.expert_lowering.errors import Unsupported
 from plugins.coders.expert_lowering.plan import Group, Plan
 from plugins.coders.expert_lowering.pointwise import round_to
-from plugins.coders.expert_lowering.tiling import autotune_source, dot_lines, grouped_tile_lines
+from plugins.coders.expert_lowering.tiling import autotune_source, dot_lines, gemm_configs, grouped_tile_lines
 
 CONV_PARAMS = {"out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias"}
 CONV_T_PARAMS = CONV_PARAMS | {"output_padding"}
@@ -359,10 +359,62 @@ def _conv1x1_kernel(plan: Plan, group: Group, index: int, x: str, weight: str, b
     return Kernel(name, k.text() + tuned, launch, helpers)
 
 
+# The reduction loop of the channels-last conv2d: per (kh, kw), a block of BK channels (a tile row is one
+# contiguous run of channels).
+_CHANNEL_BLOCK_LOOP = (
+    "CB = tl.cdiv(C, BK)",
+    "for t in range(0, KH * KW * CB):",
+    "    kpos = t // CB",
+    "    c = (t - kpos * CB) * BK + rk",
+    "    kh = kpos // KW",
+    "    kw = kpos - kh * KW",
+    "    ih = ih0 + kh * DH",
+    "    iw = iw0 + kw * DW",
+    "    ok = mask_m & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
+    "    c_ok = c < C",
+    "    a = tl.load((x_rows + ih * sxh + iw * sxw)[:, None] + c[None, :], mask=ok[:, None] & c_ok[None, :], "
+    "other=0.0)",
+    "    b = tl.load(w_ptr + kh * swh + kw * sww + rn[None, :] * swo + c[:, None], "
+    "mask=c_ok[:, None] & mask_n[None, :], other=0.0)",
+)
+
+# Few channels: per kh, BK of the window row's KW * C (kw, channel) pairs, one contiguous run of the
+# channels-last row where the W dilation is 1. A channel block of 3 in a BK of 32 left 29 of 32 of every
+# tensor-core step zero (KernelBench 50_, conv 3 -> 96 with an 11 x 11 window: 0.06x eager, H200 2026-12-07).
+_FOLDED_ROW_LOOP = (
+    "RW = KW * C",
+    "RB = tl.cdiv(RW, BK)",
+    "for t in range(0, KH * RB):",
+    "    kh = t // RB",
+    "    r = (t - kh * RB) * BK + rk",
+    "    kw = r // C",
+    "    c = r - kw * C",
+    "    r_ok = r < RW",
+    "    ih = ih0 + kh * DH",
+    "    iw = iw0[:, None] + (kw * DW)[None, :]",
+    "    ok = (mask_m & (ih >= 0) & (ih < IH))[:, None] & r_ok[None, :] & (iw >= 0) & (iw < IW)",
+    "    a = tl.load((x_rows + ih * sxh)[:, None] + iw * sxw + c[None, :], mask=ok, other=0.0)",
+    "    b = tl.load(w_ptr + kh * swh + rn[None, :] * swo + (kw * sww + c)[:, None], "
+    "mask=r_ok[:, None] & mask_n[None, :], other=0.0)",
+)
+
+
+def fold_window_rows(channels: int, kernel_w: int, dtype: str) -> bool:
+    """Whether the channels-last conv2d reduces over a window row's (kw, channel) pairs in one run instead of
+    a channel block per tap: where that fills more of the configs' reduction tile (few channels)."""
+    bk = min(config[2] for config in gemm_configs(dtype))
+
+    def filled(n: int) -> float:
+        return n / (-(-n // bk) * bk)
+
+    return kernel_w > 1 and channels > 0 and filled(kernel_w * channels) > filled(channels)
+
+
 def _conv2d_nhwc_kernel(plan: Plan, group: Group, index: int, x: str, weight: str, bias: str | None,
                         ks: tuple[int, ...], st: tuple[int, ...], pad: tuple[int, ...], dil: tuple[int, ...]) -> Kernel:
     """Ungrouped conv2d as an implicit GEMM over channels-last copies (module docstring)."""
     n_in, i, x_value, ext, outs, name, params = _gemm_conv_head(plan, group, index)
+    fold = fold_window_rows(plan.shapes[x_value][1], ks[1], plan.program.dtype)
     params += ["M", "N", "C", "IH", "IW", "OH", "OW", "sxn", "sxh", "sxw", "swo", "swh", "sww"]
     for r in ext:
         params += [f"v{r}_s{d}" for d in range(4)]
@@ -384,20 +436,7 @@ def _conv2d_nhwc_kernel(plan: Plan, group: Group, index: int, x: str, weight: st
         "x_rows = x_ptr + nb * sxn",
         "ih0 = oh * SH - PH",
         "iw0 = ow * SW - PW",
-        "CB = tl.cdiv(C, BK)",
-        "for t in range(0, KH * KW * CB):",
-        "    kpos = t // CB",
-        "    c = (t - kpos * CB) * BK + rk",
-        "    kh = kpos // KW",
-        "    kw = kpos - kh * KW",
-        "    ih = ih0 + kh * DH",
-        "    iw = iw0 + kw * DW",
-        "    ok = mask_m & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)",
-        "    c_ok = c < C",
-        "    a = tl.load((x_rows + ih * sxh + iw * sxw)[:, None] + c[None, :], mask=ok[:, None] & c_ok[None, :], "
-        "other=0.0)",
-        "    b = tl.load(w_ptr + kh * swh + kw * sww + rn[None, :] * swo + c[:, None], "
-        "mask=c_ok[:, None] & mask_n[None, :], other=0.0)",
+        *(_FOLDED_ROW_LOOP if fold else _CHANNEL_BLOCK_LOOP),
         *dot_lines(plan.program.dtype),
         "mask = mask_m[:, None] & mask_n[None, :]",
         "if HAS_BIAS:",
@@ -435,7 +474,7 @@ def _conv2d_nhwc_kernel(plan: Plan, group: Group, index: int, x: str, weight: st
         f"({joined})",
         "else:",
         f"    _bm, _bn, _bk = (min(c, max(16, triton.next_power_of_2(d))) for c, d in zip((2048, 128, 128), "
-        f"(_M{i}, s{i}[1], {x}.shape[1])))",
+        f"(_M{i}, s{i}[1], {x}.shape[1]{f' * {ks[1]}' if fold else ''})))",
         f"    {name}[(max(1, triton.cdiv(_M{i}, _bm) * triton.cdiv(s{i}[1], _bn)),)]({joined}, BM=_bm, BN=_bn, BK=_bk, "
         "GROUP_M=8)",
     ]
