@@ -18,7 +18,8 @@ from core.program import Program
 from core.program import TensorSpec as T
 from plugins.coders.expert_lowering import lower_program
 from plugins.coders.expert_lowering.selfcheck import load_module
-from plugins.coders.expert_lowering.tiling import (GEMM_CONFIGS_16, GEMM_CONFIGS_32, KEEP_CONFIGS, gemm_configs,
+from plugins.coders.expert_lowering.tiling import (GEMM_CONFIGS_16, GEMM_CONFIGS_32, KEEP_CONFIGS, NARROW_CONFIGS_16,
+                                                   NARROW_CONFIGS_32, NARROW_N, gemm_configs,
                                                    gpu_dot_precision, interpreter_dot_precision, pick_configs,
                                                    tf32_allowed)
 from plugins.proposers.common import render_source
@@ -85,7 +86,7 @@ def test_emitted_gemm_and_conv_dots_follow_the_rule(cat, dtype, gpu):
 
 
 def test_gpu_configs_fit_hopper_shared_memory():
-    for configs, item in ((GEMM_CONFIGS_16, 2), (GEMM_CONFIGS_32, 4)):
+    for configs, item in ((GEMM_CONFIGS_16, 2), (GEMM_CONFIGS_32, 4), (NARROW_CONFIGS_16, 2), (NARROW_CONFIGS_32, 4)):
         for bm, bn, bk, _, warps, stages in configs:
             assert (bm * bk + bk * bn) * item * stages <= 227 * 1024  # sm_90's per-block limit
             assert warps in (4, 8)
@@ -103,6 +104,20 @@ def test_configs_are_picked_for_the_shape_when_emitted(cat):
     assert all(c in GEMM_CONFIGS_32 for c in pick_configs("float32", (512, 49, 32)))
     src = lower_program(Program([T((4096, 4096), dtype="float16")], [N("linear", (0,), {"out_features": 4096})]), cat)
     assert src.count("triton.Config(") == KEEP_CONFIGS and "prune_configs_by" not in src  # the policy refuses hooks
+
+
+def test_a_gemm_of_few_columns_gets_narrow_tiles(cat):
+    # level 2's Conv3d 3 -> 16 channels (M = 128 * 14 * 30 * 30): 64-128-wide tiles computed 3/4 padding
+    narrow = pick_configs("float32", (128 * 14 * 30 * 30, 16, 1))
+    assert len(narrow) == KEEP_CONFIGS and all(bn <= NARROW_N for _, bn, *_ in narrow)
+    assert all(c in NARROW_CONFIGS_16 for c in pick_configs("bfloat16", (1 << 20, 24, 1)))
+    assert all(bn >= 64 for _, bn, *_ in pick_configs("float32", (1 << 20, 64, 1)))  # wider: as before
+    conv3d = Program([T((2, 3, 16, 32, 32))], [N("conv3d", (0,), {"out_channels": 16, "kernel_size": 3, "stride": 1,
+                                                                "padding": 1, "dilation": 1, "groups": 1})])
+    assert "'BN': 16" in lower_program(conv3d, cat)
+    wide = Program([T((2, 3, 6, 8, 8))], [N("conv3d", (0,), {"out_channels": 64, "kernel_size": 3, "stride": 1,
+                                                              "padding": 1, "dilation": 1, "groups": 1})])
+    assert lower_program(wide, cat).count("triton.Config(") == len(GEMM_CONFIGS_32)  # every config, as measured
 
 
 # ------------------------------------------------------------------ the fast conv2d forms, in the interpreter

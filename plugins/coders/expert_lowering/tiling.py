@@ -38,6 +38,19 @@ GEMM_CONFIGS_32 = (  # fp32 tiles are twice the bytes and tf32x3 holds split ope
     (64, 128, 32, 8, 4, 4),
     (64, 64, 32, 8, 4, 4),
 )
+# Tiles for a GEMM of at most NARROW_N columns (a convolution to 16 or 24 channels, KernelBench level 2's
+# Conv3d tasks): every config above is 64-256 columns wide, so 3/4 or more of each tensor-core step computed padding.
+NARROW_N = 32
+NARROW_CONFIGS_32 = (
+    (128, 16, 32, 8, 4, 4),
+    (128, 32, 32, 8, 4, 4),
+    (256, 32, 32, 8, 8, 3),
+)
+NARROW_CONFIGS_16 = (
+    (128, 16, 64, 8, 4, 4),
+    (128, 32, 64, 8, 4, 4),
+    (256, 32, 64, 8, 8, 3),
+)
 KEEP_CONFIGS = 3
 
 
@@ -100,6 +113,8 @@ def pick_configs(dtype: str, shape: tuple[int, int, int] | None):
     if shape is None or min(shape) <= 0:
         return configs
     m, n, batch = shape
+    if n <= NARROW_N:
+        configs += NARROW_CONFIGS_32 if dtype == "float32" else NARROW_CONFIGS_16
     return tuple(sorted(configs, key=lambda c: tile_score(c[0], c[1], m, n, batch), reverse=True)[:KEEP_CONFIGS])
 
 
