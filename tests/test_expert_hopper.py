@@ -18,10 +18,19 @@ from core.program import Program
 from core.program import TensorSpec as T
 from plugins.coders.expert_lowering import lower_program
 from plugins.coders.expert_lowering.selfcheck import load_module
-from plugins.coders.expert_lowering.tiling import (GEMM_CONFIGS_16, GEMM_CONFIGS_32, KEEP_CONFIGS, NARROW_CONFIGS_16,
-                                                   NARROW_CONFIGS_32, NARROW_N, gemm_configs,
-                                                   gpu_dot_precision, interpreter_dot_precision, pick_configs,
-                                                   tf32_allowed)
+from plugins.coders.expert_lowering.tiling import (
+    GEMM_CONFIGS_16,
+    GEMM_CONFIGS_32,
+    KEEP_CONFIGS,
+    NARROW_CONFIGS_16,
+    NARROW_CONFIGS_32,
+    NARROW_N,
+    gemm_configs,
+    gpu_dot_precision,
+    interpreter_dot_precision,
+    pick_configs,
+    tf32_allowed,
+)
 from plugins.proposers.common import render_source
 
 REPO = Path(__file__).resolve().parent.parent
