@@ -23,10 +23,11 @@ RED = Path(__file__).resolve().parent / "redteam"
 VECTOR_ADD = (RED / "tasks" / "vector_add.py").read_text()
 HONEST = (RED / "candidates" / "honest_vector_add.py").read_text()
 MUTATES = (RED / "candidates" / "input_mutation.py").read_text()
-# get_inputs that draws from the OS, not from torch's seeded generator
+# get_inputs that draws from the OS, not from torch's seeded generator: one of 2**20 offsets (the sum of 8 random
+# bytes it drew before repeated itself about once in 700 pairs of draws, which the judge took for reproducible)
 UNREPRODUCIBLE = VECTOR_ADD.replace(
     "def get_inputs():\n    return [torch.randn(3001), torch.randn(3001)]",
-    "def get_inputs():\n    import os\n    noise = torch.tensor(list(os.urandom(8)), dtype=torch.float32).sum()\n"
+    "def get_inputs():\n    import os\n    noise = (int.from_bytes(os.urandom(4), 'little') % 2**20) / 2**10\n"
     "    return [torch.randn(3001) + noise, torch.randn(3001)]",
 )
 CHECKS = ["static", "static_integrity", "correctness", "integrity"]
