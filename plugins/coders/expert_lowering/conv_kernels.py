@@ -222,7 +222,7 @@ def conv_kernel(plan: Plan, group: Group, index: int) -> Kernel:
     ]
     out_shape = plan.shapes[i]
     gemm = (out_shape[0] * math.prod(out_shape[2:]), out_shape[1] // groups, groups)  # (M, N per group, groups)
-    # wider outputs keep every config (as measured on the H200, 2026-12-07); narrow ones get narrow tiles
+    # wider outputs keep every config (those of the H200 run of 2026-12-07); narrow ones get narrow tiles
     tuned = autotune_source(name, dtype, ["NB", "C", "ID", "IH", "IW", "OC"], gemm if gemm[1] <= NARROW_N else None)
     return Kernel(name, k.text() + tuned, launch, helpers)
 
