@@ -58,6 +58,9 @@ class Verdict:
     accepted_unchecked: list[str] = field(default_factory=list)
     # GPU memory admission (core.verification.gpumemory): estimate, capacity, alone, wait, retried
     gpu_memory: dict[str, Any] | None = None
+    # why the judge sent the trials' inputs as tensors after the candidate's process drew other ones from their
+    # seeds (a get_inputs not reproducible across processes; core.verification.pipeline.InputsNotReproducible)
+    inputs_sent: str | None = None
 
     @property
     def unchecked(self) -> list[str]:

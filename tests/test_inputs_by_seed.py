@@ -30,6 +30,13 @@ UNREPRODUCIBLE = VECTOR_ADD.replace(
     "def get_inputs():\n    import os\n    noise = (int.from_bytes(os.urandom(4), 'little') % 2**20) / 2**10\n"
     "    return [torch.randn(3001) + noise, torch.randn(3001)]",
 )
+# a constant drawn once per process, at import, from the OS: two draws in the reference's process agree (so the
+# judge takes get_inputs for reproducible under a seed), and the candidate's process draws other inputs
+PER_PROCESS = VECTOR_ADD.replace(
+    "def get_inputs():\n    return [torch.randn(3001), torch.randn(3001)]",
+    "import os\nSHIFT = 1.0 + int.from_bytes(os.urandom(4), 'little') % 2**20\n\n\n"
+    "def get_inputs():\n    return [torch.randn(3001) + SHIFT, torch.randn(3001)]",
+)
 CHECKS = ["static", "static_integrity", "correctness", "integrity"]
 
 
@@ -65,6 +72,20 @@ def test_honest_kernel_accepted_either_way(verifier):
     for task in (VECTOR_ADD, UNREPRODUCIBLE):
         verdict = verifier.verify(Task(source=task), Candidate(source=HONEST))
         assert verdict.accepted, verdict.reason
+
+
+def test_a_task_drawn_otherwise_in_each_process_is_judged_with_its_inputs_sent(verifier):
+    # before, the digests' mismatch rejected every honest kernel for this task and flagged it as tampering
+    assert _reference(verifier, PER_PROCESS, "digest")["inputs_by_seed"] is True  # two draws there agree
+    verdict = verifier.verify(Task(source=PER_PROCESS), Candidate(source=HONEST))
+    assert verdict.accepted and not verdict.hack_flags, verdict.reason
+    if verifier.inputs_by_seed:
+        assert "differ from the reference's" in verdict.inputs_sent and "sent as tensors" in verdict.inputs_sent
+    else:
+        assert verdict.inputs_sent is None
+    # a kernel that mutates its inputs is still caught on the tensors sent
+    verdict = verifier.verify(Task(source=PER_PROCESS), Candidate(source=MUTATES))
+    assert not verdict.accepted and "modified by forward" in verdict.reason and verdict.checks["correctness"].hack
 
 
 def test_input_mutation_is_caught_either_way(verifier):

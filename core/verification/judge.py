@@ -44,7 +44,7 @@ from core.verification.devicelock import DeviceLock
 from core.verification.gpumemory import DEFAULT_FRACTION, GpuOutOfMemory
 from core.verification.gpusharing import GpuSharing, out_of_gpu_memory  # noqa: F401 (tests import it from here)
 from core.verification.keeper import Keeper
-from core.verification.pipeline import Verification
+from core.verification.pipeline import InputsNotReproducible, Verification
 from core.verification.probes import fixed_plan
 from core.verification.sandbox import SCRATCH, Limits, WorkerPool
 
@@ -400,7 +400,9 @@ class Verifier(GpuSharing):
         judged again with the device alone (its memory and every turn); if that runs out too, once more
         *lean* (the candidate's outputs in the keeper's host memory between the comparisons that read them:
         every check as before, slower); if it still does not fit, the verdict's status is ``error`` and its
-        reason says so, with the estimate and the device's memory."""
+        reason says so, with the estimate and the device's memory. A task whose inputs the candidate's
+        process draws otherwise from the same seed is judged again with the inputs sent as tensors
+        (``verdict.inputs_sent`` says why)."""
         start = time.perf_counter()
         limit = self.timeout_s if timeout_s is None else float(timeout_s)
 
@@ -422,11 +424,20 @@ class Verifier(GpuSharing):
                     if attempt.lean or (mode == "lean" and not self.compare_on_device):  # nothing leaner to try
                         raise  # (lean needs a keeper: outputs compared on the device)
                     retried = {k: v for k, v in (verdict.gpu_memory or {}).items() if k.startswith("retried_")}
-                    waited = verdict.gpu_wait_s
+                    waited, sent = verdict.gpu_wait_s, verdict.inputs_sent
                     verdict = fresh()
-                    verdict.gpu_wait_s = waited
+                    verdict.gpu_wait_s, verdict.inputs_sent = waited, sent
                     verdict.gpu_memory = {**retried, f"retried_{mode}_after": f"{exc}"[:300]}
-                    attempt = Verification(self, task, candidate, verdict, limit, alone=True, lean=mode == "lean")
+                    attempt = Verification(self, task, candidate, verdict, limit, alone=True, lean=mode == "lean",
+                                           inputs_sent=attempt.inputs_sent)
+                except InputsNotReproducible as exc:
+                    # once: with tensors sent nothing is drawn in the candidate's process
+                    waited, retried = verdict.gpu_wait_s, verdict.gpu_memory
+                    verdict = fresh()
+                    verdict.gpu_wait_s, verdict.gpu_memory = waited, retried
+                    verdict.inputs_sent = f"{exc}: judged again with the inputs sent as tensors"
+                    attempt = Verification(self, task, candidate, verdict, limit, alone=attempt.alone,
+                                           lean=attempt.lean, inputs_sent=True)
         except GpuOutOfMemory as exc:
             verdict.accepted, verdict.status = False, "error"
             peaks = self.peaks_line(verdict)

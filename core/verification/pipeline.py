@@ -78,6 +78,14 @@ def finish_verdict(verdict: Verdict, all_checks: list[Any]) -> None:
         f"{failed[0]}: {verdict.checks[failed[0]].detail}" if failed else "not verified")
 
 
+class InputsNotReproducible(RuntimeError):
+    """The inputs the candidate's process drew from a trial's seed differ from the reference's: the task's
+    ``get_inputs`` is not reproducible across processes (a constant drawn at import, entropy torch's seed
+    does not govern), though two draws in the reference's process agreed. Not the candidate's fault, nor
+    proof of tampering: ``Verifier.verify`` judges the pair again with the inputs sent as tensors, which
+    nothing in the candidate's process can redraw."""
+
+
 class Verification:
     """One verification of one pair, stage by stage; :meth:`run` fills :attr:`verdict`.
 
@@ -89,8 +97,9 @@ class Verification:
     budget: Budget  # set when the static stage is done: that stage is not timed against it
 
     def __init__(self, verifier: "Verifier", task: Task, candidate: Candidate, verdict: Verdict, timeout_s: float,
-                 alone: bool = False, lean: bool = False):
+                 alone: bool = False, lean: bool = False, inputs_sent: bool = False):
         self.verifier, self.task, self.candidate, self.verdict = verifier, task, candidate, verdict
+        self.inputs_sent = inputs_sent  # tensors, not seeds, even where the reference finds get_inputs reproducible
         self.timeout_s = timeout_s
         self.alone = alone or lean  # retried after running out of GPU memory: the device and every turn to itself
         self.lean = lean  # ...and out of it alone: outputs in the keeper's host memory (Vault.adopt), no baseline
@@ -182,6 +191,9 @@ class Verification:
         discard = False
         try:
             discard = self.run_candidate()
+        except InputsNotReproducible:
+            discard = True  # what ran in that process drew other inputs: start the retry in a fresh one
+            raise
         except WorkerFailure as exc:
             discard = True
             verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
@@ -207,7 +219,7 @@ class Verification:
             Op.REFERENCE, source=self.task.source, init_seed=self.init_seed,
             seeds=self.trial_seeds + probe_seeds, scales=[1.0] * len(self.trial_seeds) + list(scales),  # probes: specs
             float64_max_elements=verifier.float64_max_elements, float64_later=verifier.float64_on_demand,
-            inputs_mode="digest" if verifier.inputs_by_seed else "tensors")
+            inputs_mode="digest" if verifier.inputs_by_seed and not self.inputs_sent else "tensors")
         try:
             if keeper is None:
                 ref = verifier._request(verifier.reference_pool, self.reference_request, self.budget, on_gpu=True)
@@ -296,6 +308,12 @@ class Verification:
                 for i, (seed, r) in enumerate(zip(self.trial_seeds, self.ref_trials))]
         observed = self.run_in_candidate(runs)
         verdict.stage_s["trials"] = time.perf_counter() - t
+        redrawn = [i for i, (r, o) in enumerate(zip(self.ref_trials, observed))
+                   if r.get("inputs_digest") is not None and o.inputs_digest_before is not None
+                   and o.inputs_digest_before != r["inputs_digest"]]
+        if redrawn:  # judged again with tensors; a harness that reported no digests stays a finding (inputs_intact)
+            raise InputsNotReproducible(f"trial {redrawn[0]}: the inputs drawn from its seed in the candidate's "
+                                        "process differ from the reference's")
         evidence.trials = [Trial(seed, r.get("inputs"), r["output"], o, truth=r.get("truth"),
                                  truth_noise=r.get("truth_noise"), inputs_digest=r.get("inputs_digest"))
                            for seed, r, o in zip(self.trial_seeds, self.ref_trials, observed)]
