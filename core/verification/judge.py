@@ -44,7 +44,7 @@ from core.verification.devicelock import DeviceLock
 from core.verification.gpumemory import DEFAULT_FRACTION, GpuOutOfMemory
 from core.verification.gpusharing import GpuSharing, out_of_gpu_memory  # noqa: F401 (tests import it from here)
 from core.verification.keeper import Keeper
-from core.verification.pipeline import InputsNotReproducible, Verification
+from core.verification.pipeline import InputsNotReproducible, Verification, retry_after
 from core.verification.probes import fixed_plan
 from core.verification.sandbox import SCRATCH, Limits, WorkerPool
 
@@ -419,25 +419,11 @@ class Verifier(GpuSharing):
                         verdict.gpu_memory = {**(verdict.gpu_memory or {}), "lean": (
                             f"{attempt.keeper.offloaded} candidate output(s) held in host memory between comparisons")}
                     break
-                except GpuOutOfMemory as exc:
-                    mode = "lean" if attempt.ran_alone else "alone"
-                    if attempt.lean or (mode == "lean" and not self.compare_on_device):  # nothing leaner to try
-                        raise  # (lean needs a keeper: outputs compared on the device)
-                    retried = {k: v for k, v in (verdict.gpu_memory or {}).items() if k.startswith("retried_")}
-                    waited, sent = verdict.gpu_wait_s, verdict.inputs_sent
-                    verdict = fresh()
-                    verdict.gpu_wait_s, verdict.inputs_sent = waited, sent
-                    verdict.gpu_memory = {**retried, f"retried_{mode}_after": f"{exc}"[:300]}
-                    attempt = Verification(self, task, candidate, verdict, limit, alone=True, lean=mode == "lean",
-                                           inputs_sent=attempt.inputs_sent)
-                except InputsNotReproducible as exc:
-                    # once: with tensors sent nothing is drawn in the candidate's process
-                    waited, retried = verdict.gpu_wait_s, verdict.gpu_memory
-                    verdict = fresh()
-                    verdict.gpu_wait_s, verdict.gpu_memory = waited, retried
-                    verdict.inputs_sent = f"{exc}: judged again with the inputs sent as tensors"
-                    attempt = Verification(self, task, candidate, verdict, limit, alone=attempt.alone,
-                                           lean=attempt.lean, inputs_sent=True)
+                except (GpuOutOfMemory, InputsNotReproducible) as exc:
+                    retry = retry_after(attempt, exc, fresh())
+                    if retry is None:  # out of memory with nothing leaner to try
+                        raise
+                    attempt, verdict = retry, retry.verdict
         except GpuOutOfMemory as exc:
             verdict.accepted, verdict.status = False, "error"
             peaks = self.peaks_line(verdict)

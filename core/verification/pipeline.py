@@ -99,22 +99,19 @@ class Verification:
     def __init__(self, verifier: "Verifier", task: Task, candidate: Candidate, verdict: Verdict, timeout_s: float,
                  alone: bool = False, lean: bool = False, inputs_sent: bool = False):
         self.verifier, self.task, self.candidate, self.verdict = verifier, task, candidate, verdict
-        self.inputs_sent = inputs_sent  # tensors, not seeds, even where the reference finds get_inputs reproducible
-        self.timeout_s = timeout_s
+        self.timeout_s, self.inputs_sent = timeout_s, inputs_sent  # inputs_sent: tensors, never seeds (retry_after)
         self.alone = alone or lean  # retried after running out of GPU memory: the device and every turn to itself
         self.lean = lean  # ...and out of it alone: outputs in the keeper's host memory (Vault.adopt), no baseline
         self.ran_alone = self.alone  # set by the memory reservation (a footprint over the device's share)
         self.output_bytes = 0  # one run's outputs, as the memory reservation measured them (0: unknown)
         self.released: set[str] = set()  # the candidate's outputs the keeper dropped (release_unread)
-        self.evidence = Evidence(task=task, candidate=candidate, backend=verifier.backend_name,
-                                 device=verifier.device,
+        self.evidence = Evidence(task=task, candidate=candidate, backend=verifier.backend_name, device=verifier.device,
                                  config={"tolerances": verifier.tolerances, "trials": verifier.trials})
         self.keeper: Keeper | None = None
         self.worker: Any = None  # the candidate worker, from the load to the unload
         self.checks: list[Any] = []  # the worker-side checks
         self.needs: set[str] = {"trials"}  # the observations they need
-        self.init_seed = 0
-        self.trial_seeds: list[int] = []
+        self.init_seed, self.trial_seeds = 0, []
         self.reference_request: dict[str, Any] = {}
         self.ref: dict[str, Any] = {}  # the reference worker's answer
         self.ref_trials: list[dict[str, Any]] = []
@@ -191,13 +188,11 @@ class Verification:
         discard = False
         try:
             discard = self.run_candidate()
-        except InputsNotReproducible:
-            discard = True  # what ran in that process drew other inputs: start the retry in a fresh one
-            raise
-        except WorkerFailure as exc:
+        except (InputsNotReproducible, WorkerFailure) as exc:  # the retry of the first starts in a fresh worker
             discard = True
-            verdict.status, verdict.reason = exc.status, f"{exc.status}: {exc.detail}"
-            verdict.accepted = False
+            if isinstance(exc, InputsNotReproducible):
+                raise
+            verdict.status, verdict.reason, verdict.accepted = exc.status, f"{exc.status}: {exc.detail}", False
         finally:
             pool.release_unloaded(worker, discard=discard)
             self.worker = None
@@ -308,12 +303,7 @@ class Verification:
                 for i, (seed, r) in enumerate(zip(self.trial_seeds, self.ref_trials))]
         observed = self.run_in_candidate(runs)
         verdict.stage_s["trials"] = time.perf_counter() - t
-        redrawn = [i for i, (r, o) in enumerate(zip(self.ref_trials, observed))
-                   if r.get("inputs_digest") is not None and o.inputs_digest_before is not None
-                   and o.inputs_digest_before != r["inputs_digest"]]
-        if redrawn:  # judged again with tensors; a harness that reported no digests stays a finding (inputs_intact)
-            raise InputsNotReproducible(f"trial {redrawn[0]}: the inputs drawn from its seed in the candidate's "
-                                        "process differ from the reference's")
+        redrawn_elsewhere(self.ref_trials, observed)
         evidence.trials = [Trial(seed, r.get("inputs"), r["output"], o, truth=r.get("truth"),
                                  truth_noise=r.get("truth_noise"), inputs_digest=r.get("inputs_digest"))
                            for seed, r, o in zip(self.trial_seeds, self.ref_trials, observed)]
@@ -396,6 +386,35 @@ class Verification:
     def finish(self) -> None:
         """Fill accepted/correct/accuracy/status/reason from the recorded checks."""
         finish_verdict(self.verdict, self.verifier.checks)
+
+
+def retry_after(attempt: Verification, exc: Exception, verdict: Verdict) -> Verification | None:
+    """The next attempt at ``attempt``'s pair, into ``verdict`` (fresh), after ``exc``: out of GPU memory, with the
+    device alone, then lean (None once nothing leaner is left); inputs drawn otherwise in the candidate's
+    process, with the inputs sent (once: nothing is drawn there then)."""
+    old = attempt.verdict
+    verdict.gpu_wait_s, verdict.inputs_sent = old.gpu_wait_s, old.inputs_sent
+    if isinstance(exc, InputsNotReproducible):
+        verdict.gpu_memory = old.gpu_memory
+        verdict.inputs_sent = f"{exc}: judged again with the inputs sent as tensors"
+        return Verification(attempt.verifier, attempt.task, attempt.candidate, verdict, attempt.timeout_s,
+                            alone=attempt.alone, lean=attempt.lean, inputs_sent=True)
+    mode = "lean" if attempt.ran_alone else "alone"
+    if attempt.lean or (mode == "lean" and not attempt.verifier.compare_on_device):  # nothing leaner to try
+        return None  # (lean needs a keeper: outputs compared on the device)
+    retried = {k: v for k, v in (old.gpu_memory or {}).items() if k.startswith("retried_")}
+    verdict.gpu_memory = {**retried, f"retried_{mode}_after": f"{exc}"[:300]}
+    return Verification(attempt.verifier, attempt.task, attempt.candidate, verdict, attempt.timeout_s, alone=True,
+                        lean=mode == "lean", inputs_sent=attempt.inputs_sent)
+
+
+def redrawn_elsewhere(ref_trials: list[dict[str, Any]], observed: list[RunObservation]) -> None:
+    """Raise :class:`InputsNotReproducible` where the candidate's process drew a trial's inputs otherwise than
+    the reference's. A harness that reported no digests stays a finding (``inputs_intact``), not a retry."""
+    for i, (r, o) in enumerate(zip(ref_trials, observed)):
+        if None not in (r.get("inputs_digest"), o.inputs_digest_before) and o.inputs_digest_before != r["inputs_digest"]:
+            raise InputsNotReproducible(f"trial {i}: the inputs drawn from its seed in the candidate's process "
+                                        "differ from the reference's")
 
 
 def compile_only(verification: Verification) -> None:
