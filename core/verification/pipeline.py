@@ -393,16 +393,16 @@ def retry_after(attempt: Verification, exc: Exception, verdict: Verdict) -> Veri
     device alone, then lean (None once nothing leaner is left); inputs drawn otherwise in the candidate's
     process, with the inputs sent (once: nothing is drawn there then)."""
     old = attempt.verdict
-    verdict.gpu_wait_s, verdict.inputs_sent = old.gpu_wait_s, old.inputs_sent
+    # what the earlier attempts were retried after, not their estimates and peaks (the next attempt records its own)
+    retried = {k: v for k, v in (old.gpu_memory or {}).items() if k.startswith("retried_")}
+    verdict.gpu_wait_s, verdict.inputs_sent, verdict.gpu_memory = old.gpu_wait_s, old.inputs_sent, retried or None
     if isinstance(exc, InputsNotReproducible):
-        verdict.gpu_memory = old.gpu_memory
         verdict.inputs_sent = f"{exc}: judged again with the inputs sent as tensors"
         return Verification(attempt.verifier, attempt.task, attempt.candidate, verdict, attempt.timeout_s,
                             alone=attempt.alone, lean=attempt.lean, inputs_sent=True)
     mode = "lean" if attempt.ran_alone else "alone"
     if attempt.lean or (mode == "lean" and not attempt.verifier.compare_on_device):  # nothing leaner to try
         return None  # (lean needs a keeper: outputs compared on the device)
-    retried = {k: v for k, v in (old.gpu_memory or {}).items() if k.startswith("retried_")}
     verdict.gpu_memory = {**retried, f"retried_{mode}_after": f"{exc}"[:300]}
     return Verification(attempt.verifier, attempt.task, attempt.candidate, verdict, attempt.timeout_s, alone=True,
                         lean=mode == "lean", inputs_sent=attempt.inputs_sent)
